@@ -1,0 +1,45 @@
+# Finds what lockstep builds on. Host: oneTBB, OpenBLAS (CBLAS), zlib, threads.
+# CUDA backend: the CUDA toolkit (cudart, cuBLAS) and NCCL. LOCKSTEP_CUDA=AUTO builds the backend
+# whenever both are found, so that every CUDA compile error shows up wherever a toolkit exists.
+find_package(Threads REQUIRED)
+find_package(TBB REQUIRED)
+find_package(ZLIB REQUIRED)
+
+# OpenBLAS through pkg-config: its cblas.h declares openblas_set_num_threads, which lockstep uses
+# to keep BLAS single-threaded (host devices split GEMMs themselves and must not oversubscribe).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+add_library(lockstep_openblas INTERFACE)
+target_link_libraries(lockstep_openblas INTERFACE PkgConfig::OPENBLAS)
+
+set(LOCKSTEP_HAVE_CUDA OFF)
+if(NOT LOCKSTEP_CUDA STREQUAL "OFF")
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 90)
+  endif()
+  if(NOT DEFINED CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  find_package(CUDAToolkit QUIET)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} $ENV{NCCL_HOME}/include)
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} $ENV{NCCL_HOME}/lib)
+  if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND AND NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    add_library(lockstep_nccl INTERFACE)
+    target_include_directories(lockstep_nccl INTERFACE ${NCCL_INCLUDE_DIR})
+    target_link_libraries(lockstep_nccl INTERFACE ${NCCL_LIBRARY})
+    set(LOCKSTEP_HAVE_CUDA ON)
+    message(STATUS "lockstep: CUDA backend ON (toolkit ${CUDAToolkit_VERSION}, NCCL ${NCCL_LIBRARY}, arch ${CMAKE_CUDA_ARCHITECTURES})")
+  elseif(LOCKSTEP_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "LOCKSTEP_CUDA=ON but the CUDA toolkit (nvcc, cudart, cuBLAS) or NCCL was not found. "
+                        "Install them or configure with -DLOCKSTEP_CUDA=OFF.")
+  else()
+    message(STATUS "lockstep: CUDA backend OFF (toolkit or NCCL not found)")
+  endif()
+else()
+  message(STATUS "lockstep: CUDA backend OFF (LOCKSTEP_CUDA=OFF)")
+endif()

@@ -1,0 +1,28 @@
+// The CUDA entry points of a build without the CUDA backend (LOCKSTEP_CUDA=OFF, or no toolkit /
+// NCCL found): built_with_cuda() is false, cuda_availability() explains how to get a CUDA build,
+// and asking for a CUDA runtime or the CUDA kernels raises ls::Error with that explanation.
+#include <memory>
+
+#include "engine/device.h"
+#include "engine/error.h"
+#include "engine/runtime.h"
+#include "ops/kernels.h"
+
+namespace ls {
+namespace {
+constexpr const char* kNoCudaReason =
+    "lockstep was built without the CUDA backend (configure with the CUDA toolkit and NCCL "
+    "installed, -DLOCKSTEP_CUDA=ON)";
+}  // namespace
+
+bool built_with_cuda() { return false; }
+
+CudaAvailability cuda_availability() { return {0, kNoCudaReason}; }
+
+std::unique_ptr<DeviceRuntime> make_cuda_runtime(Device device) {
+  LS_THROW("cannot use ", device.str(), ": ", kNoCudaReason);
+}
+
+const Kernels& cuda_kernels() { LS_THROW("no CUDA kernels: ", kNoCudaReason); }
+
+}  // namespace ls

@@ -1,0 +1,152 @@
+// lockstep-train: trains an MLP on Fashion-MNIST and reports test accuracy and throughput.
+// It is also the example of embedding the engine: load data, build a model, make a Trainer,
+// loop over batches, evaluate. Exit codes: 0 success, 1 runtime failure, 2 usage error.
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <numeric>
+
+#include <lockstep/lockstep.h>
+
+#include "engine/data/dataset.h"
+#include "engine/data/sampler.h"
+#include "engine/json.h"
+#include "engine/trainer.h"
+#include "train_options.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string format_eta(double seconds) {
+  const int s = static_cast<int>(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
+  return buf;
+}
+
+struct RunSummary {
+  std::vector<int64_t> widths;  // the MLP's layer widths, input to output
+  int64_t params = 0;
+  int64_t steps = 0;
+  double final_loss = 0;  // mean loss over the last (up to) 100 steps
+  double train_seconds = 0;
+  ls::EvalResult test;
+};
+
+RunSummary run(const TrainOptions& o, ls::Device device) {
+  ls::data::Dataset train = ls::data::load_fashion_mnist(o.data_dir, ls::data::Split::kTrain);
+  ls::data::Dataset test = ls::data::load_fashion_mnist(o.data_dir, ls::data::Split::kTest);
+
+  std::vector<int64_t> widths{train.features};
+  widths.insert(widths.end(), o.hidden.begin(), o.hidden.end());
+  widths.push_back(train.classes);
+  ls::OptimizerSpec opt{o.optimizer, o.lr, o.momentum, o.weight_decay};
+  ls::Trainer trainer(ls::nn::mlp(widths), opt, device, o.seed);
+
+  ls::data::Sampler sampler(train.count, o.seed);
+  ls::data::BatchIterator batches(train, sampler, o.batch);
+  const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * batches.batches_per_epoch();
+  std::printf("training mlp (%lld parameters) on %s: %lld steps of batch %lld, %s lr %g\n",
+              static_cast<long long>(trainer.store().parameter_count()),
+              device.str().c_str(), static_cast<long long>(total_steps),
+              static_cast<long long>(o.batch), o.optimizer.c_str(), static_cast<double>(o.lr));
+
+  RunSummary summary;
+  summary.widths = widths;
+  summary.params = trainer.store().parameter_count();
+  std::deque<float> recent_losses;
+  ls::data::Batch batch;
+  const Clock::time_point start = Clock::now();
+  for (int64_t step = 1; step <= total_steps; ++step) {
+    if (!batches.next(batch)) {
+      sampler.set_epoch(sampler.epoch() + 1);
+      batches.reset();
+      batches.next(batch);
+    }
+    const float loss = trainer.step(batch).loss;
+    recent_losses.push_back(loss);
+    if (recent_losses.size() > 100) recent_losses.pop_front();
+    if (o.log_every > 0 && (step % o.log_every == 0 || step == total_steps)) {
+      const double elapsed = seconds_since(start);
+      const double rate = static_cast<double>(step * o.batch) / elapsed;
+      std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s  ETA %s\n",
+                  static_cast<long long>(step), static_cast<long long>(total_steps),
+                  static_cast<long long>(sampler.epoch() + 1), static_cast<double>(loss), rate,
+                  format_eta(elapsed / static_cast<double>(step) *
+                             static_cast<double>(total_steps - step)).c_str());
+      std::fflush(stdout);
+    }
+  }
+  summary.train_seconds = seconds_since(start);
+  summary.steps = total_steps;
+  summary.final_loss = std::accumulate(recent_losses.begin(), recent_losses.end(), 0.0) /
+                       static_cast<double>(recent_losses.size());
+  summary.test = trainer.evaluate(test, 1000);
+  return summary;
+}
+
+void write_json(const TrainOptions& o, ls::Device device, const RunSummary& s, double wall_s) {
+  ls::JsonWriter json;
+  json.begin_object();
+  json.key("devices").begin_array().value(device.str()).end_array();
+  json.field("backend", std::string(ls::device_kind_name(device.kind)));
+  json.field("model", o.model);
+  json.key("widths").begin_array();
+  for (int64_t w : s.widths) json.value(w);
+  json.end_array();
+  json.field("params", s.params);
+  json.field("optimizer", o.optimizer);
+  json.field("lr", static_cast<double>(o.lr));
+  json.field("seed", static_cast<int64_t>(o.seed));
+  json.field("steps", s.steps);
+  json.field("global_batch", o.batch);
+  json.field("final_loss", s.final_loss);
+  json.field("test_loss", s.test.loss);
+  json.field("test_accuracy", s.test.accuracy);
+  json.field("samples_per_s", static_cast<double>(s.steps * o.batch) / s.train_seconds);
+  json.field("train_s", s.train_seconds);
+  json.field("wall_s", wall_s);
+  json.end_object();
+  json.write_file(o.json_path);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  TrainOptions options;
+  try {
+    options = parse_train_options(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "lockstep-train: %s\n\n%s", e.what(), train_usage());
+    return 2;
+  }
+  if (options.help) {
+    std::printf("%s", train_usage());
+    return 0;
+  }
+  const Clock::time_point start = Clock::now();
+  try {
+    ls::set_host_threads_per_device(options.host_threads);
+    std::vector<ls::Device> devices = ls::parse_devices(options.devices);
+    LS_CHECK(devices.size() == 1, "--devices ", options.devices, " names ", devices.size(),
+             " devices; this build trains on one device (data-parallel training over several "
+             "devices is the next milestone). Use e.g. --devices host:1 or cuda:0");
+    RunSummary summary = run(options, devices[0]);
+    const double wall_s = seconds_since(start);
+    std::printf("done: %lld steps, final loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
+                static_cast<long long>(summary.steps), summary.final_loss, summary.test.accuracy,
+                static_cast<double>(summary.steps * options.batch) / summary.train_seconds, wall_s);
+    if (!options.json_path.empty()) {
+      write_json(options, devices[0], summary, wall_s);
+      std::printf("results written to %s\n", options.json_path.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lockstep-train: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,125 @@
+// Parser for lockstep-train's flags (see train_options.h). Every flag takes one value:
+// `--flag value` or `--flag=value`.
+#include "train_options.h"
+
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string_view>
+
+namespace {
+
+template <typename T>
+T parse_number(std::string_view flag, std::string_view text) {
+  T value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not a valid number");
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value)) throw UsageError(std::string(flag) + " must be finite");
+  }
+  return value;
+}
+
+template <typename T>
+T parse_positive(std::string_view flag, std::string_view text) {
+  T value = parse_number<T>(flag, text);
+  if (!(value > 0)) throw UsageError(std::string(flag) + " must be positive, got " + std::string(text));
+  return value;
+}
+
+std::vector<int64_t> parse_widths(std::string_view flag, std::string_view text) {
+  std::vector<int64_t> widths;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = std::min(text.find(',', start), text.size());
+    widths.push_back(parse_positive<int64_t>(flag, text.substr(start, comma - start)));
+    start = comma + 1;
+  }
+  return widths;
+}
+
+}  // namespace
+
+const char* train_usage() {
+  return R"(usage: lockstep-train [options]
+Trains a model on Fashion-MNIST and reports test accuracy and throughput.
+
+  --devices SPEC        devices to train on: host:1 (default), host:N, cuda, cuda:0,2, auto
+  --data DIR            Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist,
+                        from Debian's dataset-fashion-mnist package)
+  --model mlp           model kind (only mlp so far)
+  --hidden W[,W...]     hidden widths of the MLP (default 256: 784-256-10)
+  --epochs N            passes over the training set (default 8)
+  --steps N             train exactly N steps instead of whole epochs
+  --batch N             global batch size (default 128)
+  --optimizer NAME      adamw (default) or sgd
+  --lr X                learning rate (default 1e-3)
+  --momentum X          SGD momentum (default 0)
+  --weight-decay X      AdamW decoupled weight decay / SGD L2 (default 0.01)
+  --seed N              seed for initialisation and shuffling (default 1)
+  --host-threads N      cores per host device (default 1)
+  --log-every N         print progress every N steps (default 100; 0: only the summary)
+  --json PATH           write the results as JSON
+  -h, --help            show this help
+)";
+}
+
+TrainOptions parse_train_options(int argc, char** argv) {
+  TrainOptions o;
+  using Setter = std::function<void(std::string_view, std::string_view)>;
+  const std::map<std::string_view, Setter> setters = {
+      {"--devices", [&](auto, auto v) { o.devices = v; }},
+      {"--data", [&](auto, auto v) { o.data_dir = v; }},
+      {"--model", [&](auto f, auto v) {
+         if (v != "mlp") throw UsageError(std::string(f) + ": unknown model '" + std::string(v) + "'; available: mlp");
+         o.model = v;
+       }},
+      {"--hidden", [&](auto f, auto v) { o.hidden = parse_widths(f, v); }},
+      {"--epochs", [&](auto f, auto v) { o.epochs = parse_positive<int64_t>(f, v); }},
+      {"--steps", [&](auto f, auto v) { o.steps = parse_positive<int64_t>(f, v); }},
+      {"--batch", [&](auto f, auto v) { o.batch = parse_positive<int64_t>(f, v); }},
+      {"--optimizer", [&](auto f, auto v) {
+         if (v != "adamw" && v != "sgd") throw UsageError(std::string(f) + ": unknown optimizer '" + std::string(v) + "'; use adamw or sgd");
+         o.optimizer = v;
+       }},
+      {"--lr", [&](auto f, auto v) { o.lr = parse_positive<float>(f, v); }},
+      {"--momentum", [&](auto f, auto v) {
+         o.momentum = parse_number<float>(f, v);
+         if (o.momentum < 0 || o.momentum >= 1) throw UsageError("--momentum must be in [0, 1)");
+       }},
+      {"--weight-decay", [&](auto f, auto v) {
+         o.weight_decay = parse_number<float>(f, v);
+         if (o.weight_decay < 0) throw UsageError("--weight-decay must be >= 0");
+       }},
+      {"--seed", [&](auto f, auto v) { o.seed = parse_number<uint64_t>(f, v); }},
+      {"--host-threads", [&](auto f, auto v) { o.host_threads = parse_positive<int>(f, v); }},
+      {"--log-every", [&](auto f, auto v) { o.log_every = parse_number<int64_t>(f, v); }},
+      {"--json", [&](auto, auto v) { o.json_path = v; }},
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      o.help = true;
+      continue;
+    }
+    std::string_view flag = arg, value;
+    bool inline_value = false;
+    if (size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      inline_value = true;
+    }
+    auto it = setters.find(flag);
+    if (it == setters.end()) throw UsageError("unknown option '" + std::string(arg) + "'");
+    if (!inline_value) {
+      if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
+      value = argv[++i];
+    }
+    it->second(flag, value);
+  }
+  if (o.log_every < 0) throw UsageError("--log-every must be >= 0");
+  return o;
+}

@@ -1,0 +1,34 @@
+// Command-line options of lockstep-train and their parser.
+// parse_train_options throws UsageError (exit code 2) for unknown flags and bad values.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainOptions {
+  std::string devices = "host:1";
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string model = "mlp";
+  std::vector<int64_t> hidden = {256};
+  int64_t epochs = 8;
+  int64_t steps = 0;  // > 0: train this many steps instead of whole epochs
+  int64_t batch = 128;
+  std::string optimizer = "adamw";
+  float lr = 1e-3f;
+  float momentum = 0.0f;
+  float weight_decay = 0.01f;
+  uint64_t seed = 1;
+  int host_threads = 1;
+  int64_t log_every = 100;
+  std::string json_path;
+  bool help = false;
+};
+
+TrainOptions parse_train_options(int argc, char** argv);
+const char* train_usage();

@@ -1,0 +1,174 @@
+// Softmax cross-entropy (mean loss + dlogits) and count_correct on CUDA; ops/kernels.h semantics.
+//
+// Note [Deterministic softmax_xent without scratch memory]
+// One launch, no scratch: block 0 computes the mean loss alone (thread t sums the losses of rows
+// t, t+T, t+2T, ... in order, in double, then the T partial sums are added in a fixed tree),
+// while blocks 1..rows each compute one row's softmax and write its dlogits. Every sum has a
+// fixed order, so the result is bitwise the same on every run, and nothing is allocated in the
+// step. The loss block reads each row once more; for the class counts of classification heads
+// that is cheap. In place (dlogits == logits) the loss block runs first as a launch of its own.
+// A label outside [0, cols) cannot raise an error on the device: that row's loss and dlogits
+// are NaN, so *loss is NaN (the host kernel raises an error instead).
+// count_correct is integer-only, so a per-block count added with atomicAdd is exact and
+// deterministic; the count is zeroed first in stream order.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+
+#include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/cuda_launch.h"
+
+namespace ls::cuda_ops {
+namespace {
+
+constexpr int kWarp = 32;
+
+// Butterfly reductions: after log2(32) steps every lane holds the same value, combined in an
+// order fixed by the lane numbers.
+__device__ float warp_max(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+__device__ float warp_sum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Max / sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets
+// the result. Warp results are combined in warp order. `shared` holds 32 floats.
+__device__ float block_max(float v, float* shared) {
+  v = warp_max(v);
+  __syncthreads();  // `shared` may still be read from a previous call
+  if (threadIdx.x % kWarp == 0) shared[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  float result = shared[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x) / kWarp; ++w) result = fmaxf(result, shared[w]);
+  return result;
+}
+
+__device__ float block_sum(float v, float* shared) {
+  v = warp_sum(v);
+  __syncthreads();
+  if (threadIdx.x % kWarp == 0) shared[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  float result = shared[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x) / kWarp; ++w) result += shared[w];
+  return result;
+}
+
+// -log softmax(x)[label] for one row, computed by one thread, columns in order.
+__device__ float row_loss(const float* x, int64_t cols, int32_t label) {
+  if (label < 0 || label >= cols) return __int_as_float(0x7fc00000);  // NaN, see the Note
+  float max_value = x[0];
+  for (int64_t c = 1; c < cols; ++c) max_value = fmaxf(max_value, x[c]);
+  float sum = 0.0f;
+  for (int64_t c = 0; c < cols; ++c) sum += expf(x[c] - max_value);
+  return logf(sum) + max_value - x[label];
+}
+
+// See Note [Deterministic softmax_xent without scratch memory]. Launched with kThreads threads.
+// With `loss` set, block 0 computes the loss and rows start at block 1; without, every block is
+// a row (the in-place launch, see softmax_xent below).
+__global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int64_t rows,
+                                    int64_t cols, float grad_scale, float* loss,
+                                    float* dlogits) {
+  __shared__ double partials[kThreads];
+  __shared__ float shared[kWarp];
+  const int tid = static_cast<int>(threadIdx.x);
+  if (loss != nullptr && blockIdx.x == 0) {
+    double partial = 0.0;
+    for (int64_t r = tid; r < rows; r += kThreads) partial += row_loss(logits + r * cols, cols, labels[r]);
+    partials[tid] = partial;
+    __syncthreads();
+    for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+      if (tid < stride) partials[tid] += partials[tid + stride];
+      __syncthreads();
+    }
+    if (tid == 0) *loss = static_cast<float>(partials[0] / static_cast<double>(rows));
+    return;
+  }
+  const int64_t r = static_cast<int64_t>(blockIdx.x) - (loss != nullptr ? 1 : 0);
+  const float* x = logits + r * cols;
+  float* dx = dlogits + r * cols;  // may be x itself: each thread reads x[c] before writing dx[c]
+  const int32_t label = labels[r];
+  if (label < 0 || label >= cols) {
+    for (int64_t c = tid; c < cols; c += kThreads) dx[c] = __int_as_float(0x7fc00000);
+    return;
+  }
+  float max_value = -INFINITY;
+  for (int64_t c = tid; c < cols; c += kThreads) max_value = fmaxf(max_value, x[c]);
+  max_value = block_max(max_value, shared);
+  float sum = 0.0f;
+  for (int64_t c = tid; c < cols; c += kThreads) sum += expf(x[c] - max_value);
+  sum = block_sum(sum, shared);  // ends with a barrier: every read of other columns is done
+  for (int64_t c = tid; c < cols; c += kThreads) {
+    const float p = expf(x[c] - max_value) / sum;
+    dx[c] = (p - (c == label ? 1.0f : 0.0f)) * grad_scale;
+  }
+}
+
+// One thread per row: argmax with the first maximum winning ties, as the host kernel does.
+__global__ void count_correct_kernel(const float* logits, const int32_t* labels, int64_t rows,
+                                     int64_t cols, int32_t* correct) {
+  __shared__ int counts[kThreads];
+  int count = 0;
+  LS_GRID_STRIDE_LOOP(r, rows) {
+    if (cols == 0) break;  // no class can match
+    const float* x = logits + r * cols;
+    float best_value = x[0];
+    int64_t best = 0;
+    for (int64_t c = 1; c < cols; ++c) {
+      if (x[c] > best_value) {
+        best_value = x[c];
+        best = c;
+      }
+    }
+    if (labels[r] == best) ++count;
+  }
+  counts[threadIdx.x] = count;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (static_cast<int>(threadIdx.x) < stride) counts[threadIdx.x] += counts[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && counts[0] != 0) atomicAdd(correct, counts[0]);
+}
+
+}  // namespace
+
+// dlogits may be logits itself (ops/softmax_xent.h). Then the loss must read the rows before
+// they are overwritten: the loss block runs as its own launch first, in stream order.
+void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                  float grad_scale, float* loss, float* dlogits, cudaStream_t stream) {
+  LS_CHECK(loss != nullptr, "softmax_xent: the loss pointer is null");
+  LS_CHECK(rows < INT_MAX, "softmax_xent: ", rows, " rows is more than one launch handles (",
+           INT_MAX - 1, "); split the batch");
+  const int64_t row_blocks = dlogits != nullptr && cols > 0 ? rows : 0;
+  const bool overlap = row_blocks > 0 && dlogits < logits + rows * cols && logits < dlogits + rows * cols;
+  if (overlap) {
+    softmax_xent_kernel<<<1, kThreads, 0, stream>>>(logits, labels, rows, cols, grad_scale, loss,
+                                                    nullptr);
+    LS_CUDA_CHECK_LAUNCH();
+    softmax_xent_kernel<<<static_cast<unsigned int>(row_blocks), kThreads, 0, stream>>>(
+        logits, labels, rows, cols, grad_scale, nullptr, dlogits);
+  } else {
+    softmax_xent_kernel<<<static_cast<unsigned int>(1 + row_blocks), kThreads, 0, stream>>>(
+        logits, labels, rows, cols, grad_scale, loss, dlogits);
+  }
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+void count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                   int32_t* correct, cudaStream_t stream) {
+  LS_CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(int32_t), stream));
+  if (rows == 0) return;
+  count_correct_kernel<<<grid_for(rows), kThreads, 0, stream>>>(logits, labels, rows, cols,
+                                                                  correct);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ls::cuda_ops

@@ -1,0 +1,96 @@
+// Host optimizer steps, one fused pass over the parameters (PyTorch semantics, see
+// ops/kernels.h). Per-element and independent, so the result does not depend on the chunking.
+// param, grad and the state buffers must be distinct, non-overlapping buffers.
+#include <cmath>
+
+#include "engine/error.h"
+#include "engine/host/host_device.h"
+#include "ops/host/host_kernels.h"
+
+namespace ls {
+namespace {
+
+void sgd_plain(float* __restrict p, const float* __restrict g, int64_t b, int64_t e, float lr,
+               float wd) {
+  for (int64_t i = b; i < e; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+}
+
+void sgd_momentum(float* __restrict p, const float* __restrict g, float* __restrict buf,
+                  int64_t b, int64_t e, float lr, float wd, float momentum) {
+  for (int64_t i = b; i < e; ++i) {
+    const float d = g[i] + wd * p[i];
+    const float v = momentum * buf[i] + d;
+    buf[i] = v;
+    p[i] -= lr * v;
+  }
+}
+
+struct AdamWCoefficients {
+  float decay;        // 1 - lr * weight_decay
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float step_size;    // lr / (1 - beta1^step)
+  float sqrt_bc2;     // sqrt(1 - beta2^step)
+  float eps;
+};
+
+void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m,
+                 float* __restrict v, int64_t b, int64_t e, AdamWCoefficients k) {
+  for (int64_t i = b; i < e; ++i) {
+    const float gi = g[i];
+    const float mi = k.beta1 * m[i] + k.one_minus_beta1 * gi;
+    const float vi = k.beta2 * v[i] + k.one_minus_beta2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    // As PyTorch: denom = sqrt(v) / sqrt(bias_correction2) + eps.
+    const float denom = std::sqrt(vi) / k.sqrt_bc2 + k.eps;
+    p[i] = p[i] * k.decay - k.step_size * (mi / denom);
+  }
+}
+
+}  // namespace
+
+void HostKernels::sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
+                           const SgdConfig& config, Stream& stream) const {
+  if (n <= 0) return;
+  const SgdConfig cfg = config;
+  if (cfg.momentum == 0.0f) {
+    host_enqueue(stream, [=] {
+      host_parallel_for(0, n, kHostGrain, [=](int64_t b, int64_t e) {
+        sgd_plain(param, grad, b, e, cfg.lr, cfg.weight_decay);
+      });
+    });
+    return;
+  }
+  LS_ASSERT(momentum_buf != nullptr, "sgd_step with momentum ", cfg.momentum, " needs a buffer");
+  host_enqueue(stream, [=] {
+    host_parallel_for(0, n, kHostGrain, [=](int64_t b, int64_t e) {
+      sgd_momentum(param, grad, momentum_buf, b, e, cfg.lr, cfg.weight_decay, cfg.momentum);
+    });
+  });
+}
+
+void HostKernels::adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
+                             const AdamWConfig& config, int64_t step, Stream& stream) const {
+  LS_CHECK(step >= 1, "adamw_step: step is ", step, "; steps are counted from 1");
+  if (n <= 0) return;
+  // Bias corrections in double, as PyTorch computes them on the host.
+  const double bc1 = 1.0 - std::pow(static_cast<double>(config.beta1), static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(config.beta2), static_cast<double>(step));
+  AdamWCoefficients k;
+  k.decay = 1.0f - config.lr * config.weight_decay;
+  k.beta1 = config.beta1;
+  k.one_minus_beta1 = 1.0f - config.beta1;
+  k.beta2 = config.beta2;
+  k.one_minus_beta2 = 1.0f - config.beta2;
+  k.step_size = static_cast<float>(config.lr / bc1);
+  k.sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
+  k.eps = config.eps;
+  host_enqueue(stream, [=] {
+    host_parallel_for(0, n, kHostGrain, [=](int64_t b, int64_t e) {
+      adamw_range(param, grad, m, v, b, e, k);
+    });
+  });
+}
+
+}  // namespace ls

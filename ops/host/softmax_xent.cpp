@@ -1,0 +1,96 @@
+// Host softmax + cross-entropy and accuracy count, parallel over rows.
+// Numerically stable: each row subtracts its max before exp. Row losses go to a per-worker
+// scratch buffer and are then summed in row order, so the loss is bitwise the same whatever the
+// chunking. Labels are validated before any output is written; an out-of-range label raises an
+// ls::Error (naming the row and the label) that surfaces at the stream's next synchronize().
+// dlogits may be exactly logits (in place): each row reads what it needs before writing.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/host/host_device.h"
+#include "ops/host/host_kernels.h"
+
+namespace ls {
+namespace {
+
+void check_labels(const char* op, const int32_t* labels, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    LS_CHECK(labels[r] >= 0 && labels[r] < cols, op, ": label ", labels[r], " in row ", r,
+             " is outside [0, ", cols, "); labels must be class indices below the number of ",
+             "logits columns");
+  }
+}
+
+// Loss of one row, -log softmax(x)[label]; writes (softmax(x) - onehot) * grad_scale to dx when
+// dx is not null.
+float xent_row(const float* x, int32_t label, int64_t cols, float grad_scale, float* dx) {
+  float max = x[0];
+  for (int64_t c = 1; c < cols; ++c) max = x[c] > max ? x[c] : max;
+  const float label_shifted = x[label] - max;  // read before dx (maybe x) is written
+  float sum = 0.0f;
+  if (dx == nullptr) {
+    for (int64_t c = 0; c < cols; ++c) sum += std::exp(x[c] - max);
+  } else {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float e = std::exp(x[c] - max);
+      dx[c] = e;
+      sum += e;
+    }
+    const float factor = grad_scale / sum;
+    for (int64_t c = 0; c < cols; ++c) dx[c] *= factor;
+    dx[label] -= grad_scale;
+  }
+  return std::log(sum) - label_shifted;
+}
+
+int64_t rows_grain(int64_t cols) { return std::max<int64_t>(1, kHostGrain / cols); }
+
+}  // namespace
+
+void HostKernels::softmax_xent(const float* logits, const int32_t* labels, int64_t rows,
+                               int64_t cols, float grad_scale, float* loss, float* dlogits,
+                               Stream& stream) const {
+  LS_ASSERT(rows > 0 && cols > 0, "softmax_xent sizes rows=", rows, " cols=", cols);
+  host_enqueue(stream, [=] {
+    check_labels("softmax_xent", labels, rows, cols);
+    // Reused across calls on this worker thread, so the steady-state step does not allocate.
+    thread_local std::vector<float> row_loss;
+    row_loss.resize(static_cast<size_t>(rows));
+    float* row_loss_data = row_loss.data();
+    host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        float* dx = dlogits == nullptr ? nullptr : dlogits + r * cols;
+        row_loss_data[r] = xent_row(logits + r * cols, labels[r], cols, grad_scale, dx);
+      }
+    });
+    double total = 0.0;  // in row order: deterministic
+    for (int64_t r = 0; r < rows; ++r) total += row_loss_data[r];
+    *loss = static_cast<float>(total / static_cast<double>(rows));
+  });
+}
+
+void HostKernels::count_correct(const float* logits, const int32_t* labels, int64_t rows,
+                                int64_t cols, int32_t* correct, Stream& stream) const {
+  LS_ASSERT(rows >= 0 && cols > 0, "count_correct sizes rows=", rows, " cols=", cols);
+  host_enqueue(stream, [=] {
+    // An integer count: the order chunks add up in does not change the result.
+    std::atomic<int64_t> count{0};
+    host_parallel_for(0, rows, rows_grain(cols), [&count, logits, labels, cols](int64_t r0,
+                                                                                int64_t r1) {
+      int64_t local = 0;
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* x = logits + r * cols;
+        int64_t best = 0;
+        for (int64_t c = 1; c < cols; ++c) best = x[c] > x[best] ? c : best;  // first max wins
+        local += best == labels[r] ? 1 : 0;
+      }
+      count.fetch_add(local, std::memory_order_relaxed);
+    });
+    *correct = static_cast<int32_t>(count.load());
+  });
+}
+
+}  // namespace ls

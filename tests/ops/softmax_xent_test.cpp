@@ -1,0 +1,194 @@
+// softmax_xent and count_correct against a double-precision reference (including logits far
+// from 0, which overflow exp without the max shift); in-place gradients; dlogits against central
+// differences of the loss; out-of-range labels surfacing at synchronize(); first-max ties;
+// results bitwise independent of chunking; argument errors.
+#include "ops/softmax_xent.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops/host/host_kernels.h"
+#include "tests/ops/op_test_util.h"
+
+namespace ls::test {
+namespace {
+
+struct XentRef {
+  double loss = 0.0;
+  std::vector<double> dlogits;
+};
+
+XentRef reference_xent(const std::vector<float>& x, const std::vector<int32_t>& labels,
+                       int64_t rows, int64_t cols, double grad_scale) {
+  XentRef ref;
+  ref.dlogits.resize(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x.data() + r * cols;
+    double max = row[0];
+    for (int64_t c = 1; c < cols; ++c) max = std::max(max, static_cast<double>(row[c]));
+    double sum = 0.0;
+    for (int64_t c = 0; c < cols; ++c) sum += std::exp(row[c] - max);
+    ref.loss += std::log(sum) + max - row[labels[r]];
+    for (int64_t c = 0; c < cols; ++c) {
+      const double p = std::exp(row[c] - max) / sum;
+      ref.dlogits[r * cols + c] = (p - (c == labels[r] ? 1.0 : 0.0)) * grad_scale;
+    }
+  }
+  ref.loss /= static_cast<double>(rows);
+  return ref;
+}
+
+class SoftmaxXentTest : public OpTestBase {};
+
+TEST_F(SoftmaxXentTest, MatchesReference) {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},    {1, 5},   {3, 7},
+                                                           {17, 33},  {128, 10}, {64, 1000}};
+  for (auto [rows, cols] : shapes) {
+    auto x = random_vector(rows * cols, 1, -5, 5);
+    // Rows shifted far from 0: exp would overflow without subtracting the row max.
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) x[r * cols + c] += 1000.0f * static_cast<float>(r % 3);
+    }
+    const auto labels = random_labels(rows, static_cast<int32_t>(cols), 2);
+    const float grad_scale = 1.0f / static_cast<float>(rows);
+    const XentRef ref = reference_xent(x, labels, rows, cols, grad_scale);
+
+    Tensor logits = upload(x, {rows, cols});
+    Tensor tl = upload_i32(labels, {rows});
+    Tensor loss = Tensor::empty({1}, DType::kF32, dev_);
+    Tensor dlogits = Tensor::empty({rows, cols}, DType::kF32, dev_);
+    softmax_xent(logits, tl, loss, dlogits, grad_scale, *stream_);
+    EXPECT_TRUE(all_close(download(loss), {ref.loss}, 1e-4, 1e-6)) << rows << "x" << cols;
+    EXPECT_TRUE(all_close(download(dlogits), ref.dlogits, 1e-4, 1e-6 * grad_scale))
+        << rows << "x" << cols;
+
+    Tensor loss_only = Tensor::empty({1}, DType::kF32, dev_);
+    softmax_xent(logits, tl, loss_only, Tensor(), grad_scale, *stream_);
+    EXPECT_TRUE(bitwise_equal(download(loss_only), download(loss))) << rows << "x" << cols;
+  }
+}
+
+TEST_F(SoftmaxXentTest, InPlaceGradientMatches) {
+  const int64_t rows = 9, cols = 13;
+  const auto x = random_vector(rows * cols, 3, -4, 4);
+  const auto labels = random_labels(rows, cols, 4);
+  Tensor tl = upload_i32(labels, {rows});
+  Tensor loss_a = Tensor::empty({1}, DType::kF32, dev_);
+  Tensor loss_b = Tensor::empty({1}, DType::kF32, dev_);
+  Tensor dlogits = Tensor::empty({rows, cols}, DType::kF32, dev_);
+  softmax_xent(upload(x, {rows, cols}), tl, loss_a, dlogits, 0.5f, *stream_);
+  Tensor inplace = upload(x, {rows, cols});
+  softmax_xent(inplace, tl, loss_b, inplace, 0.5f, *stream_);
+  EXPECT_TRUE(bitwise_equal(download(inplace), download(dlogits)));
+  EXPECT_TRUE(bitwise_equal(download(loss_b), download(loss_a)));
+}
+
+// With grad_scale = 1/rows, dlogits is the gradient of the (mean) loss.
+TEST_F(SoftmaxXentTest, GradientMatchesFiniteDifferences) {
+  const int64_t rows = 4, cols = 6;
+  const auto x = random_vector(rows * cols, 5, -2, 2);
+  Tensor tl = upload_i32(random_labels(rows, cols, 6), {rows});
+  Tensor loss = Tensor::empty({1}, DType::kF32, dev_);
+  auto loss_of = [&](const std::vector<float>& xv) {
+    softmax_xent(upload(xv, {rows, cols}), tl, loss, Tensor(), 1.0f, *stream_);
+    return static_cast<double>(download(loss)[0]);
+  };
+  Tensor dlogits = Tensor::empty({rows, cols}, DType::kF32, dev_);
+  softmax_xent(upload(x, {rows, cols}), tl, loss, dlogits, 1.0f / rows, *stream_);
+  EXPECT_TRUE(all_close(download(dlogits), fd_gradient(loss_of, x, 1e-2f), 1e-2, 1e-3));
+}
+
+TEST_F(SoftmaxXentTest, LabelOutOfRangeFailsAtSynchronize) {
+  Tensor logits = upload(random_vector(15, 7), {3, 5});
+  Tensor loss = Tensor::empty({1}, DType::kF32, dev_);
+  // The call itself succeeds: labels are read by the kernel, on the stream.
+  softmax_xent(logits, upload_i32({0, 5, 1}, {3}), loss, Tensor(), 1.0f, *stream_);
+  const std::string msg = error_of([&] { stream_->synchronize(); });
+  EXPECT_TRUE(contains(msg, "label 5 in row 1"));
+  EXPECT_TRUE(contains(msg, "[0, 5)"));
+
+  softmax_xent(logits, upload_i32({2, 2, -1}, {3}), loss, Tensor(), 1.0f, *stream_);
+  EXPECT_THROW(stream_->synchronize(), Error);
+
+  // The error was reported once; the stream works again.
+  softmax_xent(logits, upload_i32({0, 4, 1}, {3}), loss, Tensor(), 1.0f, *stream_);
+  EXPECT_TRUE(std::isfinite(download(loss)[0]));
+}
+
+TEST_F(SoftmaxXentTest, CountCorrectUsesFirstMaximum) {
+  Tensor logits = upload({1, 3, 3,  1, 3, 3,  2, 2, 2,  2, 2, 2,  0, -1, 5,  5, -1, 0}, {6, 3});
+  Tensor correct = Tensor::empty({1}, DType::kI32, dev_);
+  count_correct(logits, upload_i32({1, 2, 0, 1, 2, 2}, {6}), correct, *stream_);
+  EXPECT_EQ(correct.to_host_i32(*stream_)[0], 3);
+
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {17, 3}, {300, 10}}) {
+    const auto x = random_vector(rows * cols, 8);
+    const auto labels = random_labels(rows, cols, 9);
+    int32_t want = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = x.data() + r * cols;
+      want += std::max_element(row, row + cols) - row == labels[r] ? 1 : 0;
+    }
+    count_correct(upload(x, {rows, cols}), upload_i32(labels, {rows}), correct, *stream_);
+    EXPECT_EQ(correct.to_host_i32(*stream_)[0], want) << rows << "x" << cols;
+  }
+}
+
+// Rows are split across chunks (kHostGrain / cols rows each). One call over all rows must equal
+// one call per row bitwise: the same dlogits, and the loss as the row losses summed in order.
+TEST_F(SoftmaxXentTest, ResultsDoNotDependOnChunking) {
+  const int64_t cols = 10, grain = kHostGrain / cols;
+  for (int64_t rows : {grain - 1, grain, grain + 1, 2 * grain + 24}) {
+    const auto x = random_vector(rows * cols, 10, -3, 3);
+    Tensor logits = upload(x, {rows, cols});
+    Tensor labels = upload_i32(random_labels(rows, cols, 11), {rows});
+    const float scale = 1.0f / static_cast<float>(rows);
+    Tensor loss = Tensor::empty({1}, DType::kF32, dev_);
+    Tensor whole = Tensor::empty({rows, cols}, DType::kF32, dev_);
+    softmax_xent(logits, labels, loss, whole, scale, *stream_);
+
+    Tensor row_loss = Tensor::empty({rows}, DType::kF32, dev_);
+    Tensor by_row = Tensor::empty({rows, cols}, DType::kF32, dev_);
+    for (int64_t r = 0; r < rows; ++r) {
+      softmax_xent(logits.view(r * cols, {1, cols}), labels.view(r, {1}), row_loss.view(r, {1}),
+                   by_row.view(r * cols, {1, cols}), scale, *stream_);
+    }
+    EXPECT_TRUE(bitwise_equal(download(by_row), download(whole))) << "rows=" << rows;
+    double total = 0.0;
+    for (float l : download(row_loss)) total += l;
+    EXPECT_TRUE(bitwise_equal(download(loss), {static_cast<float>(total / rows)}))
+        << "rows=" << rows;
+  }
+}
+
+TEST_F(SoftmaxXentTest, ArgumentErrors) {
+  Tensor logits = Tensor::empty({4, 3}, DType::kF32, dev_);
+  Tensor labels = upload_i32({0, 1, 2, 0}, {4});
+  Tensor loss = Tensor::empty({1}, DType::kF32, dev_);
+  std::string msg = error_of([&] {
+    softmax_xent(logits, upload({0, 1, 2, 0}, {4}), loss, Tensor(), 1.0f, *stream_);
+  });
+  EXPECT_TRUE(contains(msg, "softmax_xent: labels is f32[4]"));
+  EXPECT_TRUE(contains(msg, "expected dtype i32"));
+  msg = error_of([&] { softmax_xent(logits, upload_i32({0, 1}, {2}), loss, Tensor(), 1, *stream_); });
+  EXPECT_TRUE(contains(msg, "labels is i32[2]"));
+  EXPECT_TRUE(contains(msg, "expected [4]"));
+  msg = error_of([&] {
+    softmax_xent(logits, labels, Tensor::empty({2}, DType::kF32, dev_), Tensor(), 1, *stream_);
+  });
+  EXPECT_TRUE(contains(msg, "softmax_xent: loss is f32[2]"));
+  msg = error_of([&] {
+    softmax_xent(logits, labels, loss, Tensor::empty({3, 4}, DType::kF32, dev_), 1, *stream_);
+  });
+  EXPECT_TRUE(contains(msg, "dlogits is f32[3, 4]"));
+  msg = error_of([&] {
+    softmax_xent(logits.reshape({12}), labels, loss, Tensor(), 1, *stream_);
+  });
+  EXPECT_TRUE(contains(msg, "2-D [rows, classes]"));
+  msg = error_of([&] { count_correct(logits, labels, loss, *stream_); });
+  EXPECT_TRUE(contains(msg, "count_correct: correct is f32[1]"));
+}
+
+}  // namespace
+}  // namespace ls::test
