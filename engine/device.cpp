@@ -66,7 +66,10 @@ std::string_view device_kind_name(DeviceKind kind) {
 }
 
 std::string Device::str() const {
-  return std::string(device_kind_name(kind)) + ":" + std::to_string(index);
+  std::string out(device_kind_name(kind));
+  out += ':';
+  out += std::to_string(index);
+  return out;
 }
 
 int host_core_count() {

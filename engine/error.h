@@ -2,7 +2,7 @@
 //
 // LS_CHECK(cond, parts...)  a user error: the message names the bad value and says how to fix it.
 // LS_ASSERT(cond, parts...) an internal invariant; failing it is a lockstep bug.
-// LS_CUDA_CHECK / LS_NCCL_CHECK / LS_CUBLAS_CHECK live in engine/cuda_check.h and are built on
+// LS_CUDA_CHECK / LS_NCCL_CHECK / LS_CUBLAS_CHECK live in engine/cuda/cuda_check.h (and nccl_check.h) and are built on
 // LS_API_CHECK below, so every error names the statement and where it ran.
 // Message parts are streamed with operator<<, so any printable value can be passed.
 // Thread-safety: the error context (replica, device) is thread-local.

@@ -25,6 +25,9 @@ class DeviceRuntime {
   // stream order. Both buffers must stay valid until the stream has run the copy.
   virtual void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) = 0;
   virtual CachingAllocator& allocator() = 0;
+  // Makes this device current for the calling thread (cudaSetDevice; nothing on the host). Every
+  // thread that drives a device calls it first: CUDA's current device is per thread.
+  virtual void bind_current_thread() {}
 };
 
 DeviceRuntime& device_runtime(Device device);

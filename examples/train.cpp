@@ -1,6 +1,7 @@
-// lockstep-train: trains an MLP on Fashion-MNIST and reports test accuracy and throughput.
-// It is also the example of embedding the engine: load data, build a model, make a Trainer,
-// loop over batches, evaluate. Exit codes: 0 success, 1 runtime failure, 2 usage error.
+// lockstep-train: trains an MLP on Fashion-MNIST, data-parallel over the given devices, and
+// reports test accuracy and throughput. It is also the example of embedding the engine: load
+// data, make a DataParallel, loop over batches, evaluate.
+// Exit codes: 0 success, 1 runtime failure, 2 usage error.
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -11,7 +12,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data/sampler.h"
 #include "engine/json.h"
-#include "engine/trainer.h"
+#include "parallel/data_parallel.h"
 #include "train_options.h"
 
 namespace {
@@ -37,27 +38,34 @@ struct RunSummary {
   ls::EvalResult test;
 };
 
-RunSummary run(const TrainOptions& o, ls::Device device) {
+RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices) {
   ls::data::Dataset train = ls::data::load_fashion_mnist(o.data_dir, ls::data::Split::kTrain);
   ls::data::Dataset test = ls::data::load_fashion_mnist(o.data_dir, ls::data::Split::kTest);
 
   std::vector<int64_t> widths{train.features};
   widths.insert(widths.end(), o.hidden.begin(), o.hidden.end());
   widths.push_back(train.classes);
-  ls::OptimizerSpec opt{o.optimizer, o.lr, o.momentum, o.weight_decay};
-  ls::Trainer trainer(ls::nn::mlp(widths), opt, device, o.seed);
+  ls::DataParallelOptions options;
+  options.seed = o.seed;
+  options.accumulate = static_cast<int>(o.accumulate);
+  options.allow_uneven_shards = o.uneven_shards;
+  options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  ls::DataParallel trainer(devices, ls::mlp_factory(widths),
+                           ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}),
+                           options);
 
   ls::data::Sampler sampler(train.count, o.seed);
   ls::data::BatchIterator batches(train, sampler, o.batch);
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * batches.batches_per_epoch();
-  std::printf("training mlp (%lld parameters) on %s: %lld steps of batch %lld, %s lr %g\n",
-              static_cast<long long>(trainer.store().parameter_count()),
-              device.str().c_str(), static_cast<long long>(total_steps),
-              static_cast<long long>(o.batch), o.optimizer.c_str(), static_cast<double>(o.lr));
+  std::printf("training mlp (%lld parameters) on %s: %lld steps of global batch %lld, %s lr %g,"
+              " %zu gradient bucket(s)\n",
+              static_cast<long long>(trainer.parameter_count()), ls::devices_str(devices).c_str(), static_cast<long long>(total_steps),
+              static_cast<long long>(o.batch), o.optimizer.c_str(), static_cast<double>(o.lr),
+              trainer.buckets().size());
 
   RunSummary summary;
   summary.widths = widths;
-  summary.params = trainer.store().parameter_count();
+  summary.params = trainer.parameter_count();
   std::deque<float> recent_losses;
   ls::data::Batch batch;
   const Clock::time_point start = Clock::now();
@@ -89,11 +97,14 @@ RunSummary run(const TrainOptions& o, ls::Device device) {
   return summary;
 }
 
-void write_json(const TrainOptions& o, ls::Device device, const RunSummary& s, double wall_s) {
+void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, const RunSummary& s,
+                double wall_s) {
   ls::JsonWriter json;
   json.begin_object();
-  json.key("devices").begin_array().value(device.str()).end_array();
-  json.field("backend", std::string(ls::device_kind_name(device.kind)));
+  json.key("devices").begin_array();
+  for (const ls::Device& d : devices) json.value(d.str());
+  json.end_array();
+  json.field("backend", std::string(ls::device_kind_name(devices[0].kind)));
   json.field("model", o.model);
   json.key("widths").begin_array();
   for (int64_t w : s.widths) json.value(w);
@@ -104,6 +115,7 @@ void write_json(const TrainOptions& o, ls::Device device, const RunSummary& s, d
   json.field("seed", static_cast<int64_t>(o.seed));
   json.field("steps", s.steps);
   json.field("global_batch", o.batch);
+  json.field("accumulate", o.accumulate);
   json.field("final_loss", s.final_loss);
   json.field("test_loss", s.test.loss);
   json.field("test_accuracy", s.test.accuracy);
@@ -132,16 +144,13 @@ int main(int argc, char** argv) {
   try {
     ls::set_host_threads_per_device(options.host_threads);
     std::vector<ls::Device> devices = ls::parse_devices(options.devices);
-    LS_CHECK(devices.size() == 1, "--devices ", options.devices, " names ", devices.size(),
-             " devices; this build trains on one device (data-parallel training over several "
-             "devices is the next milestone). Use e.g. --devices host:1 or cuda:0");
-    RunSummary summary = run(options, devices[0]);
+    RunSummary summary = run(options, devices);
     const double wall_s = seconds_since(start);
     std::printf("done: %lld steps, final loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
                 static_cast<long long>(summary.steps), summary.final_loss, summary.test.accuracy,
                 static_cast<double>(summary.steps * options.batch) / summary.train_seconds, wall_s);
     if (!options.json_path.empty()) {
-      write_json(options, devices[0], summary, wall_s);
+      write_json(options, devices, summary, wall_s);
       std::printf("results written to %s\n", options.json_path.c_str());
     }
   } catch (const std::exception& e) {

@@ -1,5 +1,5 @@
-// Parser for lockstep-train's flags (see train_options.h). Every flag takes one value:
-// `--flag value` or `--flag=value`.
+// Parser for lockstep-train's flags (see train_options.h). Every flag but --help and
+// --uneven-shards takes one value: `--flag value` or `--flag=value`.
 #include "train_options.h"
 
 #include <charconv>
@@ -47,14 +47,18 @@ const char* train_usage() {
   return R"(usage: lockstep-train [options]
 Trains a model on Fashion-MNIST and reports test accuracy and throughput.
 
-  --devices SPEC        devices to train on: host:1 (default), host:N, cuda, cuda:0,2, auto
+  --devices SPEC        devices to train on, one replica each: host:1 (default), host:N,
+                        cuda, cuda:0,2, auto
   --data DIR            Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist,
                         from Debian's dataset-fashion-mnist package)
   --model mlp           model kind (only mlp so far)
   --hidden W[,W...]     hidden widths of the MLP (default 256: 784-256-10)
   --epochs N            passes over the training set (default 8)
   --steps N             train exactly N steps instead of whole epochs
-  --batch N             global batch size (default 128)
+  --batch N             global batch size, split across the devices (default 128)
+  --accumulate K        K micro-batches per step, gradients all-reduced after the last (default 1)
+  --uneven-shards       allow a global batch that does not divide by the device count
+  --bucket-mb X         gradient bucket cap in MiB (default 25; the first bucket is 1 MiB)
   --optimizer NAME      adamw (default) or sgd
   --lr X                learning rate (default 1e-3)
   --momentum X          SGD momentum (default 0)
@@ -81,6 +85,8 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--epochs", [&](auto f, auto v) { o.epochs = parse_positive<int64_t>(f, v); }},
       {"--steps", [&](auto f, auto v) { o.steps = parse_positive<int64_t>(f, v); }},
       {"--batch", [&](auto f, auto v) { o.batch = parse_positive<int64_t>(f, v); }},
+      {"--accumulate", [&](auto f, auto v) { o.accumulate = parse_positive<int64_t>(f, v); }},
+      {"--bucket-mb", [&](auto f, auto v) { o.bucket_mb = parse_positive<double>(f, v); }},
       {"--optimizer", [&](auto f, auto v) {
          if (v != "adamw" && v != "sgd") throw UsageError(std::string(f) + ": unknown optimizer '" + std::string(v) + "'; use adamw or sgd");
          o.optimizer = v;
@@ -103,6 +109,10 @@ TrainOptions parse_train_options(int argc, char** argv) {
     std::string_view arg = argv[i];
     if (arg == "-h" || arg == "--help") {
       o.help = true;
+      continue;
+    }
+    if (arg == "--uneven-shards") {  // the one flag without a value
+      o.uneven_shards = true;
       continue;
     }
     std::string_view flag = arg, value;

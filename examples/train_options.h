@@ -18,7 +18,10 @@ struct TrainOptions {
   std::vector<int64_t> hidden = {256};
   int64_t epochs = 8;
   int64_t steps = 0;  // > 0: train this many steps instead of whole epochs
-  int64_t batch = 128;
+  int64_t batch = 128;  // global: split across the devices
+  int64_t accumulate = 1;
+  bool uneven_shards = false;
+  double bucket_mb = 25.0;
   std::string optimizer = "adamw";
   float lr = 1e-3f;
   float momentum = 0.0f;

@@ -10,16 +10,15 @@ namespace {
 
 void expect_f32(const char* op, const char* name, const Tensor& t, const Stream& stream) {
   LS_CHECK(t.defined(), op, ": ", name, " is an undefined Tensor; pass an f32 tensor");
-  LS_CHECK(t.dtype() == DType::kF32, op, ": ", name, " is ", t.describe(),
-           "; expected dtype f32");
+  LS_CHECK(t.dtype() == DType::kF32, op, ": ", name, " is ", t.describe(), "; expected dtype f32");
   LS_CHECK(t.device() == stream.device(), op, ": ", name, " is ", t.describe(),
            " but the stream runs on ", stream.device().str(),
            "; all tensors must be on the stream's device");
 }
 
 void expect_same_numel(const char* op, const char* name, const Tensor& t, const Tensor& x) {
-  LS_CHECK(t.numel() == x.numel(), op, ": ", name, " is ", t.describe(), " but x is ",
-           x.describe(), "; expected the same number of elements (", x.numel(), ")");
+  LS_CHECK(t.numel() == x.numel(), op, ": ", name, " is ", t.describe(), " but x is ", x.describe(),
+           "; expected the same number of elements (", x.numel(), ")");
 }
 
 void check_forward(const char* op, const Tensor& x, const Tensor& y, const Stream& stream) {

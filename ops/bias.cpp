@@ -10,8 +10,7 @@ namespace {
 
 void expect_f32(const char* op, const char* name, const Tensor& t, const Stream& stream) {
   LS_CHECK(t.defined(), op, ": ", name, " is an undefined Tensor; pass an f32 tensor");
-  LS_CHECK(t.dtype() == DType::kF32, op, ": ", name, " is ", t.describe(),
-           "; expected dtype f32");
+  LS_CHECK(t.dtype() == DType::kF32, op, ": ", name, " is ", t.describe(), "; expected dtype f32");
   LS_CHECK(t.device() == stream.device(), op, ": ", name, " is ", t.describe(),
            " but the stream runs on ", stream.device().str(),
            "; all tensors must be on the stream's device");

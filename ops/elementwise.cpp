@@ -8,8 +8,7 @@
 namespace ls {
 namespace {
 
-void expect(const char* op, const char* name, const Tensor& t, DType dtype,
-            const Stream& stream) {
+void expect(const char* op, const char* name, const Tensor& t, DType dtype, const Stream& stream) {
   LS_CHECK(t.defined(), op, ": ", name, " is an undefined Tensor; pass a ", dtype_name(dtype),
            " tensor");
   LS_CHECK(t.dtype() == dtype, op, ": ", name, " is ", t.describe(), "; expected dtype ",

@@ -8,9 +8,9 @@
 
 namespace ls {
 
-void fill(const Tensor& x, float value, Stream& stream);             // x = value (f32)
-void scale(const Tensor& x, float alpha, Stream& stream);            // x *= alpha (f32)
-void axpy(float alpha, const Tensor& x, const Tensor& y, Stream& stream);  // y += alpha x
+void fill(const Tensor& x, float value, Stream& stream);                        // x = value (f32)
+void scale(const Tensor& x, float alpha, Stream& stream);                       // x *= alpha (f32)
+void axpy(float alpha, const Tensor& x, const Tensor& y, Stream& stream);       // y += alpha x
 void add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream);  // out = a + b
 // dst = src converted by the tensors' dtypes: f32 -> bf16 (round to nearest even, NaN stays
 // NaN) or bf16 -> f32 (exact).

@@ -27,8 +27,7 @@ bool overlaps(const Tensor& x, const Tensor& y) {
 }
 
 // "op(a) is 784 x 128 (a is f32[128, 784] on host:0, trans_a=true)"
-std::string describe_op(const char* name, const Tensor& t, bool trans, int64_t rows,
-                        int64_t cols) {
+std::string describe_op(const char* name, const Tensor& t, bool trans, int64_t rows, int64_t cols) {
   return detail::concat("op(", name, ") is ", rows, " x ", cols, " (", name, " is ", t.describe(),
                         ", trans_", name, "=", trans ? "true" : "false", ")");
 }
@@ -55,14 +54,14 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
     LS_THROW("matmul: inner dimensions differ: ", describe_op("a", a, trans_a, m, k), " and ",
              describe_op("b", b, trans_b, kb, n), hint);
   }
-  LS_CHECK(c.dim(0) == m && c.dim(1) == n, "matmul: c is ", c.describe(), "; expected [", m,
-           ", ", n, "] (rows of op(a) x columns of op(b)): ", describe_op("a", a, trans_a, m, k),
-           ", ", describe_op("b", b, trans_b, k, n));
+  LS_CHECK(c.dim(0) == m && c.dim(1) == n, "matmul: c is ", c.describe(), "; expected [", m, ", ",
+           n, "] (rows of op(a) x columns of op(b)): ", describe_op("a", a, trans_a, m, k), ", ",
+           describe_op("b", b, trans_b, k, n));
   LS_CHECK(!overlaps(c, a) && !overlaps(c, b), "matmul: c (", c.describe(),
            ") overlaps an input; write the product to a separate tensor");
   kernels_for(stream.device())
-      .gemm(trans_a, trans_b, m, n, k, alpha, a.f32(), a.dim(1), b.f32(), b.dim(1), beta,
-            c.f32(), c.dim(1), stream);
+      .gemm(trans_a, trans_b, m, n, k, alpha, a.f32(), a.dim(1), b.f32(), b.dim(1), beta, c.f32(),
+            c.dim(1), stream);
 }
 
 }  // namespace ls

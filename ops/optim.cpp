@@ -10,8 +10,7 @@ namespace {
 void expect_like(const char* op, const char* name, const Tensor& t, const Tensor& param,
                  const Stream& stream) {
   LS_CHECK(t.defined(), op, ": ", name, " is an undefined Tensor; pass an f32 tensor like param");
-  LS_CHECK(t.dtype() == DType::kF32, op, ": ", name, " is ", t.describe(),
-           "; expected dtype f32");
+  LS_CHECK(t.dtype() == DType::kF32, op, ": ", name, " is ", t.describe(), "; expected dtype f32");
   LS_CHECK(t.device() == stream.device(), op, ": ", name, " is ", t.describe(),
            " but the stream runs on ", stream.device().str(),
            "; all tensors must be on the stream's device");
@@ -34,7 +33,8 @@ void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_bu
   if (config.momentum != 0.0f) {
     LS_CHECK(momentum_buf.defined(), "sgd_step: momentum is ", config.momentum,
              " but momentum_buf is an undefined Tensor; pass a zero-initialised f32 tensor "
-             "like param (", param.describe(), ")");
+             "like param (",
+             param.describe(), ")");
     expect_like("sgd_step", "momentum_buf", momentum_buf, param, stream);
     buf = momentum_buf.f32();
   }
@@ -59,8 +59,7 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
   LS_CHECK(step >= 1, "adamw_step: step is ", step,
            "; steps are counted from 1 (pass the number of steps taken, including this one)");
   kernels_for(stream.device())
-      .adamw_step(param.f32(), grad.f32(), m.f32(), v.f32(), param.numel(), config, step,
-                  stream);
+      .adamw_step(param.f32(), grad.f32(), m.f32(), v.f32(), param.numel(), config, step, stream);
 }
 
 }  // namespace ls

@@ -5,6 +5,8 @@
 // cudaEventQuery with short sleeps instead of blocking in the driver, so Stream::abort() from
 // another thread ends them ("stream aborted"). After abort a stream takes no new work.
 // Thread-safety: as engine/stream.h and engine/runtime.h say.
+#include "engine/cuda/cuda_runtime.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -16,7 +18,6 @@
 #include <type_traits>
 
 #include "engine/cuda/cuda_check.h"
-#include "engine/cuda/cuda_runtime.h"
 #include "engine/cuda/cuda_stream_access.h"
 #include "engine/device.h"
 #include "engine/runtime.h"
@@ -66,6 +67,7 @@ class CudaEvent final : public Event {
     LS_CUDA_CHECK(cudaEventCreate(&event_));  // default flags: timing enabled
   }
   ~CudaEvent() override {
+    DeviceGuard guard(device_.index, std::nothrow);
     if (event_ != nullptr) cudaEventDestroy(event_);  // fine while pending: freed when done
   }
 
@@ -83,8 +85,8 @@ class CudaEvent final : public Event {
   void synchronize() const override {
     DeviceGuard guard(device_.index);
     AbortFlag aborted = recorded_on();
-    poll_until_done([this] { return cudaEventQuery(event_); }, aborted.get(),
-                    "event synchronize", device_);
+    poll_until_done([this] { return cudaEventQuery(event_); }, aborted.get(), "event synchronize",
+                    device_);
   }
 
   double elapsed_ms_since(const Event& start) const override {
@@ -100,7 +102,10 @@ class CudaEvent final : public Event {
              ": an event has not completed yet; synchronize() the later event first");
     LS_CHECK(status != cudaErrorInvalidResourceHandle, "elapsed_ms_since on ", device_.str(),
              ": both events must have been recorded on a stream");
-    LS_CUDA_CHECK(status);
+    if (status != cudaSuccess) {
+      LS_THROW("elapsed_ms_since on ", device_.str(),
+               " failed: ", detail::describe_cuda_error(status));
+    }
     return static_cast<double>(ms);
   }
 
@@ -129,8 +134,8 @@ auto& as_cuda_event(E& event, const char* what, Device stream_device) {
   using Target = std::conditional_t<std::is_const_v<E>, const CudaEvent, CudaEvent>;
   auto* cuda_event = dynamic_cast<Target*>(&event);
   LS_CHECK(cuda_event != nullptr, what, ": a stream on ", stream_device.str(),
-           " cannot use an event of ", event.device().str(),
-           "; create events with device_runtime(", stream_device.str(), ").create_event()");
+           " cannot use an event of ", event.device().str(), "; create events with device_runtime(",
+           stream_device.str(), ").create_event()");
   return *cuda_event;
 }
 
@@ -143,6 +148,7 @@ class CudaStream final : public Stream {
   }
   // cudaStreamDestroy returns at once; pending work still runs and the stream is freed after.
   ~CudaStream() override {
+    DeviceGuard guard(device_.index, std::nothrow);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -212,15 +218,13 @@ void* cuda_raw_alloc(int index, size_t bytes) {
   if (status == cudaSuccess) return ptr;
   (void)cudaGetLastError();  // an allocation failure is not sticky; don't let it linger
   if (status == cudaErrorMemoryAllocation) return nullptr;
-  LS_THROW("cudaMalloc of ", bytes, " bytes on cuda:", index, " failed: ",
-           detail::describe_cuda_error(status));
+  LS_THROW("cudaMalloc of ", bytes, " bytes on cuda:", index,
+           " failed: ", detail::describe_cuda_error(status));
 }
 
 // Never throws: it runs from destructors, possibly at process exit after CUDA has unloaded.
 void cuda_raw_free(int index, void* ptr) noexcept {
-  int previous = -1;
-  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != index &&
-                        cudaSetDevice(index) == cudaSuccess;
+  DeviceGuard guard(index, std::nothrow);
   const cudaError_t status = cudaFree(ptr);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
@@ -229,7 +233,20 @@ void cuda_raw_free(int index, void* ptr) noexcept {
                    cudaGetErrorName(status), cudaGetErrorString(status));
     }
   }
-  if (switched) cudaSetDevice(previous);
+}
+
+// Note [Copies into pageable host memory]
+// cudaMemcpyAsync into pageable (not pinned) host memory returns only after the copy is done, so
+// the calling thread blocks inside the driver until the stream has run all earlier work: a wait
+// that nothing can abort if that work hangs (a stuck NCCL kernel). Such copies therefore first
+// wait with the stream's own abortable synchronize(); the copy then finds the stream idle.
+bool is_pageable(const void* ptr) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    (void)cudaGetLastError();  // older drivers report plain host memory as an error
+    return true;
+  }
+  return attributes.type == cudaMemoryTypeUnregistered;
 }
 
 class CudaRuntime final : public DeviceRuntime {
@@ -245,16 +262,21 @@ class CudaRuntime final : public DeviceRuntime {
 
   // cudaMemcpyDefault infers the direction from the pointers (unified addressing). Copies from
   // pageable host memory are staged by the driver; the source may be reused once this returns.
+  // See Note [Copies into pageable host memory].
   void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) override {
     if (bytes == 0) return;
-    LS_CHECK(stream.device() == device_, "copy_async on ", device_.str(),
-             " was given a stream of ", stream.device().str());
+    LS_CHECK(stream.device() == device_, "copy_async on ", device_.str(), " was given a stream of ",
+             stream.device().str());
     cudaStream_t cuda_stream = cuda_stream_of(stream);
     DeviceGuard guard(device_.index);
+    if (is_pageable(dst) && !is_pageable(src)) stream.synchronize();
     LS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream));
   }
 
   CachingAllocator& allocator() override { return allocator_; }
+
+  // Also creates the device's primary context if this is the first use (CUDA 12+ semantics).
+  void bind_current_thread() override { LS_CUDA_CHECK(cudaSetDevice(device_.index)); }
 
  private:
   Device device_;
@@ -314,8 +336,7 @@ cudaStream_t cuda_stream_of(Stream& stream) {
 
 cudaEvent_t cuda_event_of(const Event& event) {
   const auto* cuda_event = dynamic_cast<const CudaEvent*>(&event);
-  LS_CHECK(cuda_event != nullptr, "expected a CUDA event, got an event of ",
-           event.device().str());
+  LS_CHECK(cuda_event != nullptr, "expected a CUDA event, got an event of ", event.device().str());
   return cuda_event->handle();
 }
 

@@ -2,10 +2,13 @@
 // (CUDA's current device is per thread). Every CUDA backend entry point that touches a device
 // (streams, events, allocations, kernel launches) takes one first, so callers never depend on
 // which device happens to be current. Setting the already-current device costs no driver call.
+// DeviceGuard(device, std::nothrow) ignores errors, for destructors.
 // Thread-safety: acts on the calling thread only.
 #pragma once
 
 #include <cuda_runtime_api.h>
+
+#include <new>
 
 #include "engine/cuda/cuda_check.h"
 
@@ -16,6 +19,10 @@ class DeviceGuard {
   explicit DeviceGuard(int device) : device_(device) {
     LS_CUDA_CHECK(cudaGetDevice(&previous_));
     if (previous_ != device_) LS_CUDA_CHECK(cudaSetDevice(device_));
+  }
+  DeviceGuard(int device, std::nothrow_t) noexcept : device_(device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = device_;  // nothing to restore
+    if (previous_ != device_ && cudaSetDevice(device_) != cudaSuccess) previous_ = device_;
   }
   ~DeviceGuard() {
     if (previous_ != device_) cudaSetDevice(previous_);  // best effort: destructors must not throw

@@ -19,4 +19,5 @@ inline std::string describe_nccl_result(ncclResult_t result) {
 
 }  // namespace ls::detail
 
-#define LS_NCCL_CHECK(stmt) LS_API_CHECK("NCCL", stmt, ncclSuccess, ::ls::detail::describe_nccl_result)
+#define LS_NCCL_CHECK(stmt) \
+  LS_API_CHECK("NCCL", stmt, ncclSuccess, ::ls::detail::describe_nccl_result)

@@ -1,5 +1,5 @@
 // A program outside the lockstep tree: builds a small MLP, trains it on a synthetic problem on
-// one host device and checks that it learned. Exits non-zero when something is wrong.
+// two host devices and checks that it learned. Exits non-zero when something is wrong.
 #include <cstdio>
 #include <random>
 
@@ -7,9 +7,10 @@
 
 int main() {
   try {
-    const ls::Device device = ls::parse_devices("host:1").at(0);
-    ls::Trainer trainer(ls::nn::mlp({8, 32, 4}), ls::OptimizerSpec{"adamw", 1e-2f, 0.0f, 0.0f},
-                        device, /*seed=*/1);
+    // Two host devices: a replica each, gradients summed by the in-process host communicator.
+    const std::vector<ls::Device> devices = ls::parse_devices("host:2");
+    ls::DataParallel trainer(devices, ls::mlp_factory({8, 32, 4}),
+                             ls::make_optimizer_factory({"adamw", 1e-2f, 0.0f, 0.0f}));
     // Label = index of the largest of the first four features: learnable by a small MLP.
     std::mt19937 rng(7);
     std::normal_distribution<float> normal;
@@ -26,7 +27,8 @@ int main() {
     const float first = trainer.step(batch).loss;
     float last = first;
     for (int step = 0; step < 200; ++step) last = trainer.step(batch).loss;
-    std::printf("consumer: loss %.4f -> %.4f on %s\n", first, last, device.str().c_str());
+    std::printf("consumer: loss %.4f -> %.4f on %s\n", first, last,
+                ls::devices_str(devices).c_str());
     return last < 0.5f * first ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "consumer: %s\n", e.what());

@@ -13,4 +13,4 @@
 #include "engine/runtime.h"
 #include "engine/stream.h"
 #include "engine/tensor.h"
-#include "engine/trainer.h"
+#include "parallel/data_parallel.h"

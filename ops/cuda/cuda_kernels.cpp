@@ -103,20 +103,17 @@ void CudaKernels::axpy(float alpha, const float* x, float* y, int64_t n, Stream&
   cuda_ops::axpy(alpha, x, y, n, launch.stream());
 }
 
-void CudaKernels::add(const float* a, const float* b, float* out, int64_t n,
-                      Stream& stream) const {
+void CudaKernels::add(const float* a, const float* b, float* out, int64_t n, Stream& stream) const {
   Launch launch(stream);
   cuda_ops::add(a, b, out, n, launch.stream());
 }
 
-void CudaKernels::cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n,
-                                   Stream& stream) const {
+void CudaKernels::cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, Stream& stream) const {
   Launch launch(stream);
   cuda_ops::cast_f32_to_bf16(x, y, n, launch.stream());
 }
 
-void CudaKernels::cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n,
-                                   Stream& stream) const {
+void CudaKernels::cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, Stream& stream) const {
   Launch launch(stream);
   cuda_ops::cast_bf16_to_f32(x, y, n, launch.stream());
 }

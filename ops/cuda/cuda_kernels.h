@@ -18,9 +18,9 @@ namespace ls {
 namespace cuda_ops {
 
 // gemm.cu (cuBLAS). `device` is the current device, whose handle and workspace are used.
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc, int device, cudaStream_t stream);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int device,
+          cudaStream_t stream);
 
 // elementwise.cu
 void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);

@@ -24,8 +24,8 @@ inline unsigned int grid_for(int64_t n, int threads = kThreads) {
 }  // namespace ls::cuda_ops
 
 // for (int64_t i = global thread index; i < n; i += total threads)
-#define LS_GRID_STRIDE_LOOP(i, n)                                                    \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;      \
-       i < (n); i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+#define LS_GRID_STRIDE_LOOP(i, n)                                                        \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
 #define LS_CUDA_CHECK_LAUNCH() LS_CUDA_CHECK(cudaGetLastError())

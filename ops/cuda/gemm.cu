@@ -79,8 +79,9 @@ class ThreadCublas {
     }
     void*& workspace = state.workspaces[stream];
     if (workspace == nullptr) {
-      workspace = device_runtime(Device{DeviceKind::kCuda, device}).allocator().allocate(
-          state.workspace_bytes);
+      workspace = device_runtime(Device{DeviceKind::kCuda, device})
+                      .allocator()
+                      .allocate(state.workspace_bytes);
     }
     // cublasSetStream resets the workspace to cuBLAS's own pool, so set ours after it.
     LS_CUBLAS_CHECK(cublasSetStream(state.handle, stream));
@@ -119,10 +120,9 @@ class ThreadCublas {
 
 thread_local ThreadCublas t_cublas;
 
-// C = beta * C for the k == 0 case, which needs no cuBLAS call (beta == 0 writes zeros, so
-// NaNs in C do not survive, as in BLAS).
-__global__ void scale_matrix_kernel(float* c, int64_t rows, int64_t cols, int64_t ldc,
-                                    float beta) {
+// C = beta * C, the whole result when k == 0 or alpha == 0 (A and B are then not read). beta == 0
+// writes zeros, so NaNs in C do not survive, as in BLAS and the host kernel.
+__global__ void scale_matrix_kernel(float* c, int64_t rows, int64_t cols, int64_t ldc, float beta) {
   LS_GRID_STRIDE_LOOP(i, rows * cols) {
     float& value = c[(i / cols) * ldc + i % cols];
     value = beta == 0.0f ? 0.0f : beta * value;
@@ -137,11 +137,11 @@ int checked_int(int64_t value, const char* name) {
 
 }  // namespace
 
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc, int device, cudaStream_t stream) {
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int device,
+          cudaStream_t stream) {
   if (m == 0 || n == 0) return;
-  if (k == 0) {
+  if (k == 0 || alpha == 0.0f) {
     if (beta == 1.0f) return;
     scale_matrix_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(c, m, n, ldc, beta);
     LS_CUDA_CHECK_LAUNCH();

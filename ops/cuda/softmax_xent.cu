@@ -15,6 +15,7 @@
 
 #include <climits>
 #include <cmath>
+#include <cstdint>
 
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/cuda_launch.h"
@@ -34,7 +35,8 @@ __device__ float warp_max(float v) {
 }
 
 __device__ float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 
@@ -67,21 +69,21 @@ __device__ float row_loss(const float* x, int64_t cols, int32_t label) {
   for (int64_t c = 1; c < cols; ++c) max_value = fmaxf(max_value, x[c]);
   float sum = 0.0f;
   for (int64_t c = 0; c < cols; ++c) sum += expf(x[c] - max_value);
-  return logf(sum) + max_value - x[label];
+  return logf(sum) - (x[label] - max_value);  // the difference first: exact for close values
 }
 
 // See Note [Deterministic softmax_xent without scratch memory]. Launched with kThreads threads.
 // With `loss` set, block 0 computes the loss and rows start at block 1; without, every block is
 // a row (the in-place launch, see softmax_xent below).
 __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int64_t rows,
-                                    int64_t cols, float grad_scale, float* loss,
-                                    float* dlogits) {
+                                    int64_t cols, float grad_scale, float* loss, float* dlogits) {
   __shared__ double partials[kThreads];
   __shared__ float shared[kWarp];
   const int tid = static_cast<int>(threadIdx.x);
   if (loss != nullptr && blockIdx.x == 0) {
     double partial = 0.0;
-    for (int64_t r = tid; r < rows; r += kThreads) partial += row_loss(logits + r * cols, cols, labels[r]);
+    for (int64_t r = tid; r < rows; r += kThreads)
+      partial += row_loss(logits + r * cols, cols, labels[r]);
     partials[tid] = partial;
     __syncthreads();
     for (int stride = kThreads / 2; stride > 0; stride /= 2) {
@@ -148,7 +150,10 @@ void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int6
   LS_CHECK(rows < INT_MAX, "softmax_xent: ", rows, " rows is more than one launch handles (",
            INT_MAX - 1, "); split the batch");
   const int64_t row_blocks = dlogits != nullptr && cols > 0 ? rows : 0;
-  const bool overlap = row_blocks > 0 && dlogits < logits + rows * cols && logits < dlogits + rows * cols;
+  const auto begin = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };
+  const uintptr_t bytes = static_cast<uintptr_t>(rows * cols) * sizeof(float);
+  const bool overlap = row_blocks > 0 && begin(dlogits) < begin(logits) + bytes &&
+                       begin(logits) < begin(dlogits) + bytes;
   if (overlap) {
     softmax_xent_kernel<<<1, kThreads, 0, stream>>>(logits, labels, rows, cols, grad_scale, loss,
                                                     nullptr);
@@ -167,7 +172,7 @@ void count_correct(const float* logits, const int32_t* labels, int64_t rows, int
   LS_CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(int32_t), stream));
   if (rows == 0) return;
   count_correct_kernel<<<grid_for(rows), kThreads, 0, stream>>>(logits, labels, rows, cols,
-                                                                  correct);
+                                                                correct);
   LS_CUDA_CHECK_LAUNCH();
 }
 

@@ -25,8 +25,8 @@ void enqueue_map(Stream& stream, int64_t n, Body body) {
 // stream past, and each column is still summed strictly in row order.
 constexpr int64_t kBiasGradBlock = 256;
 
-void bias_grad_cols(const float* __restrict dy, float* __restrict dbias, int64_t rows,
-                    int64_t cols, int64_t c0, int64_t c1, bool accumulate) {
+void bias_grad_cols(const float* __restrict dy, float* __restrict dbias, int64_t rows, int64_t cols,
+                    int64_t c0, int64_t c1, bool accumulate) {
   float acc[kBiasGradBlock];
   for (int64_t cb = c0; cb < c1; cb += kBiasGradBlock) {
     const int64_t width = std::min(kBiasGradBlock, c1 - cb);
@@ -148,22 +148,19 @@ void HostKernels::axpy(float alpha, const float* x, float* y, int64_t n, Stream&
   });
 }
 
-void HostKernels::add(const float* a, const float* b, float* out, int64_t n,
-                      Stream& stream) const {
+void HostKernels::add(const float* a, const float* b, float* out, int64_t n, Stream& stream) const {
   enqueue_map(stream, n, [=](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
   });
 }
 
-void HostKernels::cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n,
-                                   Stream& stream) const {
+void HostKernels::cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, Stream& stream) const {
   enqueue_map(stream, n, [=](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] = f32_to_bf16(x[i]);
   });
 }
 
-void HostKernels::cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n,
-                                   Stream& stream) const {
+void HostKernels::cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, Stream& stream) const {
   enqueue_map(stream, n, [=](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] = bf16_to_f32(x[i]);
   });

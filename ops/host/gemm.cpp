@@ -1,8 +1,9 @@
 // Host GEMM through CBLAS (OpenBLAS), plus host_kernels(), the host backend's kernel table.
 // OpenBLAS is kept single-threaded: each host device owns its cores and splits a GEMM itself, by
 // rows of C over host_parallel_for, one cblas_sgemm per chunk, so N devices never oversubscribe
-// the machine. Each element of C is computed by one call over the full k, so the split does not
-// change the summation over k.
+// the machine. Chunk boundaries depend only on (m, threads), so results are reproducible for a
+// given thread count; they may differ in the last bits between thread counts, because OpenBLAS
+// picks its kernel (e.g. its small-matrix path) by the size of each call.
 #include <cblas.h>
 
 #include <algorithm>
@@ -43,10 +44,9 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                 int64_t ldc) {
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
-              static_cast<blasint>(ldc));
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
 }  // namespace
@@ -73,8 +73,8 @@ void HostKernels::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     host_parallel_for(0, m, grain, [=](int64_t r0, int64_t r1) {
       // Row r of op(A) is row r of A, or column r of A when A is stored transposed (k x m).
       const float* a_rows = trans_a ? a + r0 : a + r0 * lda;
-      sgemm_rows(trans_a, trans_b, r1 - r0, n, k, alpha, a_rows, lda, b, ldb, beta,
-                 c + r0 * ldc, ldc);
+      sgemm_rows(trans_a, trans_b, r1 - r0, n, k, alpha, a_rows, lda, b, ldb, beta, c + r0 * ldc,
+                 ldc);
     });
   });
 }

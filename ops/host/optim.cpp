@@ -15,8 +15,8 @@ void sgd_plain(float* __restrict p, const float* __restrict g, int64_t b, int64_
   for (int64_t i = b; i < e; ++i) p[i] -= lr * (g[i] + wd * p[i]);
 }
 
-void sgd_momentum(float* __restrict p, const float* __restrict g, float* __restrict buf,
-                  int64_t b, int64_t e, float lr, float wd, float momentum) {
+void sgd_momentum(float* __restrict p, const float* __restrict g, float* __restrict buf, int64_t b,
+                  int64_t e, float lr, float wd, float momentum) {
   for (int64_t i = b; i < e; ++i) {
     const float d = g[i] + wd * p[i];
     const float v = momentum * buf[i] + d;
@@ -26,11 +26,11 @@ void sgd_momentum(float* __restrict p, const float* __restrict g, float* __restr
 }
 
 struct AdamWCoefficients {
-  float decay;        // 1 - lr * weight_decay
+  float decay;  // 1 - lr * weight_decay
   float beta1, one_minus_beta1;
   float beta2, one_minus_beta2;
-  float step_size;    // lr / (1 - beta1^step)
-  float sqrt_bc2;     // sqrt(1 - beta2^step)
+  float step_size;  // lr / (1 - beta1^step)
+  float sqrt_bc2;   // sqrt(1 - beta2^step)
   float eps;
 };
 
@@ -87,9 +87,8 @@ void HostKernels::adamw_step(float* param, const float* grad, float* m, float* v
   k.sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
   k.eps = config.eps;
   host_enqueue(stream, [=] {
-    host_parallel_for(0, n, kHostGrain, [=](int64_t b, int64_t e) {
-      adamw_range(param, grad, m, v, b, e, k);
-    });
+    host_parallel_for(0, n, kHostGrain,
+                      [=](int64_t b, int64_t e) { adamw_range(param, grad, m, v, b, e, k); });
   });
 }
 

@@ -1,8 +1,9 @@
 // Host softmax + cross-entropy and accuracy count, parallel over rows.
-// Numerically stable: each row subtracts its max before exp. Row losses go to a per-worker
-// scratch buffer and are then summed in row order, so the loss is bitwise the same whatever the
-// chunking. Labels are validated before any output is written; an out-of-range label raises an
-// ls::Error (naming the row and the label) that surfaces at the stream's next synchronize().
+// Numerically stable: each row subtracts its max before exp. Row losses (f32) go to a per-worker
+// scratch buffer and are then summed in row order in double, so the loss is bitwise the same
+// whatever the chunking. Labels are validated before any output is written; an out-of-range
+// label raises an ls::Error (naming the row and the label) that surfaces at the stream's next
+// synchronize().
 // dlogits may be exactly logits (in place): each row reads what it needs before writing.
 #include <algorithm>
 #include <atomic>
@@ -78,17 +79,18 @@ void HostKernels::count_correct(const float* logits, const int32_t* labels, int6
   host_enqueue(stream, [=] {
     // An integer count: the order chunks add up in does not change the result.
     std::atomic<int64_t> count{0};
-    host_parallel_for(0, rows, rows_grain(cols), [&count, logits, labels, cols](int64_t r0,
-                                                                                int64_t r1) {
-      int64_t local = 0;
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* x = logits + r * cols;
-        int64_t best = 0;
-        for (int64_t c = 1; c < cols; ++c) best = x[c] > x[best] ? c : best;  // first max wins
-        local += best == labels[r] ? 1 : 0;
-      }
-      count.fetch_add(local, std::memory_order_relaxed);
-    });
+    host_parallel_for(0, rows, rows_grain(cols),
+                      [&count, logits, labels, cols](int64_t r0, int64_t r1) {
+                        int64_t local = 0;
+                        for (int64_t r = r0; r < r1; ++r) {
+                          const float* x = logits + r * cols;
+                          int64_t best = 0;
+                          for (int64_t c = 1; c < cols; ++c)
+                            best = x[c] > x[best] ? c : best;  // first max wins
+                          local += best == labels[r] ? 1 : 0;
+                        }
+                        count.fetch_add(local, std::memory_order_relaxed);
+                      });
     *correct = static_cast<int32_t>(count.load());
   });
 }

@@ -2,18 +2,19 @@
 // double references on sizes 1, odd and past the host grain; accumulate on and off; finite-
 // difference checks of relu (away from the kink), gelu and bias_add; bf16 rounding (ties to
 // even, NaN, Inf); results bitwise independent of how the work is chunked; argument errors.
+#include "ops/elementwise.h"
+
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
-#include <bit>
 #include <limits>
 #include <numbers>
 
 #include "engine/dtype.h"
 #include "ops/activation.h"
 #include "ops/bias.h"
-#include "ops/elementwise.h"
 #include "ops/host/host_kernels.h"
 #include "tests/ops/op_test_util.h"
 
@@ -93,8 +94,8 @@ TEST_F(ActivationOpTest, InPlaceForwardMatches) {
 }
 
 // dL/dx for L = sum(w . act(x)) from the backward kernel vs central differences of the forward.
-void check_activation_gradient(Stream& stream, Device dev,
-                               const std::vector<float>& x, bool use_gelu) {
+void check_activation_gradient(Stream& stream, Device dev, const std::vector<float>& x,
+                               bool use_gelu) {
   const auto n = static_cast<int64_t>(x.size());
   const auto w = random_vector(x.size(), 8);
   auto loss = [&](const std::vector<float>& xv) {
@@ -269,8 +270,7 @@ TEST_F(ElementwiseTest, CastRoundsToNearestEvenAndRoundTrips) {
 // Runs `op(in, out)` over the whole range and over pieces split at offsets that are not chunk
 // boundaries; every element's result must be bitwise the same.
 template <typename Op>
-void expect_chunking_invariant(Stream& stream, Device dev, int64_t n, Op op,
-                               const char* name) {
+void expect_chunking_invariant(Stream& stream, Device dev, int64_t n, Op op, const char* name) {
   const auto x = random_vector(n, 17, -3, 3);
   Tensor in = Tensor::from_host(x, {n}, dev, stream);
   Tensor whole = Tensor::from_host(random_vector(n, 18), {n}, dev, stream);
@@ -295,11 +295,13 @@ TEST_F(ElementwiseTest, ResultsDoNotDependOnChunking) {
     run([&](const Tensor& i, const Tensor& o) { axpy(0.3f, i, o, s); }, "axpy");
     run([&](const Tensor& i, const Tensor& o) { add(i, o, o, s); }, "add");
     run([&](const Tensor&, const Tensor& o) { scale(o, 1.7f, s); }, "scale");
-    run([&](const Tensor& i, const Tensor& o) {
-      Tensor h = Tensor::empty(i.shape(), DType::kBF16, dev_);
-      cast(i, h, s);
-      cast(h, o, s);
-    }, "cast");
+    run(
+        [&](const Tensor& i, const Tensor& o) {
+          Tensor h = Tensor::empty(i.shape(), DType::kBF16, dev_);
+          cast(i, h, s);
+          cast(h, o, s);
+        },
+        "cast");
   }
 }
 

@@ -5,10 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <ostream>
 #include <tuple>
 
+#include "engine/host/host_device.h"
+#include "ops/bias.h"
+#include "ops/host/host_kernels.h"
+#include "ops/softmax_xent.h"
 #include "tests/ops/op_test_util.h"
 
 namespace ls::test {
@@ -36,8 +42,8 @@ std::vector<double> reference_gemm(bool ta, bool tb, const GemmShape& s, float a
     for (int64_t j = 0; j < s.n; ++j) {
       double sum = 0.0, mag = 0.0;
       for (int64_t p = 0; p < s.k; ++p) {
-        const double prod = static_cast<double>(a[op_index(ta, i, p, s.m, s.k)]) *
-                            b[op_index(tb, p, j, s.k, s.n)];
+        const double prod =
+            static_cast<double>(a[op_index(ta, i, p, s.m, s.k)]) * b[op_index(tb, p, j, s.k, s.n)];
         sum += prod;
         mag += std::abs(prod);
       }
@@ -55,8 +61,7 @@ Shape stored_shape(bool trans, int64_t rows, int64_t cols) {
 }
 
 class GemmTest : public OpTestBase,
-                 public ::testing::WithParamInterface<std::tuple<GemmShape, bool, bool, float>> {
-};
+                 public ::testing::WithParamInterface<std::tuple<GemmShape, bool, bool, float>> {};
 
 TEST_P(GemmTest, MatchesReference) {
   const auto [s, ta, tb, beta] = GetParam();
@@ -129,30 +134,35 @@ TEST_F(GemmOpTest, GradientsMatchFiniteDifferences) {
   EXPECT_TRUE(all_close(download(db), fd_b, 1e-2, 1e-3));
 }
 
-// Host GEMMs split rows of C across cores; a block of rows computed alone must equal the same
-// rows of the whole product bitwise, or results would depend on the core count.
-TEST_F(GemmOpTest, RowBlocksMatchWholeProductBitwise) {
-  const int64_t m = 96, k = 300, n = 70;
+// Host GEMMs split the rows of C across cores. A block of rows computed alone matches the same
+// rows of the whole product to rounding (OpenBLAS may pick another kernel for a smaller call, so
+// not bitwise), and the same call repeated is bitwise identical.
+TEST_F(GemmOpTest, RowBlocksMatchWholeProductAndRepeatsAreBitwise) {
+  const int64_t m = 96, k = 300, n = 70, block = 32;
   const auto a = random_vector(m * k, 21);
   const auto b = random_vector(k * n, 22);
   for (bool ta : {false, true}) {
     Tensor tb = upload(b, {k, n});
-    Tensor whole = Tensor::empty({m, n}, DType::kF32, dev_);
     Tensor ta_t = upload(a, stored_shape(ta, m, k));
+    Tensor whole = Tensor::empty({m, n}, DType::kF32, dev_);
+    Tensor again = Tensor::empty({m, n}, DType::kF32, dev_);
     matmul(ta_t, ta, tb, false, whole, 1.0f, 0.0f, *stream_);
+    matmul(ta_t, ta, tb, false, again, 1.0f, 0.0f, *stream_);
     const auto want = download(whole);
+    EXPECT_TRUE(bitwise_equal(download(again), want)) << "ta=" << ta;
+
     std::vector<float> got;
-    for (int64_t r0 = 0; r0 < m; r0 += 32) {
-      std::vector<float> a_block;  // rows r0..r0+32 of op(A), stored like A
-      for (int64_t i = r0; i < r0 + 32; ++i) {
+    for (int64_t r0 = 0; r0 < m; r0 += block) {
+      std::vector<float> a_block;  // rows r0 .. r0 + block of op(A), not transposed
+      for (int64_t i = r0; i < r0 + block; ++i) {
         for (int64_t p = 0; p < k; ++p) a_block.push_back(a[op_index(ta, i, p, m, k)]);
       }
-      Tensor part = Tensor::empty({32, n}, DType::kF32, dev_);
-      matmul(upload(a_block, {32, k}), false, tb, false, part, 1.0f, 0.0f, *stream_);
+      Tensor part = Tensor::empty({block, n}, DType::kF32, dev_);
+      matmul(upload(a_block, {block, k}), false, tb, false, part, 1.0f, 0.0f, *stream_);
       const auto rows = download(part);
       got.insert(got.end(), rows.begin(), rows.end());
     }
-    EXPECT_TRUE(bitwise_equal(got, want)) << "ta=" << ta;
+    EXPECT_TRUE(all_close(got, to_double(want), 1e-5, 1e-5)) << "ta=" << ta;
   }
 }
 
@@ -184,6 +194,73 @@ TEST_F(GemmOpTest, ArgumentErrorsNameTheProblem) {
   Tensor sq = upload({1, 2, 3, 4}, {2, 2});
   msg = error_of([&] { matmul(sq, false, sq, false, sq, 1, 0, *stream_); });
   EXPECT_TRUE(contains(msg, "overlaps an input"));
+}
+
+// Runs in a fresh process with 3 cores per host device, so the parallel paths (GEMM row split,
+// column-split bias_grad, row-split softmax) really run on several threads. Returns the number of
+// mismatches, printing each to stderr.
+int parallel_kernel_mismatches() {
+  set_host_threads_per_device(3);
+  const Device dev = host0();
+  auto stream = device_runtime(dev).create_stream();
+  int bad = 0;
+  auto report = [&bad](const char* what, const ::testing::AssertionResult& r) {
+    if (!r) {
+      std::fprintf(stderr, "%s: %s\n", what, r.message());
+      ++bad;
+    }
+  };
+  int threads = 0;  // what kernels on this device's stream see
+  host_enqueue(*stream, [&threads] { threads = host_current_threads(); });
+  stream->synchronize();
+  if (threads != 3) {
+    std::fprintf(stderr, "host kernels run with %d threads, expected 3\n", threads);
+    ++bad;
+  }
+  const GemmShape s{250, 64, 96};  // 3 row chunks
+  for (bool ta : {false, true}) {
+    const auto a = random_vector(s.m * s.k, 1), b = random_vector(s.k * s.n, 2);
+    const auto c = random_vector(s.m * s.n, 3);
+    Tensor tc = Tensor::from_host(c, {s.m, s.n}, dev, *stream);
+    matmul(Tensor::from_host(a, stored_shape(ta, s.m, s.k), dev, *stream), ta,
+           Tensor::from_host(b, {s.k, s.n}, dev, *stream), false, tc, 0.5f, 1.0f, *stream);
+    std::vector<double> bound;
+    const auto want = reference_gemm(ta, false, s, 0.5f, a, b, 1.0f, c, bound);
+    report("gemm", all_close(tc.to_host_f32(*stream), want, 1e-5, 1e-5));
+  }
+  const int64_t rows = 3, cols = 3 * kHostGrain + 7;
+  const auto dy = random_vector(rows * cols, 4);
+  Tensor db = Tensor::empty({cols}, DType::kF32, dev);
+  bias_grad(Tensor::from_host(dy, {rows, cols}, dev, *stream), db, false, *stream);
+  std::vector<float> db_want(cols, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t col = 0; col < cols; ++col) db_want[col] += dy[r * cols + col];
+  }
+  report("bias_grad", bitwise_equal(db.to_host_f32(*stream), db_want));
+
+  const int64_t xr = 3 * kHostGrain / 10 + 11, xc = 10;
+  const auto logits = random_vector(xr * xc, 5, -3, 3);
+  Tensor tx = Tensor::from_host(logits, {xr, xc}, dev, *stream);
+  Tensor labels = Tensor::from_host_i32(random_labels(xr, xc, 6), {xr}, dev, *stream);
+  Tensor loss = Tensor::empty({1}, DType::kF32, dev);
+  Tensor row_loss = Tensor::empty({xr}, DType::kF32, dev);
+  for (int64_t r = 0; r < xr; ++r) {
+    softmax_xent(tx.view(r * xc, {1, xc}), labels.view(r, {1}), row_loss.view(r, {1}), Tensor(),
+                 1.0f, *stream);
+  }
+  softmax_xent(tx, labels, loss, Tensor(), 1.0f, *stream);
+  double total = 0.0;
+  for (float l : row_loss.to_host_f32(*stream)) total += l;
+  report("softmax_xent", bitwise_equal(loss.to_host_f32(*stream),
+                                       {static_cast<float>(total / static_cast<double>(xr))}));
+  return bad;
+}
+
+TEST(HostThreadsOpTest, ParallelKernelsMatchReference) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no devices exist yet
+  // _Exit: the host device's worker threads are still running; skip static destructors.
+  EXPECT_EXIT(std::_Exit(parallel_kernel_mismatches() == 0 ? 0 : 1), ::testing::ExitedWithCode(0),
+              "");
 }
 
 }  // namespace

@@ -42,8 +42,8 @@ XentRef reference_xent(const std::vector<float>& x, const std::vector<int32_t>& 
 class SoftmaxXentTest : public OpTestBase {};
 
 TEST_F(SoftmaxXentTest, MatchesReference) {
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},    {1, 5},   {3, 7},
-                                                           {17, 33},  {128, 10}, {64, 1000}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},   {1, 5},    {3, 7},
+                                                           {17, 33}, {128, 10}, {64, 1000}};
   for (auto [rows, cols] : shapes) {
     auto x = random_vector(rows * cols, 1, -5, 5);
     // Rows shifted far from 0: exp would overflow without subtracting the row max.
@@ -117,7 +117,15 @@ TEST_F(SoftmaxXentTest, LabelOutOfRangeFailsAtSynchronize) {
 }
 
 TEST_F(SoftmaxXentTest, CountCorrectUsesFirstMaximum) {
-  Tensor logits = upload({1, 3, 3,  1, 3, 3,  2, 2, 2,  2, 2, 2,  0, -1, 5,  5, -1, 0}, {6, 3});
+  // clang-format off
+  Tensor logits = upload({1, 3, 3,    // label 1: first max -> correct
+                          1, 3, 3,    // label 2: second max -> wrong
+                          2, 2, 2,    // label 0: correct
+                          2, 2, 2,    // label 1: wrong
+                          0, -1, 5,   // label 2: correct
+                          5, -1, 0},  // label 2: wrong
+                         {6, 3});
+  // clang-format on
   Tensor correct = Tensor::empty({1}, DType::kI32, dev_);
   count_correct(logits, upload_i32({1, 2, 0, 1, 2, 2}, {6}), correct, *stream_);
   EXPECT_EQ(correct.to_host_i32(*stream_)[0], 3);
@@ -171,7 +179,9 @@ TEST_F(SoftmaxXentTest, ArgumentErrors) {
   });
   EXPECT_TRUE(contains(msg, "softmax_xent: labels is f32[4]"));
   EXPECT_TRUE(contains(msg, "expected dtype i32"));
-  msg = error_of([&] { softmax_xent(logits, upload_i32({0, 1}, {2}), loss, Tensor(), 1, *stream_); });
+  msg = error_of([&] {
+    softmax_xent(logits, upload_i32({0, 1}, {2}), loss, Tensor(), 1, *stream_);
+  });
   EXPECT_TRUE(contains(msg, "labels is i32[2]"));
   EXPECT_TRUE(contains(msg, "expected [4]"));
   msg = error_of([&] {
@@ -182,9 +192,7 @@ TEST_F(SoftmaxXentTest, ArgumentErrors) {
     softmax_xent(logits, labels, loss, Tensor::empty({3, 4}, DType::kF32, dev_), 1, *stream_);
   });
   EXPECT_TRUE(contains(msg, "dlogits is f32[3, 4]"));
-  msg = error_of([&] {
-    softmax_xent(logits.reshape({12}), labels, loss, Tensor(), 1, *stream_);
-  });
+  msg = error_of([&] { softmax_xent(logits.reshape({12}), labels, loss, Tensor(), 1, *stream_); });
   EXPECT_TRUE(contains(msg, "2-D [rows, classes]"));
   msg = error_of([&] { count_correct(logits, labels, loss, *stream_); });
   EXPECT_TRUE(contains(msg, "count_correct: correct is f32[1]"));

@@ -1,0 +1,39 @@
+// The bucket planner: a pure function from parameter extents and caps to gradient buckets.
+//
+// A bucket is a contiguous range of the flat gradient buffer covering whole parameters, so its
+// all-reduce works on a view in place (no packing). Buckets are formed walking the parameters in
+// reverse registration order — roughly the order backward finishes their gradients — so the
+// first bucket can be reduced while backward is still producing the others. The first bucket is
+// kept small (default 1 MiB) so communication starts early; the rest are capped (default 25 MiB,
+// PyTorch DDP's defaults). A parameter larger than the cap gets a bucket of its own.
+// Bucket i is reduced i-th on every replica; see Note [Bucket ready order] in reducer.cpp.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ls {
+
+struct BucketOptions {
+  int64_t cap_bytes = 25ll << 20;
+  int64_t first_bucket_bytes = 1ll << 20;
+};
+
+// A parameter's place in the flat buffer: [offset, offset + extent) elements, where the extent
+// includes the alignment padding up to the next parameter.
+struct ParameterExtent {
+  int64_t offset = 0;
+  int64_t extent = 0;
+};
+
+struct Bucket {
+  int64_t offset = 0;           // first element in the flat buffer
+  int64_t count = 0;            // elements
+  std::vector<int> parameters;  // indices into the extents, in the order they were added
+};
+
+// `extents` must be in registration order, ascending, contiguous and non-empty.
+std::vector<Bucket> plan_buckets(const std::vector<ParameterExtent>& extents,
+                                 int64_t element_bytes, const BucketOptions& options);
+
+}  // namespace ls

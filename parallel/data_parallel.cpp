@@ -1,0 +1,228 @@
+// DataParallel (see parallel/data_parallel.h).
+#include "parallel/data_parallel.h"
+
+#include <chrono>
+#include <numeric>
+
+#include "engine/error.h"
+#include "engine/runtime.h"
+
+namespace ls {
+
+DataParallel::DataParallel(std::vector<Device> devices, ModelFactory model,
+                           OptimizerFactory optimizer, DataParallelOptions options)
+    : devices_(std::move(devices)), options_(options) {
+  LS_CHECK(!devices_.empty(), "DataParallel needs at least one device");
+  LS_CHECK(options_.accumulate >= 1, "accumulate must be >= 1 micro-batch, got ",
+           options_.accumulate);
+  LS_CHECK(model != nullptr && optimizer != nullptr, "DataParallel needs a model and an optimizer factory");
+  std::vector<std::unique_ptr<Communicator>> comms = make_communicators(devices_, options_.comm);
+  replicas_.resize(devices_.size());
+  for (size_t r = 0; r < devices_.size(); ++r) {
+    threads_.push_back(std::make_unique<WorkerThread>("replica " + std::to_string(r) + " on " +
+                                                      devices_[r].str()));
+  }
+  // Each replica is built on its own thread: its device state belongs to that thread.
+  std::vector<std::future<void>> built;
+  for (size_t r = 0; r < devices_.size(); ++r) {
+    built.push_back(threads_[r]->post([&, r] {
+      replicas_[r] = std::make_unique<Replica>(static_cast<int>(r), devices_[r], model, optimizer,
+                                               std::move(comms[r]), options_.buckets,
+                                               options_.seed);
+    }));
+  }
+  std::exception_ptr first;
+  for (auto& f : built) {
+    try {
+      f.get();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) {
+    for (auto& replica : replicas_) {
+      if (replica) replica->abort();
+    }
+    std::rethrow_exception(first);
+  }
+  run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
+  buckets_ = replicas_[0]->reducer().buckets();
+  parameter_count_ = replicas_[0]->store().parameter_count();
+}
+
+DataParallel::~DataParallel() {
+  // Replicas are destroyed on their own threads, then the threads are joined.
+  std::vector<std::future<void>> done;
+  for (size_t r = 0; r < threads_.size(); ++r) {
+    done.push_back(threads_[r]->post([this, r] { replicas_[r].reset(); }));
+  }
+  for (auto& f : done) f.wait();
+}
+
+void DataParallel::run_on_all(const std::function<void(Replica&)>& job, const char* what) {
+  LS_CHECK(failure_.empty(), "this DataParallel cannot be used after a replica failed (",
+           failure_, "); destroy it and build a new one");
+  struct Failure {
+    int replica = -1;
+    std::exception_ptr error;
+    Phase phase = Phase::kIdle;
+  };
+  std::mutex mutex;
+  Failure first;
+  std::atomic<bool> failed{false};
+  std::vector<std::future<void>> done;
+  for (size_t r = 0; r < replicas_.size(); ++r) {
+    done.push_back(threads_[r]->post([&, r] {
+      try {
+        job(*replicas_[r]);
+      } catch (...) {
+        std::lock_guard lock(mutex);
+        if (first.replica < 0) first = {static_cast<int>(r), std::current_exception(), replicas_[r]->phase()};
+        failed = true;
+      }
+    }));
+  }
+  // Wait for everyone; the first failure aborts all replicas so that none stays blocked in a
+  // collective waiting for the one that failed.
+  bool aborted = false;
+  for (auto& f : done) {
+    while (f.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+      if (failed && !aborted) {
+        for (auto& replica : replicas_) replica->abort();
+        aborted = true;
+      }
+    }
+  }
+  if (!failed) return;
+  if (!aborted) {
+    for (auto& replica : replicas_) replica->abort();
+  }
+  std::string original;
+  try {
+    std::rethrow_exception(first.error);
+  } catch (const Error& e) {
+    original = e.message() + (e.context().empty() ? "" : " [" + e.context() + "]") + " (" +
+               e.file() + ":" + std::to_string(e.line()) + ")";
+  } catch (const std::exception& e) {
+    original = e.what();
+  } catch (...) {
+    original = "unknown exception";
+  }
+  failure_ = "replica " + std::to_string(first.replica) + " on " +
+             devices_[static_cast<size_t>(first.replica)].str() + " failed in " + what +
+             " (step " + std::to_string(steps_ + 1) + ", " + phase_name(first.phase) + "): " +
+             original;
+  LS_THROW(failure_);
+}
+
+std::vector<int64_t> DataParallel::shard_rows(int64_t global_rows) const {
+  const int64_t n = size();
+  LS_CHECK(global_rows % n == 0 || options_.allow_uneven_shards, "global batch ", global_rows,
+           " does not divide by the ", n, " devices; use a multiple of ", n,
+           " or allow uneven shards (--uneven-shards)");
+  LS_CHECK(global_rows >= n * options_.accumulate, "global batch ", global_rows,
+           " is too small for ", n, " device(s) x ", options_.accumulate,
+           " micro-batch(es): each micro-batch needs at least one example");
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < n; ++r) rows.push_back(global_rows * (r + 1) / n - global_rows * r / n);
+  return rows;
+}
+
+StepResult DataParallel::step(const data::Batch& batch) {
+  LS_CHECK(batch.size > 0 && static_cast<int64_t>(batch.labels.size()) == batch.size &&
+               batch.images.size() % static_cast<size_t>(batch.size) == 0,
+           "malformed batch: ", batch.size, " examples, ", batch.labels.size(), " labels, ",
+           batch.images.size(), " pixel values");
+  const int64_t features = static_cast<int64_t>(batch.images.size()) / batch.size;
+  const std::vector<int64_t> rows = shard_rows(batch.size);
+  std::vector<ShardResult> results(rows.size());
+  run_on_all(
+      [&](Replica& replica) {
+        const int r = replica.rank();
+        const int64_t begin = std::accumulate(rows.begin(), rows.begin() + r, int64_t{0});
+        Shard shard{batch.images.data() + begin * features, batch.labels.data() + begin,
+                    rows[static_cast<size_t>(r)], features};
+        results[static_cast<size_t>(r)] = replica.step(shard, batch.size, options_.accumulate);
+      },
+      "step");
+  ++steps_;
+  double loss_sum = 0;
+  for (const ShardResult& s : results) loss_sum += s.loss_sum;
+  return {static_cast<float>(loss_sum / static_cast<double>(batch.size))};
+}
+
+EvalResult DataParallel::evaluate(const data::Dataset& dataset, int64_t batch_size) {
+  LS_CHECK(batch_size > 0, "evaluate: batch size must be positive, got ", batch_size);
+  LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
+  std::vector<EvalCounts> counts(replicas_.size());
+  const int64_t n = size();
+  run_on_all(
+      [&](Replica& replica) {
+        const int64_t r = replica.rank();
+        const int64_t begin = dataset.count * r / n, end = dataset.count * (r + 1) / n;
+        Shard rows{dataset.images.data() + begin * dataset.features, dataset.labels.data() + begin,
+                   end - begin, dataset.features};
+        if (rows.rows > 0) counts[static_cast<size_t>(r)] = replica.evaluate(rows, batch_size);
+      },
+      "evaluate");
+  EvalResult result;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (const EvalCounts& c : counts) {
+    loss_sum += c.loss_sum;
+    correct += c.correct;
+    result.examples += c.rows;
+  }
+  result.loss = loss_sum / static_cast<double>(result.examples);
+  result.accuracy = static_cast<double>(correct) / static_cast<double>(result.examples);
+  return result;
+}
+
+template <typename T>
+T DataParallel::run_on(int replica, const std::function<T(Replica&)>& job) {
+  LS_CHECK(replica >= 0 && replica < size(), "replica ", replica, " does not exist (", size(),
+           " replicas)");
+  T out{};
+  threads_[static_cast<size_t>(replica)]
+      ->post([&] { out = job(*replicas_[static_cast<size_t>(replica)]); })
+      .get();
+  return out;
+}
+
+std::vector<float> DataParallel::parameters(int replica) {
+  return run_on<std::vector<float>>(
+      replica, [](Replica& r) { return r.store().values_to_host(r.compute_stream()); });
+}
+
+Reducer::Timeline DataParallel::last_timeline(int replica) {
+  return run_on<Reducer::Timeline>(replica, [](Replica& r) { return r.last_timeline(); });
+}
+
+AllocatorStats DataParallel::allocator_stats(int replica) const {
+  LS_CHECK(replica >= 0 && replica < size(), "replica ", replica, " does not exist");
+  return device_runtime(devices_[static_cast<size_t>(replica)]).allocator().stats();
+}
+
+OptimizerFactory make_optimizer_factory(const OptimizerSpec& spec) {
+  LS_CHECK(spec.kind == "adamw" || spec.kind == "sgd", "unknown optimizer '", spec.kind,
+           "'; use adamw or sgd");
+  return [spec](nn::ParameterStore& store, Stream& stream) -> std::unique_ptr<optim::Optimizer> {
+    if (spec.kind == "adamw") {
+      AdamWConfig config;
+      config.lr = spec.lr;
+      config.weight_decay = spec.weight_decay;
+      return std::make_unique<optim::AdamW>(store, config, stream);
+    }
+    SgdConfig config;
+    config.lr = spec.lr;
+    config.momentum = spec.momentum;
+    config.weight_decay = spec.weight_decay;
+    return std::make_unique<optim::Sgd>(store, config, stream);
+  };
+}
+
+ModelFactory mlp_factory(std::vector<int64_t> widths) {
+  return [widths] { return nn::mlp(widths); };
+}
+
+}  // namespace ls

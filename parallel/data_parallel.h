@@ -1,0 +1,95 @@
+// DataParallel: the object an application holds to train one model on several devices.
+//
+// One Replica per device, each on its own long-lived thread that owns the device, its streams,
+// its model copy and optimizer. Communicators are made together up front; replica 0's initial
+// parameters are broadcast to all. step(batch) splits the global batch into contiguous shards
+// (one per replica, near-equal when uneven shards are allowed), runs every replica's step at
+// once and returns the global mean loss. One device is the same code path with N = 1.
+// Failure: when a replica throws, every replica is aborted (communicators and streams), no
+// thread is left blocked, and step() throws one ls::Error naming the replica, its device, the
+// step, the phase and the original message. The object is unusable afterwards (destroy it).
+// Thread-safety: call from one thread at a time.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/data/dataset.h"
+#include "engine/data/sampler.h"
+#include "engine/optim/optimizer.h"
+#include "parallel/replica.h"
+#include "parallel/worker_thread.h"
+
+namespace ls {
+
+struct DataParallelOptions {
+  BucketOptions buckets;
+  int accumulate = 1;                // micro-batches per step; all-reduce after the last only
+  bool allow_uneven_shards = false;  // global batch need not divide by the device count
+  uint64_t seed = 1;                 // parameter initialisation
+  CommunicatorOptions comm;
+};
+
+struct StepResult {
+  float loss = 0.0f;  // mean over the global batch
+};
+
+struct EvalResult {
+  double loss = 0.0;      // mean over examples
+  double accuracy = 0.0;  // fraction whose argmax is the label
+  int64_t examples = 0;
+};
+
+class DataParallel {
+ public:
+  DataParallel(std::vector<Device> devices, ModelFactory model, OptimizerFactory optimizer,
+               DataParallelOptions options = {});
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  StepResult step(const data::Batch& batch);
+  // Splits the data set across the replicas and combines their counts.
+  EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
+
+  int size() const { return static_cast<int>(devices_.size()); }
+  const std::vector<Device>& devices() const { return devices_; }
+  int64_t steps_taken() const { return steps_; }
+  int64_t parameter_count() const { return parameter_count_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  // A host copy of replica r's flat parameter buffer (synchronizes that replica).
+  std::vector<float> parameters(int replica);
+  // Replica r's timeline of the last step (bucket all-reduces and end of backward).
+  Reducer::Timeline last_timeline(int replica);
+  AllocatorStats allocator_stats(int replica) const;
+
+ private:
+  // Runs job(replica) on every replica's thread and waits; on any failure aborts all replicas
+  // and throws the first failure, described (see the class comment).
+  void run_on_all(const std::function<void(Replica&)>& job, const char* what);
+  template <typename T>
+  T run_on(int replica, const std::function<T(Replica&)>& job);
+  std::vector<int64_t> shard_rows(int64_t global_rows) const;
+
+  std::vector<Device> devices_;
+  DataParallelOptions options_;
+  std::vector<std::unique_ptr<WorkerThread>> threads_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::vector<Bucket> buckets_;
+  int64_t parameter_count_ = 0;
+  int64_t steps_ = 0;
+  std::string failure_;  // set once a replica has failed; every later call throws it
+};
+
+// Factories for the common cases.
+struct OptimizerSpec {
+  std::string kind = "adamw";  // "adamw" or "sgd"
+  float lr = 1e-3f;
+  float momentum = 0.0f;       // sgd
+  float weight_decay = 0.01f;  // adamw: decoupled; sgd: L2
+};
+OptimizerFactory make_optimizer_factory(const OptimizerSpec& spec);
+ModelFactory mlp_factory(std::vector<int64_t> widths);
+
+}  // namespace ls

@@ -1,0 +1,222 @@
+// The host Communicator (see parallel/host/host_communicator.h) and make_host_communicators.
+// Argument checks run on the caller's thread; the collective itself runs as one task on the
+// caller's stream: arrive, work, exit barrier. The work phases below only ever write the calling
+// rank's own recv buffer. See Note [Host all-reduce in place] and Note [Host collective phases].
+#include "parallel/host/host_communicator.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "engine/error.h"
+#include "engine/host/host_device.h"
+#include "parallel/host/host_reduce.h"
+
+namespace ls {
+namespace {
+
+// Note [Host all-reduce in place]
+// all_reduce splits the count into size() near-equal chunks. Phase 1: rank r reduces chunk r of
+// every rank's send, in rank order 0..N-1, into chunk r of its own recv. Barrier. Phase 2: rank r
+// copies chunk k (k != r) from rank k's recv into its own recv. Exit barrier.
+// Why this is race-free even when send == recv on some or all ranks:
+// - Every rank writes only its own recv: in phase 1 only chunk r, in phase 2 only chunks k != r.
+// - Phase 1 reads chunk r of every send, and only rank r reads chunk r. The only rank that
+//   writes chunk r of rank r's buffer in phase 1 is rank r itself, and it reads every input
+//   element of a tile before it writes that tile (host_reduce), so in place is fine. Chunks
+//   k != r of rank r's buffer are read by rank k in phase 1 only; rank r overwrites them in
+//   phase 2, after the barrier, when rank k is done with them.
+// - Phase 2 reads chunk k of rank k's recv, which rank k finished before the barrier and does
+//   not write in phase 2.
+// - The exit barrier keeps every rank (and so its caller, who may reuse the buffers) inside the
+//   collective until no peer reads its memory any more.
+// reduce_scatter (rank r reduces block r into its recv = send + r * count in place), all_gather
+// (rank r writes blocks k != r of its recv, reading block k = send of rank k) and broadcast
+// (the root's recv == send is not copied) follow the same rule: a rank writes only its own
+// recv, and never a block that a peer reads in the same phase.
+
+struct ChunkRange {
+  size_t begin;
+  size_t count;
+};
+
+// Chunk k of `count` split in n near-equal parts (the first count % n chunks one longer).
+ChunkRange chunk_of(size_t count, int n, int k) {
+  const size_t base = count / static_cast<size_t>(n);
+  const size_t extra = count % static_cast<size_t>(n);
+  const auto uk = static_cast<size_t>(k);
+  return {uk * base + std::min(uk, extra), base + (uk < extra ? 1 : 0)};
+}
+
+char* bytes_of(void* ptr) { return static_cast<char*>(ptr); }
+const char* bytes_of(const void* ptr) { return static_cast<const char*>(ptr); }
+
+void run_all_reduce(HostClique& clique, int rank, const CollectiveDesc& desc) {
+  const int n = clique.size();
+  const size_t esize = dtype_size(desc.dtype);
+  const void** inputs = clique.scratch(rank);
+  for (int k = 0; k < n; ++k) inputs[k] = clique.peer(k).send;
+  const ChunkRange mine = chunk_of(desc.count, n, rank);
+  host_reduce(inputs, n, mine.begin, bytes_of(desc.recv) + mine.begin * esize, mine.count,
+              desc.dtype, desc.op);
+  clique.sync(rank, desc, "reduce");
+  for (int k = 0; k < n; ++k) {
+    if (k == rank) continue;
+    const ChunkRange theirs = chunk_of(desc.count, n, k);
+    host_copy(bytes_of(desc.recv) + theirs.begin * esize,
+              bytes_of(clique.peer(k).recv) + theirs.begin * esize, theirs.count * esize);
+  }
+}
+
+void run_reduce_scatter(HostClique& clique, int rank, const CollectiveDesc& desc) {
+  const int n = clique.size();
+  const void** inputs = clique.scratch(rank);
+  for (int k = 0; k < n; ++k) inputs[k] = clique.peer(k).send;
+  host_reduce(inputs, n, static_cast<size_t>(rank) * desc.count, desc.recv, desc.count, desc.dtype,
+              desc.op);
+}
+
+void run_all_gather(HostClique& clique, int rank, const CollectiveDesc& desc) {
+  const size_t block = desc.count * dtype_size(desc.dtype);
+  for (int k = 0; k < clique.size(); ++k) {
+    host_copy(bytes_of(desc.recv) + static_cast<size_t>(k) * block, clique.peer(k).send, block);
+  }
+}
+
+void run_broadcast(HostClique& clique, int rank, const CollectiveDesc& desc) {
+  host_copy(desc.recv, clique.peer(desc.root).send, desc.count * dtype_size(desc.dtype));
+}
+
+// The one task a collective enqueues. See Note [Host collective phases].
+void run_collective(HostClique& clique, int rank, const CollectiveDesc& desc) {
+  clique.arrive(rank, desc);
+  if (desc.count > 0) {
+    switch (desc.kind) {
+      case CollectiveKind::kAllReduce: run_all_reduce(clique, rank, desc); break;
+      case CollectiveKind::kReduceScatter: run_reduce_scatter(clique, rank, desc); break;
+      case CollectiveKind::kAllGather: run_all_gather(clique, rank, desc); break;
+      case CollectiveKind::kBroadcast: run_broadcast(clique, rank, desc); break;
+    }
+  }
+  clique.depart(rank, desc);
+}
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a);
+  const auto b0 = reinterpret_cast<uintptr_t>(b);
+  return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+}  // namespace
+
+HostCommunicator::HostCommunicator(std::shared_ptr<HostClique> clique, int rank, Device device)
+    : clique_(std::move(clique)), rank_(rank), device_(device) {}
+
+void HostCommunicator::check_common(const char* call, size_t count, DType dtype,
+                                    const Stream& stream) const {
+  LS_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, call, ": dtype ", dtype_name(dtype),
+           " is not supported by collectives; use f32 or bf16");
+  LS_CHECK(stream.device() == device_, call, " on rank ", rank_, ": the stream belongs to ",
+           stream.device().str(), " but this rank's device is ", device_.str(),
+           "; pass a stream of ", device_.str());
+  const size_t limit = SIZE_MAX / dtype_size(dtype) / static_cast<size_t>(size());
+  LS_CHECK(count <= limit, call, ": count ", count, " is too large (at most ", limit, ")");
+}
+
+void HostCommunicator::all_reduce(const void* send, void* recv, size_t count, DType dtype,
+                                  ReduceOp op, Stream& stream) {
+  check_common("all_reduce", count, dtype, stream);
+  const size_t bytes = count * dtype_size(dtype);
+  LS_CHECK(count == 0 || (send != nullptr && recv != nullptr), "all_reduce on rank ", rank_,
+           ": send (", send, ") and recv (", recv, ") must be non-null when count (", count,
+           ") > 0");
+  LS_CHECK(send == recv || !overlaps(send, bytes, recv, bytes), "all_reduce on rank ", rank_,
+           ": send and recv overlap without being equal; pass send == recv for in place, or "
+           "disjoint buffers");
+  issue({CollectiveKind::kAllReduce, dtype, count, op, 0, send, recv, 0}, stream);
+}
+
+void HostCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
+                                      ReduceOp op, Stream& stream) {
+  check_common("reduce_scatter", recv_count, dtype, stream);
+  const size_t block = recv_count * dtype_size(dtype);
+  LS_CHECK(recv_count == 0 || (send != nullptr && recv != nullptr), "reduce_scatter on rank ",
+           rank_, ": send (", send, ") and recv (", recv, ") must be non-null when recv_count (",
+           recv_count, ") > 0");
+  const void* in_place = bytes_of(send) + static_cast<size_t>(rank_) * block;
+  LS_CHECK(recv == in_place || !overlaps(send, block * static_cast<size_t>(size()), recv, block),
+           "reduce_scatter on rank ", rank_, ": recv overlaps send; in place means recv == send + ",
+           rank_, " * recv_count, otherwise the buffers must be disjoint");
+  issue({CollectiveKind::kReduceScatter, dtype, recv_count, op, 0, send, recv, 0}, stream);
+}
+
+void HostCommunicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype,
+                                  Stream& stream) {
+  check_common("all_gather", send_count, dtype, stream);
+  const size_t block = send_count * dtype_size(dtype);
+  LS_CHECK(send_count == 0 || (send != nullptr && recv != nullptr), "all_gather on rank ", rank_,
+           ": send (", send, ") and recv (", recv, ") must be non-null when send_count (",
+           send_count, ") > 0");
+  const void* in_place = bytes_of(recv) + static_cast<size_t>(rank_) * block;
+  LS_CHECK(send == in_place || !overlaps(send, block, recv, block * static_cast<size_t>(size())),
+           "all_gather on rank ", rank_, ": send overlaps recv; in place means send == recv + ",
+           rank_, " * send_count, otherwise the buffers must be disjoint");
+  issue({CollectiveKind::kAllGather, dtype, send_count, ReduceOp::kSum, 0, send, recv, 0}, stream);
+}
+
+void HostCommunicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
+                                 Stream& stream) {
+  check_common("broadcast", count, dtype, stream);
+  LS_CHECK(root >= 0 && root < size(), "broadcast: root ", root,
+           " is out of range; the clique has ", size(), " ranks (0..", size() - 1, ")");
+  LS_CHECK(count == 0 || (recv != nullptr && (send != nullptr || rank_ != root)),
+           "broadcast on rank ", rank_, ": recv (", recv, ") and, on the root, send (", send,
+           ") must be non-null when count (", count, ") > 0");
+  const size_t bytes = count * dtype_size(dtype);
+  LS_CHECK(rank_ != root || send == recv || !overlaps(send, bytes, recv, bytes),
+           "broadcast on root ", rank_,
+           ": send and recv overlap without being equal; pass "
+           "send == recv for in place, or disjoint buffers");
+  issue({CollectiveKind::kBroadcast, dtype, count, ReduceOp::kSum, root, send, recv, 0}, stream);
+}
+
+void HostCommunicator::issue(CollectiveDesc desc, Stream& stream) {
+  clique_->throw_if_failed();  // sticky: a failed clique never starts another collective
+  desc.seq = clique_->note_issued(rank_);
+  host_enqueue(stream,
+               [clique = clique_, rank = rank_, desc] { run_collective(*clique, rank, desc); });
+}
+
+void HostCommunicator::group_end() {
+  LS_CHECK(group_depth_ > 0, "group_end() on rank ", rank_,
+           " without a matching group_start(); calls to group_start()/group_end() must balance");
+  --group_depth_;
+}
+
+void HostCommunicator::abort() {
+  clique_->fail(
+      "collective aborted: abort() was called on the communicator of rank " + std::to_string(rank_),
+      __FILE__, __LINE__);
+}
+
+std::vector<std::unique_ptr<Communicator>> make_host_communicators(
+    const std::vector<Device>& devices, const CommunicatorOptions& options) {
+  LS_CHECK(!devices.empty(), "make_host_communicators: no devices given");
+  for (size_t i = 0; i < devices.size(); ++i) {
+    LS_CHECK(devices[i].is_host(), "make_host_communicators: ", devices[i].str(),
+             " is not a host device (", devices_str(devices),
+             "); the host communicator only "
+             "connects host devices");
+    for (size_t j = 0; j < i; ++j) {
+      LS_CHECK(devices[j] != devices[i], "make_host_communicators: ", devices[i].str(),
+               " is listed twice (", devices_str(devices), "); give each rank its own device");
+    }
+  }
+  auto clique = std::make_shared<HostClique>(static_cast<int>(devices.size()), options.timeout);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    comms.push_back(std::make_unique<HostCommunicator>(clique, static_cast<int>(r), devices[r]));
+  }
+  return comms;
+}
+
+}  // namespace ls

@@ -1,0 +1,62 @@
+// The host Communicator: NCCL's collectives between the host devices of one process, through
+// shared memory (the ranks read each other's buffers directly).
+//
+// Each call checks its arguments, takes the rank's next sequence number and enqueues ONE task on
+// the given host stream: publish the descriptor, arrival barrier + desync check, the work phase,
+// exit barrier (parallel/host/host_clique.h). It returns at once; errors (desync, timeout,
+// abort) surface at the stream's next synchronize(). Once the clique has failed, every later
+// call throws that failure at once, from the call itself, and every pending one at its stream.
+// Thread-safety: one thread per communicator (its replica's); abort() and the counters from any.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "parallel/communicator.h"
+#include "parallel/host/host_clique.h"
+
+namespace ls {
+
+class HostCommunicator final : public Communicator {
+ public:
+  HostCommunicator(std::shared_ptr<HostClique> clique, int rank, Device device);
+
+  int rank() const override { return rank_; }
+  int size() const override { return clique_->size(); }
+  Device device() const override { return device_; }
+  std::string backend() const override { return "host"; }
+
+  void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                  Stream& stream) override;
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
+                      Stream& stream) override;
+  void all_gather(const void* send, void* recv, size_t send_count, DType dtype,
+                  Stream& stream) override;
+  void broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
+                 Stream& stream) override;
+
+  // Calls inside a group are enqueued in order like any other; the group only has to balance.
+  void group_start() override { ++group_depth_; }
+  void group_end() override;
+  // Fails the whole clique with an "aborted" error; blocked and later collectives throw it.
+  void abort() override;
+
+  // For the watchdog: collectives this rank has issued and completed (a collective's sequence
+  // number is the issued count right after the call), and the clique's failure ("" if none).
+  int64_t issued() const { return clique_->issued(rank_); }
+  int64_t completed() const { return clique_->completed(rank_); }
+  std::string last_failure() const { return clique_->failure_message(); }
+  const std::shared_ptr<HostClique>& clique() const { return clique_; }
+
+ private:
+  void check_common(const char* call, size_t count, DType dtype, const Stream& stream) const;
+  void issue(CollectiveDesc desc, Stream& stream);
+
+  std::shared_ptr<HostClique> clique_;
+  int rank_;
+  Device device_;
+  int group_depth_ = 0;
+};
+
+}  // namespace ls

@@ -1,0 +1,25 @@
+// The memory loops of the host collectives: an in-order reduction over the ranks' buffers and a
+// parallel copy. Called from inside host stream work; both split large ranges with
+// host_parallel_for over the current host device's cores.
+//
+// host_reduce: out[i] = in[0][offset + i] (op) in[1][offset + i] (op) ... in[n-1][offset + i] for
+// i in [0, count), accumulated in f32 left to right (ranks 0..n-1), so the result is bitwise the
+// same for the same inputs whatever the timing or the split. kAvg is that f32 sum divided by n;
+// bf16 is widened to f32, reduced, and rounded to bf16 once. kMax propagates NaN.
+// In place: out may be in[k] + offset for any k; each element is read from every input before
+// it is written.
+#pragma once
+
+#include <cstddef>
+
+#include "parallel/communicator.h"
+
+namespace ls {
+
+void host_reduce(const void* const* inputs, int n, size_t offset, void* out, size_t count,
+                 DType dtype, ReduceOp op);
+
+// memcpy split across the device's cores when large; no-op when dst == src or bytes == 0.
+void host_copy(void* dst, const void* src, size_t bytes);
+
+}  // namespace ls

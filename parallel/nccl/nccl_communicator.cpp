@@ -1,0 +1,659 @@
+// NcclClique (the NCCL communicators of one process, made, aborted and torn down together),
+// NcclCommunicator (parallel/nccl/nccl_communicator.h) and make_nccl_communicators.
+// NCCL semantics relied on here were read in NVIDIA/nccl src/init.cc and src/group.cc and the
+// NCCL user guide; see docs/gpu.md, section "NCCL communicator".
+//
+// Note [NCCL init is the barrier]
+// make_nccl_communicators runs on one thread: ncclGetUniqueId, ncclGroupStart, for every rank
+// cudaSetDevice + ncclCommInitRankConfig(blocking = 0), ncclGroupEnd (ncclInProgress for
+// non-blocking communicators), then ncclCommGetAsyncError on every rank until none is
+// ncclInProgress. It returns only when every rank is fully initialised, and replica threads get
+// their communicator only from its result, so no rank can issue a collective while a peer is still
+// initialising. That is the barrier after init that NVIDIA/nccl PR #623 and jax #11637 call for.
+//
+// Note [NCCL polling]
+// A non-blocking communicator may answer any call with ncclInProgress; until
+// ncclCommGetAsyncError says ncclSuccess no other call may use it. Every wait here polls (spin
+// 100 us, then 20 us sleeps, then 1 ms sleeps), is bounded by the options' timeout (which then
+// aborts the clique) and ends at once when the clique is aborted. Every NCCL call on a rank's
+// communicator, polls included, holds that rank's mutex, and abort takes the mutex before
+// ncclCommAbort: NCCL does not allow a communicator to be aborted while another thread is inside
+// a call on it. A non-blocking call returns quickly, so the mutex is never held for long.
+//
+// Note [NCCL groups and abort]
+// NCCL groups are per thread: ncclGroupStart only counts, and calls inside a group queue their
+// communicator in the thread's group until the outermost ncclGroupEnd. A group may span several
+// communicators (of this or another clique); it must then be issued by one thread. Aborting a
+// communicator that sits in another thread's open group would leave that group holding a dead
+// communicator, so abort_all defers such ranks: the group's thread aborts them itself when the
+// group closes or when its next call finds the clique aborted. A thread closes its own open group
+// (ncclGroupEnd at every level) before it aborts anything, because NCCL runs ncclCommAbort as a
+// job of the calling thread's group. t_group tracks what lockstep opened on each thread.
+//
+// Note [NCCL teardown]
+// Recent NCCL finalizes the communicators of one process with an intra-node barrier, so they must
+// be finalized together, not one by one as each NcclCommunicator goes: the clique does it when the
+// last one goes. Non-blocking: ncclCommFinalize on every rank (each returns ncclInProgress), poll
+// all of them (bounded), then ncclCommDestroy each. On error or timeout, and after an abort, the
+// remaining communicators are aborted instead (ncclCommDestroy could block on stuck work).
+#include "parallel/nccl/nccl_communicator.h"
+
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "engine/cuda/cuda_runtime.h"
+#include "engine/cuda/cuda_stream_access.h"
+#include "engine/device.h"
+#include "engine/error.h"
+#include "parallel/nccl/nccl_types.h"
+
+namespace ls {
+
+class NcclClique;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+using detail::concat;
+
+// See Note [NCCL polling].
+void pause_since(Clock::time_point start) {
+  const auto waited = Clock::now() - start;
+  if (waited < 100us) {
+    std::this_thread::yield();
+  } else if (waited < 10ms) {
+    std::this_thread::sleep_for(20us);
+  } else {
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a);
+  const auto b0 = reinterpret_cast<uintptr_t>(b);
+  return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+const char* offset_bytes(const void* ptr, size_t bytes) {
+  return static_cast<const char*>(ptr) + bytes;
+}
+
+// The NCCL group lockstep opened on this thread. See Note [NCCL groups and abort].
+struct GroupMember {
+  std::weak_ptr<NcclClique> clique;
+  const NcclClique* raw;  // recognises the members of a clique that is being destroyed
+  int rank;
+};
+struct ThreadGroup {
+  int depth = 0;  // ncclGroupStart calls not yet ended
+  std::vector<GroupMember> members;
+};
+thread_local ThreadGroup t_group;
+
+void release_thread_group();
+void close_thread_group();
+bool thread_group_has_aborted_member();
+
+}  // namespace
+
+class NcclClique : public std::enable_shared_from_this<NcclClique> {
+ public:
+  // Makes and initialises one communicator per device; see Note [NCCL init is the barrier].
+  NcclClique(const std::vector<Device>& devices, std::chrono::milliseconds timeout);
+  ~NcclClique();  // See Note [NCCL teardown].
+  NcclClique(const NcclClique&) = delete;
+  NcclClique& operator=(const NcclClique&) = delete;
+
+  int size() const { return n_; }
+  Device device(int rank) const { return slots_[static_cast<size_t>(rank)].device; }
+  bool nonblocking() const { return nonblocking_; }
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  std::string abort_reason() const {
+    std::lock_guard lock(reason_mutex_);
+    return reason_;
+  }
+
+  // Issues `call(comm, cuda_stream)` on rank's communicator and waits until NCCL has taken it.
+  template <typename Call>
+  void collective(int rank, const NcclOpDesc& op, Stream& stream, Call&& call);
+  void group_start(int rank);
+  void group_end(int rank);
+  // Aborts every communicator once (later calls return at once); never throws.
+  void abort_all(const std::string& reason) noexcept;
+  // This thread's group closed: rank's communicator left it (aborted now if the clique was).
+  void leave_group(int rank) noexcept;
+  // Polls rank's communicator until it is no longer ncclInProgress. See Note [NCCL polling].
+  void wait_ready(int rank, const NcclOpDesc& op, Clock::time_point start);
+
+ private:
+  struct Slot {
+    Device device;
+    std::mutex mutex;           // held around every NCCL call on comm
+    ncclComm_t comm = nullptr;  // null once aborted or destroyed
+    bool in_group = false;      // comm sits in the open NCCL group of group_thread
+    std::thread::id group_thread;
+  };
+
+  Slot& slot(int rank) { return slots_[static_cast<size_t>(rank)]; }
+  std::string where(int rank) const { return concat("rank ", rank, " (", device(rank).str(), ")"); }
+  std::string devices_string() const;
+  std::string init();
+  std::string wait_all(const char* what, const char* hint);
+  bool finalize_all() noexcept;
+  void join_group_locked(Slot& slot, int rank, bool check_only = false);
+  void abort_slot_locked(Slot& slot) noexcept;
+  [[noreturn]] void fail_aborted(int rank, const NcclOpDesc& op);
+  [[noreturn]] void fail_nccl(int rank, const NcclOpDesc& op, const std::string& text);
+
+  int n_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<Slot[]> slots_;
+  ncclConfig_t config_ = NCCL_CONFIG_INITIALIZER;
+  bool nonblocking_ = true;
+  std::atomic<bool> aborted_{false};
+  std::once_flag abort_once_;
+  mutable std::mutex reason_mutex_;
+  std::string reason_;
+};
+
+namespace {
+
+void release_thread_group() {
+  std::vector<GroupMember> members;
+  members.swap(t_group.members);
+  for (const GroupMember& member : members) {
+    if (auto clique = member.clique.lock()) clique->leave_group(member.rank);
+  }
+}
+
+// Ends this thread's open group at every level so that an abort can get through; NCCL launches
+// whatever the group held. Results are ignored: this runs on the way to an error.
+void close_thread_group() {
+  while (t_group.depth > 0) {
+    --t_group.depth;
+    (void)ncclGroupEnd();
+  }
+  release_thread_group();
+}
+
+bool thread_group_has_aborted_member() {
+  for (const GroupMember& member : t_group.members) {
+    if (auto clique = member.clique.lock(); clique && clique->aborted()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+NcclClique::NcclClique(const std::vector<Device>& devices, std::chrono::milliseconds timeout)
+    : n_(static_cast<int>(devices.size())),
+      timeout_(timeout),
+      slots_(std::make_unique<Slot[]>(devices.size())) {
+  // Inside an open group our ncclGroupEnd would only count down, and nothing would initialise.
+  LS_CHECK(t_group.depth == 0, "cannot make NCCL communicators while this thread has an open "
+           "group (group_start() without group_end())");
+  for (int r = 0; r < n_; ++r) slot(r).device = devices[static_cast<size_t>(r)];
+  config_.blocking = 0;
+  std::string failure = init();
+  if (failure.empty()) {
+    failure = wait_all("initialisation",
+                       "rerun with NCCL_DEBUG=INFO to see where it stops; if peer-to-peer access "
+                       "between these GPUs is broken (IOMMU, PCIe ACS, some consumer GPUs), "
+                       "NCCL_P2P_DISABLE=1 is the usual workaround");
+  }
+  if (!failure.empty()) {
+    for (int r = 0; r < n_; ++r) {
+      std::lock_guard lock(slot(r).mutex);
+      abort_slot_locked(slot(r));
+    }
+    LS_THROW("cannot make NCCL communicators for ", devices_string(), ": ", failure);
+  }
+  if (!nonblocking_) {
+    std::fprintf(stderr,
+                 "lockstep: NCCL made blocking communicators for %s although lockstep asked for "
+                 "non-blocking ones (is NCCL_COMM_BLOCKING=1 set in the environment or an NCCL "
+                 "config file?); abort() and the collective timeout cannot interrupt a rank "
+                 "blocked inside NCCL\n",
+                 devices_string().c_str());
+  }
+}
+
+std::string NcclClique::devices_string() const {
+  std::vector<Device> devices;
+  for (int r = 0; r < n_; ++r) devices.push_back(device(r));
+  return devices_str(devices);
+}
+
+// Everything up to ncclGroupEnd; "" or why it failed.
+std::string NcclClique::init() {
+  ncclUniqueId id;
+  ncclResult_t result = ncclGetUniqueId(&id);
+  if (result != ncclSuccess) return concat("ncclGetUniqueId failed: ", nccl_error_text(result, nullptr));
+  result = ncclGroupStart();
+  if (result != ncclSuccess) return concat("ncclGroupStart failed: ", nccl_error_text(result, nullptr));
+  std::string failure;
+  for (int r = 0; r < n_ && failure.empty(); ++r) {
+    try {
+      DeviceGuard guard(device(r).index);  // NCCL takes the rank's GPU from the current device
+      result = ncclCommInitRankConfig(&slot(r).comm, n_, id, r, &config_);
+      if (result != ncclSuccess && result != ncclInProgress) {
+        failure = concat("ncclCommInitRankConfig for ", where(r), " failed: ",
+                         nccl_error_text(result, slot(r).comm));
+      }
+    } catch (const Error& e) {
+      failure = e.message();
+    }
+  }
+  // Ends the group even after a failure: NCCL cleans the group up there (as ncclCommInitAll does).
+  result = ncclGroupEnd();
+  if (result == ncclInProgress) {
+    nonblocking_ = true;
+  } else if (result == ncclSuccess) {
+    nonblocking_ = false;  // a non-blocking group with init jobs always answers ncclInProgress
+  } else if (failure.empty()) {
+    failure = concat("ncclGroupEnd after ncclCommInitRankConfig failed: ",
+                     nccl_error_text(result, nullptr));
+  }
+  return failure;
+}
+
+// Polls every rank until none is ncclInProgress, bounded by the timeout; "" or why it failed.
+std::string NcclClique::wait_all(const char* what, const char* hint) {
+  const auto start = Clock::now();
+  std::vector<char> done(static_cast<size_t>(n_), 0);
+  for (int remaining = n_;;) {
+    for (int r = 0; r < n_; ++r) {
+      if (done[static_cast<size_t>(r)]) continue;
+      ncclResult_t state = ncclInProgress;
+      const ncclResult_t result = ncclCommGetAsyncError(slot(r).comm, &state);
+      if (result != ncclSuccess) state = result;
+      if (state == ncclSuccess) {
+        done[static_cast<size_t>(r)] = 1;
+        --remaining;
+      } else if (state != ncclInProgress) {
+        return concat("NCCL ", what, " of ", where(r), " failed: ",
+                      nccl_error_text(state, slot(r).comm));
+      }
+    }
+    if (remaining == 0) return "";
+    if (Clock::now() - start > timeout_) {
+      std::string pending;
+      for (int r = 0; r < n_; ++r) {
+        if (!done[static_cast<size_t>(r)]) pending += (pending.empty() ? "" : ", ") + where(r);
+      }
+      return concat("NCCL ", what, " timed out after ", timeout_.count(), " ms (still in progress: ",
+                    pending, "); ", hint);
+    }
+    pause_since(start);
+  }
+}
+
+NcclClique::~NcclClique() {
+  bool clean = !aborted();
+  // NCCL runs finalize, destroy and abort as jobs of this thread's group, so none may be open;
+  // an unbalanced group_start may even have left our communicators in it.
+  if (t_group.depth > 0 || !t_group.members.empty()) {
+    const auto ours = std::erase_if(t_group.members, [this](const GroupMember& m) { return m.raw == this; });
+    close_thread_group();
+    clean = clean && ours == 0;
+  }
+  for (int r = 0; r < n_; ++r) clean = clean && !slot(r).in_group;  // another thread's group
+  if (clean && finalize_all()) return;
+  for (int r = 0; r < n_; ++r) {
+    std::lock_guard lock(slot(r).mutex);
+    abort_slot_locked(slot(r));
+  }
+}
+
+// See Note [NCCL teardown]. True when every communicator was destroyed.
+bool NcclClique::finalize_all() noexcept {
+  std::string failure;
+  try {
+    if (nonblocking_) {
+      for (int r = 0; r < n_ && failure.empty(); ++r) {
+        DeviceGuard guard(device(r).index, std::nothrow);
+        const ncclResult_t result = ncclCommFinalize(slot(r).comm);
+        if (result != ncclSuccess && result != ncclInProgress) {
+          failure = concat("ncclCommFinalize on ", where(r), " failed: ",
+                           nccl_error_text(result, slot(r).comm));
+        }
+      }
+      if (failure.empty()) failure = wait_all("finalize", "outstanding collectives never finished");
+    }
+    // Blocking communicators skip ncclCommFinalize: ncclCommDestroy finalizes them itself.
+    for (int r = 0; r < n_ && failure.empty(); ++r) {
+      DeviceGuard guard(device(r).index, std::nothrow);
+      const ncclResult_t result = ncclCommDestroy(slot(r).comm);
+      if (result == ncclSuccess) {
+        slot(r).comm = nullptr;
+      } else {
+        failure = concat("ncclCommDestroy on ", where(r), " failed: ", nccl_error_text(result, nullptr));
+      }
+    }
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (failure.empty()) return true;
+  std::fprintf(stderr, "lockstep: tearing down the NCCL communicators of %s: %s; aborting them\n",
+               devices_string().c_str(), failure.c_str());
+  return false;
+}
+
+template <typename Call>
+void NcclClique::collective(int rank, const NcclOpDesc& op, Stream& stream, Call&& call) {
+  const auto start = Clock::now();
+  if (aborted()) fail_aborted(rank, op);
+  cudaStream_t cuda_stream = cuda_stream_of(stream);
+  // The last ncclGroupEnd of a group spanning communicators may have left this one in progress.
+  if (t_group.depth == 0) wait_ready(rank, op, start);
+  Slot& s = slot(rank);
+  ncclResult_t result = ncclSuccess;
+  std::string text;
+  {
+    std::unique_lock lock(s.mutex);
+    if (aborted()) {
+      lock.unlock();
+      fail_aborted(rank, op);
+    }
+    if (t_group.depth > 0) join_group_locked(s, rank);
+    DeviceGuard guard(s.device.index);
+    result = call(s.comm, cuda_stream);
+    if (result != ncclSuccess && result != ncclInProgress) text = nccl_error_text(result, s.comm);
+  }
+  if (result == ncclInProgress) {
+    wait_ready(rank, op, start);
+  } else if (result != ncclSuccess) {
+    fail_nccl(rank, op, text);
+  }
+}
+
+void NcclClique::wait_ready(int rank, const NcclOpDesc& op, Clock::time_point start) {
+  Slot& s = slot(rank);
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    std::string text;
+    {
+      std::unique_lock lock(s.mutex);
+      if (aborted()) {
+        lock.unlock();
+        fail_aborted(rank, op);
+      }
+      const ncclResult_t result = ncclCommGetAsyncError(s.comm, &state);
+      if (result != ncclSuccess) state = result;
+      if (state != ncclSuccess && state != ncclInProgress) text = nccl_error_text(state, s.comm);
+    }
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) fail_nccl(rank, op, text);
+    if (Clock::now() - start > timeout_) {
+      const std::string message = concat(
+          "NCCL did not finish ", nccl_op_str(op), " on ", where(rank), " within ", timeout_.count(),
+          " ms (it stayed ncclInProgress). Every rank must issue the same collectives in the same "
+          "order with the same counts; a rank that never issues this one leaves its peers waiting. "
+          "Rerun with NCCL_DEBUG=INFO for NCCL's view. The clique was aborted");
+      abort_all(message);
+      LS_THROW(message);
+    }
+    pause_since(start);
+  }
+}
+
+void NcclClique::group_start(int rank) {
+  const NcclOpDesc op{.name = "group_start"};
+  const auto start = Clock::now();
+  if (aborted()) fail_aborted(rank, op);
+  if (t_group.depth == 0) wait_ready(rank, op, start);
+  std::lock_guard lock(slot(rank).mutex);
+  join_group_locked(slot(rank), rank, /*check_only=*/true);  // before NCCL's depth changes
+  const ncclResult_t result = ncclGroupStart();
+  if (result != ncclSuccess) {
+    LS_THROW("ncclGroupStart on ", where(rank), " failed: ", nccl_error_text(result, nullptr));
+  }
+  ++t_group.depth;
+  join_group_locked(slot(rank), rank);
+}
+
+void NcclClique::group_end(int rank) {
+  const NcclOpDesc op{.name = "group_end"};
+  if (aborted()) fail_aborted(rank, op);
+  if (t_group.depth == 0) return;  // an abort on this thread closed the group early: see Note
+  const auto start = Clock::now();
+  --t_group.depth;
+  const ncclResult_t result = ncclGroupEnd();
+  if (t_group.depth == 0) {
+    const std::vector<GroupMember> members = t_group.members;
+    release_thread_group();
+    if (aborted()) fail_aborted(rank, op);
+    if (result == ncclInProgress) {
+      for (const GroupMember& member : members) {
+        if (auto clique = member.clique.lock()) clique->wait_ready(member.rank, op, start);
+      }
+      return;
+    }
+  }
+  if (result != ncclSuccess) {
+    fail_nccl(rank, op, nccl_error_text(result, nullptr));
+  }
+}
+
+void NcclClique::join_group_locked(Slot& s, int rank, bool check_only) {
+  const std::thread::id me = std::this_thread::get_id();
+  LS_CHECK(!s.in_group || s.group_thread == me, "NCCL communicator of ", where(rank),
+           " is in an open group of another thread; a communicator is used by one thread, and a "
+           "group spanning communicators is issued entirely by one thread");
+  if (s.in_group || check_only) return;
+  s.in_group = true;
+  s.group_thread = me;
+  t_group.members.push_back({weak_from_this(), this, rank});
+}
+
+void NcclClique::leave_group(int rank) noexcept {
+  Slot& s = slot(rank);
+  std::lock_guard lock(s.mutex);
+  s.in_group = false;
+  if (aborted()) abort_slot_locked(s);
+}
+
+void NcclClique::abort_slot_locked(Slot& s) noexcept {
+  if (s.comm == nullptr) return;
+  DeviceGuard guard(s.device.index, std::nothrow);
+  (void)ncclCommAbort(s.comm);  // nothing more can be done if it fails
+  s.comm = nullptr;
+}
+
+void NcclClique::abort_all(const std::string& reason) noexcept {
+  try {
+    std::call_once(abort_once_, [&] {
+      {
+        std::lock_guard lock(reason_mutex_);
+        reason_ = reason;
+      }
+      aborted_.store(true, std::memory_order_release);  // pollers stop at their next check
+      // ncclCommAbort runs as a job of this thread's group: none may be open. See Note.
+      if (t_group.depth > 0) close_thread_group();
+      const std::thread::id me = std::this_thread::get_id();
+      for (int r = 0; r < n_; ++r) {
+        Slot& s = slot(r);
+        std::lock_guard lock(s.mutex);  // waits until no NCCL call on this rank is running
+        if (s.in_group && s.group_thread != me) continue;  // its group's thread aborts it
+        abort_slot_locked(s);
+      }
+    });
+  } catch (...) {
+    // std::call_once or a mutex failed (a system error): there is nothing left to try.
+  }
+}
+
+void NcclClique::fail_aborted(int rank, const NcclOpDesc& op) {
+  if (t_group.depth > 0 && thread_group_has_aborted_member()) close_thread_group();
+  LS_THROW(nccl_op_str(op), " on ", where(rank), ": communicator aborted: ", abort_reason());
+}
+
+// Any NCCL error aborts the clique: a non-blocking communicator keeps even an argument error as
+// its state, and the notes' rule is to abort every rank of the group after an error.
+void NcclClique::fail_nccl(int rank, const NcclOpDesc& op, const std::string& text) {
+  const std::string message = concat("NCCL ", nccl_op_str(op), " on ", where(rank), " failed: ", text);
+  abort_all(message);
+  LS_THROW(message, " (the clique was aborted)");
+}
+
+// ---- NcclCommunicator ----------------------------------------------------------------------
+
+NcclCommunicator::NcclCommunicator(std::shared_ptr<NcclClique> clique, int rank)
+    : clique_(std::move(clique)), rank_(rank), device_(clique_->device(rank)) {}
+
+NcclCommunicator::~NcclCommunicator() = default;
+
+int NcclCommunicator::size() const { return clique_->size(); }
+bool NcclCommunicator::nonblocking() const { return clique_->nonblocking(); }
+std::string NcclCommunicator::abort_reason() const { return clique_->abort_reason(); }
+
+void NcclCommunicator::check_common(const char* call, size_t count, DType dtype,
+                                    const Stream& stream) const {
+  LS_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, call, ": dtype ", dtype_name(dtype),
+           " is not supported by collectives; use f32 or bf16");
+  LS_CHECK(stream.device() == device_, call, " on rank ", rank_, ": the stream belongs to ",
+           stream.device().str(), " but this rank's device is ", device_.str(),
+           "; pass a stream of ", device_.str());
+  const size_t limit = SIZE_MAX / dtype_size(dtype) / static_cast<size_t>(size());
+  LS_CHECK(count <= limit, call, ": count ", count, " is too large (at most ", limit, ")");
+}
+
+void NcclCommunicator::all_reduce(const void* send, void* recv, size_t count, DType dtype,
+                                  ReduceOp op, Stream& stream) {
+  check_common("all_reduce", count, dtype, stream);
+  const size_t bytes = count * dtype_size(dtype);
+  LS_CHECK(count == 0 || (send != nullptr && recv != nullptr), "all_reduce on rank ", rank_,
+           ": send (", send, ") and recv (", recv, ") must be non-null when count (", count,
+           ") > 0");
+  LS_CHECK(send == recv || !overlaps(send, bytes, recv, bytes), "all_reduce on rank ", rank_,
+           ": send and recv overlap without being equal; pass send == recv for in place, or "
+           "disjoint buffers");
+  const ncclDataType_t type = nccl_dtype(dtype);
+  const ncclRedOp_t nccl_reduce = nccl_op(op);
+  const NcclOpDesc desc{.name = "all_reduce", .has_args = true, .count = count, .dtype = dtype,
+                    .op = reduce_op_name(op)};
+  clique_->collective(rank_, desc, stream, [&](ncclComm_t comm, cudaStream_t s) {
+    return ncclAllReduce(send, recv, count, type, nccl_reduce, comm, s);
+  });
+}
+
+void NcclCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count,
+                                      DType dtype, ReduceOp op, Stream& stream) {
+  check_common("reduce_scatter", recv_count, dtype, stream);
+  const size_t block = recv_count * dtype_size(dtype);
+  LS_CHECK(recv_count == 0 || (send != nullptr && recv != nullptr), "reduce_scatter on rank ",
+           rank_, ": send (", send, ") and recv (", recv, ") must be non-null when recv_count (",
+           recv_count, ") > 0");
+  const void* in_place = offset_bytes(send, static_cast<size_t>(rank_) * block);
+  LS_CHECK(recv == in_place || !overlaps(send, block * static_cast<size_t>(size()), recv, block),
+           "reduce_scatter on rank ", rank_, ": recv overlaps send; in place means recv == send + ",
+           rank_, " * recv_count, otherwise the buffers must be disjoint");
+  const ncclDataType_t type = nccl_dtype(dtype);
+  const ncclRedOp_t nccl_reduce = nccl_op(op);
+  const NcclOpDesc desc{.name = "reduce_scatter", .has_args = true, .count = recv_count,
+                    .dtype = dtype, .op = reduce_op_name(op)};
+  clique_->collective(rank_, desc, stream, [&](ncclComm_t comm, cudaStream_t s) {
+    return ncclReduceScatter(send, recv, recv_count, type, nccl_reduce, comm, s);
+  });
+}
+
+void NcclCommunicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype,
+                                  Stream& stream) {
+  check_common("all_gather", send_count, dtype, stream);
+  const size_t block = send_count * dtype_size(dtype);
+  LS_CHECK(send_count == 0 || (send != nullptr && recv != nullptr), "all_gather on rank ", rank_,
+           ": send (", send, ") and recv (", recv, ") must be non-null when send_count (",
+           send_count, ") > 0");
+  const void* in_place = offset_bytes(recv, static_cast<size_t>(rank_) * block);
+  LS_CHECK(send == in_place || !overlaps(send, block, recv, block * static_cast<size_t>(size())),
+           "all_gather on rank ", rank_, ": send overlaps recv; in place means send == recv + ",
+           rank_, " * send_count, otherwise the buffers must be disjoint");
+  const ncclDataType_t type = nccl_dtype(dtype);
+  const NcclOpDesc desc{.name = "all_gather", .has_args = true, .count = send_count, .dtype = dtype};
+  clique_->collective(rank_, desc, stream, [&](ncclComm_t comm, cudaStream_t s) {
+    return ncclAllGather(send, recv, send_count, type, comm, s);
+  });
+}
+
+void NcclCommunicator::broadcast(const void* send, void* recv, size_t count, DType dtype,
+                                 int root, Stream& stream) {
+  check_common("broadcast", count, dtype, stream);
+  LS_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is out of range; the clique has ",
+           size(), " ranks (0..", size() - 1, ")");
+  LS_CHECK(count == 0 || (recv != nullptr && (send != nullptr || rank_ != root)),
+           "broadcast on rank ", rank_, ": recv (", recv, ") and, on the root, send (", send,
+           ") must be non-null when count (", count, ") > 0");
+  const size_t bytes = count * dtype_size(dtype);
+  LS_CHECK(rank_ != root || send == recv || !overlaps(send, bytes, recv, bytes),
+           "broadcast on root ", rank_, ": send and recv overlap without being equal; pass "
+           "send == recv for in place, or disjoint buffers");
+  const ncclDataType_t type = nccl_dtype(dtype);
+  const NcclOpDesc desc{.name = "broadcast", .has_args = true, .count = count, .dtype = dtype,
+                    .root = root};
+  clique_->collective(rank_, desc, stream, [&](ncclComm_t comm, cudaStream_t s) {
+    return ncclBroadcast(send, recv, count, type, root, comm, s);
+  });
+}
+
+void NcclCommunicator::group_start() {
+  clique_->group_start(rank_);
+  ++group_depth_;
+}
+
+void NcclCommunicator::group_end() {
+  LS_CHECK(group_depth_ > 0, "group_end() on rank ", rank_,
+           " without a matching group_start(); calls to group_start()/group_end() must balance");
+  --group_depth_;
+  clique_->group_end(rank_);
+}
+
+void NcclCommunicator::abort() {
+  clique_->abort_all(concat("abort() was called on the communicator of rank ", rank_, " (",
+                            device_.str(), ")"));
+}
+
+// Checks that need no CUDA call come first, so that bad device lists fail the same way on
+// machines with and without a GPU. See Note [NCCL init is the barrier].
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
+    const std::vector<Device>& devices, const CommunicatorOptions& options) {
+  LS_CHECK(!devices.empty(), "make_nccl_communicators: no devices given");
+  for (size_t i = 0; i < devices.size(); ++i) {
+    LS_CHECK(devices[i].is_cuda(), "make_nccl_communicators: ", devices[i].str(),
+             " is not a CUDA device (", devices_str(devices), "); NCCL connects CUDA devices only, "
+             "use host devices with the host communicator");
+    LS_CHECK(devices[i].index >= 0, "make_nccl_communicators: ", devices[i].str(),
+             " is not a valid device index");
+    for (size_t j = 0; j < i; ++j) {
+      LS_CHECK(devices[j] != devices[i], "make_nccl_communicators: ", devices[i].str(),
+               " is listed twice (", devices_str(devices), "); NCCL supports one rank per GPU "
+               "(two ranks on one GPU may hang), so give each rank its own device");
+    }
+  }
+  LS_CHECK(options.timeout.count() > 0, "collective timeout must be positive, got ",
+           options.timeout.count(), " ms");
+  const CudaAvailability available = cuda_availability();
+  LS_CHECK(available.device_count > 0, "cannot make NCCL communicators for ",
+           devices_str(devices), ": ", available.reason_unavailable);
+  for (const Device& device : devices) {
+    LS_CHECK(device.index < available.device_count, "cannot make NCCL communicators for ",
+             devices_str(devices), ": ", device.str(), " does not exist; this process sees ",
+             available.device_count, " CUDA device(s), cuda:0 to cuda:",
+             available.device_count - 1, " (CUDA_VISIBLE_DEVICES renumbers them)");
+  }
+  auto clique = std::make_shared<NcclClique>(devices, options.timeout);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int r = 0; r < clique->size(); ++r) comms.push_back(std::make_unique<NcclCommunicator>(clique, r));
+  return comms;
+}
+
+}  // namespace ls

@@ -1,0 +1,94 @@
+// Replica: one device's share of data-parallel training — its streams, its copy of the model,
+// its optimizer, its communicator and its Reducer. Created, used and destroyed on its own
+// WorkerThread (parallel/data_parallel.h), so all of a device's state belongs to one thread.
+//
+// A step runs the shard's micro-batches forward and backward on the compute stream (the last
+// one feeding the Reducer, so gradient all-reduces overlap its backward), waits for the summed
+// gradients, steps the optimizer and synchronizes once to read the losses back.
+// Gradients are scaled by 1/global_batch and summed across replicas, so the result equals one
+// big batch whatever the shard sizes (uneven shards included).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/nn/module.h"
+#include "engine/nn/parameter_store.h"
+#include "engine/optim/optimizer.h"
+#include "parallel/communicator.h"
+#include "parallel/reducer.h"
+
+namespace ls {
+
+using ModelFactory = std::function<std::unique_ptr<nn::Module>()>;
+using OptimizerFactory =
+    std::function<std::unique_ptr<optim::Optimizer>(nn::ParameterStore&, Stream&)>;
+
+// Where a replica is, for error messages and (later) the watchdog.
+enum class Phase { kIdle, kSetup, kUpload, kForward, kBackward, kReduce, kOptimizer, kEvaluate };
+const char* phase_name(Phase phase);
+
+// A replica's rows of the global batch, in host memory owned by the caller.
+struct Shard {
+  const float* images = nullptr;  // rows * features
+  const int32_t* labels = nullptr;
+  int64_t rows = 0;
+  int64_t features = 0;
+};
+
+struct ShardResult {
+  double loss_sum = 0;  // sum over the shard's rows of the per-row loss
+  int64_t rows = 0;
+};
+
+struct EvalCounts {
+  double loss_sum = 0;
+  int64_t correct = 0;
+  int64_t rows = 0;
+};
+
+class Replica {
+ public:
+  Replica(int rank, Device device, const ModelFactory& model, const OptimizerFactory& optimizer,
+          std::unique_ptr<Communicator> comm, const BucketOptions& buckets, uint64_t seed);
+  ~Replica();
+
+  // Makes every replica start from rank 0's parameters (a collective: all replicas call it).
+  void broadcast_parameters();
+  ShardResult step(const Shard& shard, int64_t global_rows, int accumulate);
+  EvalCounts evaluate(const Shard& rows, int64_t batch_size);
+
+  int rank() const { return rank_; }
+  Device device() const { return device_; }
+  Phase phase() const { return phase_.load(); }
+  nn::ParameterStore& store() { return *store_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  Communicator& communicator() { return *comm_; }
+  const Reducer& reducer() const { return *reducer_; }
+  Stream& compute_stream() { return *compute_; }
+  // The last step's timeline, relative to its start (valid after step() returned).
+  Reducer::Timeline last_timeline() const { return reducer_->timeline(*step_start_); }
+  // Ends every wait of this replica (any thread): its streams and its communicator.
+  void abort();
+
+ private:
+  void upload(const Shard& shard);
+
+  int rank_;
+  Device device_;
+  std::atomic<Phase> phase_{Phase::kSetup};
+  std::unique_ptr<Stream> compute_;
+  std::unique_ptr<Stream> comm_stream_;
+  std::unique_ptr<nn::Module> model_;
+  std::unique_ptr<nn::ParameterStore> store_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<Event> step_start_;
+  Tensor images_, labels_;           // device copies of the shard, reused across steps
+  std::vector<float> micro_losses_;  // host read-back, one per micro-batch
+};
+
+}  // namespace ls

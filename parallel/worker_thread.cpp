@@ -1,0 +1,47 @@
+// WorkerThread (see parallel/worker_thread.h).
+#include "parallel/worker_thread.h"
+
+#include "engine/error.h"
+
+namespace ls {
+
+WorkerThread::WorkerThread(std::string context)
+    : context_(std::move(context)), thread_([this] { loop(); }) {}
+
+WorkerThread::~WorkerThread() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::future<void> WorkerThread::post(std::function<void()> job) {
+  std::packaged_task<void()> task(std::move(job));
+  std::future<void> done = task.get_future();
+  {
+    std::lock_guard lock(mutex_);
+    LS_ASSERT(!stopping_, "post to a stopping worker thread");
+    jobs_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+  return done;
+}
+
+void WorkerThread::loop() {
+  set_thread_error_context(context_);
+  while (true) {
+    std::packaged_task<void()> job;
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();  // a packaged_task stores the exception in its future
+  }
+}
+
+}  // namespace ls

@@ -1,0 +1,481 @@
+// The CUDA backend against the host backend: every CUDA kernel on the same random inputs as the
+// host kernel (odd sizes, 1, both transposes, accumulate on/off, in place), bitwise-repeatable
+// reductions, CUDA Stream/Event semantics (cross-stream ordering, timing, abort), caching
+// allocator reuse, and cuda_availability() explaining itself. Every test skips without a GPU,
+// except the availability test, whose point is the explanation given when there is none.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "engine/dtype.h"
+#include "engine/runtime.h"
+#include "engine/tensor.h"
+#include "ops/kernels.h"
+#include "tests/ops/op_test_util.h"
+
+namespace ls::test {
+namespace {
+
+const Device kCuda0{DeviceKind::kCuda, 0};
+const std::vector<int64_t> kSizes = {1, 7, 1000, 70001};
+constexpr double kRtol = 1e-5;
+constexpr double kAtol = 1e-6;
+
+// A tensor with the same contents on host:0 and on cuda:0.
+struct Pair {
+  Tensor host, cuda;
+};
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_availability().device_count == 0)
+      GTEST_SKIP() << cuda_availability().reason_unavailable;
+    host_ = device_runtime(host0()).create_stream();
+    cuda_ = device_runtime(kCuda0).create_stream();
+  }
+  void TearDown() override {
+    if (host_) host_->synchronize();
+    if (cuda_) cuda_->synchronize();
+  }
+
+  Pair upload(const std::vector<float>& v, const Shape& shape) {
+    return {Tensor::from_host(v, shape, host0(), *host_),
+            Tensor::from_host(v, shape, kCuda0, *cuda_)};
+  }
+  Pair upload_i32(const std::vector<int32_t>& v, const Shape& shape) {
+    return {Tensor::from_host_i32(v, shape, host0(), *host_),
+            Tensor::from_host_i32(v, shape, kCuda0, *cuda_)};
+  }
+  Pair empty(const Shape& shape, DType dtype) {
+    return {Tensor::empty(shape, dtype, host0()), Tensor::empty(shape, dtype, kCuda0)};
+  }
+
+  // Calls op(kernels, stream, side) once with the host kernels and once with the CUDA kernels;
+  // side(pair) is that backend's tensor of a Pair.
+  template <typename Op>
+  void run_both(Op op) {
+    op(host_kernels(), *host_, [](const Pair& p) { return p.host; });
+    op(cuda_kernels(), *cuda_, [](const Pair& p) { return p.cuda; });
+  }
+
+  std::vector<float> host_values(const Pair& p) { return p.host.to_host_f32(*host_); }
+  std::vector<float> cuda_values(const Pair& p) { return p.cuda.to_host_f32(*cuda_); }
+
+  void expect_close(const Pair& p, double rtol = kRtol, double atol = kAtol) {
+    EXPECT_TRUE(all_close(cuda_values(p), to_double(host_values(p)), rtol, atol));
+  }
+
+  std::unique_ptr<Stream> host_;
+  std::unique_ptr<Stream> cuda_;
+};
+
+// ---- GEMM ------------------------------------------------------------------------------------
+
+struct GemmCase {
+  int64_t m, k, n;
+};
+
+TEST_F(CudaOpsTest, GemmMatchesHostForAllTransposesAndLeadingDimensions) {
+  const std::vector<GemmCase> shapes = {{1, 1, 1},     {1, 7, 1},      {3, 5, 7}, {17, 33, 9},
+                                        {64, 128, 96}, {129, 257, 65}, {5, 0, 3}};
+  const float alpha = 0.75f;
+  for (const GemmCase& s : shapes) {
+    for (int t = 0; t < 4; ++t) {
+      for (float beta : {0.0f, 1.0f}) {
+        for (int64_t pad : {0, 3}) {
+          const bool ta = t & 1, tb = t & 2;
+          SCOPED_TRACE(testing::Message() << s.m << "x" << s.k << "x" << s.n << " ta=" << ta
+                                          << " tb=" << tb << " beta=" << beta << " pad=" << pad);
+          const int64_t a_rows = ta ? s.k : s.m, a_cols = ta ? s.m : s.k;
+          const int64_t b_rows = tb ? s.n : s.k, b_cols = tb ? s.k : s.n;
+          const int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = s.n + pad;
+          const auto a = random_vector(static_cast<size_t>(a_rows * lda), 1);
+          const auto b = random_vector(static_cast<size_t>(b_rows * ldb), 2);
+          auto c = random_vector(static_cast<size_t>(s.m * ldc), 3);
+          if (beta == 0.0f) c[0] = std::numeric_limits<float>::quiet_NaN();  // must be overwritten
+          Pair pa = upload(a, {a_rows * lda}), pb = upload(b, {b_rows * ldb});
+          Pair pc = upload(c, {s.m * ldc});
+          run_both([&](const Kernels& kernels, Stream& stream, auto side) {
+            kernels.gemm(ta, tb, s.m, s.n, s.k, alpha, side(pa).f32(), lda, side(pb).f32(), ldb,
+                         beta, side(pc).f32(), ldc, stream);
+          });
+          const auto want = host_values(pc);
+          const auto got = cuda_values(pc);
+          // Tolerance relative to the magnitudes summed: sum_p |a_ip b_pj| + |beta c_ij|.
+          for (int64_t i = 0; i < s.m; ++i) {
+            for (int64_t j = 0; j < ldc; ++j) {
+              double magnitude = 0.0;
+              if (j < s.n) {
+                for (int64_t p = 0; p < s.k; ++p) {
+                  const float av = ta ? a[p * lda + i] : a[i * lda + p];
+                  const float bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+                  magnitude += std::abs(static_cast<double>(av) * bv);
+                }
+                if (beta != 0.0f) magnitude += std::abs(c[i * ldc + j]);
+              }
+              const size_t ij = static_cast<size_t>(i * ldc + j);
+              ASSERT_LE(std::abs(static_cast<double>(got[ij]) - want[ij]), 1e-4 * magnitude + 1e-6)
+                  << "C[" << i << "][" << j << "]: cuda " << got[ij] << ", host " << want[ij];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- elementwise -----------------------------------------------------------------------------
+
+TEST_F(CudaOpsTest, BiasAddAndBiasGradMatchHost) {
+  for (auto [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 7}, {129, 65}, {1000, 3}}) {
+    SCOPED_TRACE(testing::Message() << rows << "x" << cols);
+    Pair y = upload(random_vector(rows * cols, 1), {rows, cols});
+    Pair bias = upload(random_vector(cols, 2), {cols});
+    run_both([&](const Kernels& k, Stream& s, auto side) {
+      k.bias_add(side(y).f32(), side(bias).f32(), rows, cols, s);
+    });
+    expect_close(y);
+    for (bool accumulate : {false, true}) {
+      Pair dbias = upload(random_vector(cols, 3), {cols});
+      run_both([&](const Kernels& k, Stream& s, auto side) {
+        k.bias_grad(side(y).f32(), side(dbias).f32(), rows, cols, accumulate, s);
+      });
+      expect_close(dbias, kRtol, 1e-5);  // sums of `rows` terms, in different orders
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, ActivationsAndTheirGradientsMatchHost) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    Pair x = upload(random_vector(n, 1, -4.0f, 4.0f), {n});
+    Pair dy = upload(random_vector(n, 2), {n});
+    for (bool gelu : {false, true}) {
+      Pair y = empty({n}, DType::kF32);
+      run_both([&](const Kernels& k, Stream& s, auto side) {
+        if (gelu) {
+          k.gelu(side(x).f32(), side(y).f32(), n, s);
+        } else {
+          k.relu(side(x).f32(), side(y).f32(), n, s);
+        }
+      });
+      expect_close(y);
+      for (bool accumulate : {false, true}) {
+        Pair dx = upload(random_vector(n, 3), {n});
+        run_both([&](const Kernels& k, Stream& s, auto side) {
+          if (gelu) {
+            k.gelu_backward(side(x).f32(), side(dy).f32(), side(dx).f32(), n, accumulate, s);
+          } else {
+            k.relu_backward(side(x).f32(), side(dy).f32(), side(dx).f32(), n, accumulate, s);
+          }
+        });
+        expect_close(dx);
+      }
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, FillScaleAxpyAddMatchHost) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    Pair x = upload(random_vector(n, 1), {n});
+    Pair y = upload(random_vector(n, 2), {n});
+    Pair filled = empty({n}, DType::kF32);
+    run_both([&](const Kernels& k, Stream& s, auto side) {
+      k.fill(side(filled).f32(), n, 2.5f, s);
+      k.scale(side(x).f32(), n, -1.5f, s);
+      k.axpy(0.25f, side(x).f32(), side(y).f32(), n, s);
+    });
+    expect_close(filled, 0.0, 0.0);
+    expect_close(x);
+    expect_close(y);
+    Pair out = empty({n}, DType::kF32);
+    run_both([&](const Kernels& k, Stream& s, auto side) {
+      k.add(side(x).f32(), side(y).f32(), side(out).f32(), n, s);
+      k.add(side(out).f32(), side(x).f32(), side(out).f32(), n, s);  // out aliases a
+    });
+    expect_close(out);
+  }
+}
+
+TEST_F(CudaOpsTest, CastsMatchHostBitwise) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    auto values = random_vector(n, 1, -1e4f, 1e4f);
+    const float specials[] = {0.0f,
+                              -0.0f,
+                              std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN(),
+                              std::numeric_limits<float>::denorm_min(),
+                              1.00390625f /* tie */};
+    for (size_t i = 0; i < std::size(specials) && i < values.size(); ++i) values[i] = specials[i];
+    Pair x = upload(values, {n});
+    Pair half = empty({n}, DType::kBF16);
+    Pair back = empty({n}, DType::kF32);
+    run_both([&](const Kernels& k, Stream& s, auto side) {
+      k.cast_f32_to_bf16(side(x).f32(), side(half).bf16(), n, s);
+      k.cast_bf16_to_f32(side(half).bf16(), side(back).f32(), n, s);
+    });
+    std::vector<uint16_t> host_half(n), cuda_half(n);
+    half.host.copy_to_host_async(host_half.data(), n * sizeof(uint16_t), *host_);
+    host_->synchronize();
+    half.cuda.copy_to_host_async(cuda_half.data(), n * sizeof(uint16_t), *cuda_);
+    cuda_->synchronize();
+    EXPECT_EQ(host_half, cuda_half);
+    EXPECT_TRUE(bitwise_equal(host_values(back), cuda_values(back)));
+  }
+}
+
+// ---- softmax cross-entropy -------------------------------------------------------------------
+
+const std::vector<std::pair<int64_t, int64_t>> kXentShapes = {{1, 1},    {1, 10},    {7, 3},
+                                                              {128, 10}, {33, 1000}, {300, 17}};
+
+TEST_F(CudaOpsTest, SoftmaxXentMatchesHost) {
+  for (auto [rows, cols] : kXentShapes) {
+    for (bool with_grad : {true, false}) {
+      SCOPED_TRACE(testing::Message() << rows << "x" << cols << " grad=" << with_grad);
+      auto x = random_vector(rows * cols, 1, -8.0f, 8.0f);
+      for (int64_t i = 0; i < rows * cols; ++i) x[i] += 100.0f * static_cast<float>((i / cols) % 3);
+      Pair logits = upload(x, {rows, cols});
+      Pair labels = upload_i32(random_labels(rows, static_cast<int32_t>(cols), 2), {rows});
+      Pair loss = empty({1}, DType::kF32);
+      Pair dlogits = empty({rows, cols}, DType::kF32);
+      const float grad_scale = 1.0f / static_cast<float>(rows);
+      run_both([&](const Kernels& k, Stream& s, auto side) {
+        k.softmax_xent(side(logits).f32(), side(labels).i32(), rows, cols, grad_scale,
+                       side(loss).f32(), with_grad ? side(dlogits).f32() : nullptr, s);
+      });
+      expect_close(loss);
+      if (with_grad) expect_close(dlogits, kRtol, 1e-6);
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, SoftmaxXentInPlaceMatchesHost) {
+  for (auto [rows, cols] : kXentShapes) {
+    SCOPED_TRACE(testing::Message() << rows << "x" << cols);
+    Pair logits = upload(random_vector(rows * cols, 1, -8.0f, 8.0f), {rows, cols});
+    Pair labels = upload_i32(random_labels(rows, static_cast<int32_t>(cols), 2), {rows});
+    Pair loss = empty({1}, DType::kF32);
+    run_both([&](const Kernels& k, Stream& s, auto side) {
+      k.softmax_xent(side(logits).f32(), side(labels).i32(), rows, cols, 0.5f, side(loss).f32(),
+                     side(logits).f32(), s);
+    });
+    expect_close(loss);
+    expect_close(logits, kRtol, 1e-6);
+  }
+}
+
+TEST_F(CudaOpsTest, SoftmaxXentIsBitwiseRepeatable) {
+  const int64_t rows = 4096, cols = 10;
+  Tensor logits =
+      Tensor::from_host(random_vector(rows * cols, 1, -8.0f, 8.0f), {rows, cols}, kCuda0, *cuda_);
+  Tensor labels = Tensor::from_host_i32(random_labels(rows, cols, 2), {rows}, kCuda0, *cuda_);
+  std::vector<float> first;
+  for (int run = 0; run < 3; ++run) {
+    Tensor loss = Tensor::empty({1}, DType::kF32, kCuda0);
+    Tensor dlogits = Tensor::empty({rows, cols}, DType::kF32, kCuda0);
+    cuda_kernels().softmax_xent(logits.f32(), labels.i32(), rows, cols, 1.0f / rows, loss.f32(),
+                                dlogits.f32(), *cuda_);
+    std::vector<float> result = loss.to_host_f32(*cuda_);
+    const auto grad = dlogits.to_host_f32(*cuda_);
+    result.insert(result.end(), grad.begin(), grad.end());
+    if (run == 0) {
+      first = result;
+    } else {
+      EXPECT_TRUE(bitwise_equal(first, result));
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, SoftmaxXentInvalidLabelGivesNaN) {
+  const int64_t rows = 4, cols = 5;
+  Tensor logits = Tensor::from_host(random_vector(rows * cols, 1), {rows, cols}, kCuda0, *cuda_);
+  Tensor labels = Tensor::from_host_i32(std::vector<int32_t>{0, 7, 2, -1}, {rows}, kCuda0, *cuda_);
+  Tensor loss = Tensor::empty({1}, DType::kF32, kCuda0);
+  Tensor dlogits = Tensor::empty({rows, cols}, DType::kF32, kCuda0);
+  cuda_kernels().softmax_xent(logits.f32(), labels.i32(), rows, cols, 1.0f, loss.f32(),
+                              dlogits.f32(), *cuda_);
+  EXPECT_TRUE(std::isnan(loss.to_host_f32(*cuda_)[0]));
+  const auto grad = dlogits.to_host_f32(*cuda_);
+  EXPECT_FALSE(std::isnan(grad[0]));        // row 0 is valid
+  EXPECT_TRUE(std::isnan(grad[1 * cols]));  // row 1: label 7 >= 5
+  EXPECT_TRUE(std::isnan(grad[3 * cols]));  // row 3: label -1
+}
+
+TEST_F(CudaOpsTest, CountCorrectMatchesHostIncludingTies) {
+  for (auto [rows, cols] : kXentShapes) {
+    SCOPED_TRACE(testing::Message() << rows << "x" << cols);
+    auto x = random_vector(rows * cols, 1, 0.0f, 3.0f);
+    for (float& v : x) v = std::floor(v);  // many ties: the first maximum must win
+    const auto labels = random_labels(rows, static_cast<int32_t>(cols), 2);
+    Pair logits = upload(x, {rows, cols});
+    Pair tl = upload_i32(labels, {rows});
+    Pair correct = upload_i32({-5}, {1});  // overwritten, not accumulated
+    run_both([&](const Kernels& k, Stream& s, auto side) {
+      k.count_correct(side(logits).f32(), side(tl).i32(), rows, cols, side(correct).i32(), s);
+    });
+    EXPECT_EQ(correct.host.to_host_i32(*host_), correct.cuda.to_host_i32(*cuda_));
+  }
+}
+
+// ---- optimizers ------------------------------------------------------------------------------
+
+TEST_F(CudaOpsTest, SgdMatchesHostWithAndWithoutMomentum) {
+  for (int64_t n : kSizes) {
+    for (float momentum : {0.0f, 0.9f}) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " momentum=" << momentum);
+      const SgdConfig config{0.1f, momentum, 0.01f};
+      Pair param = upload(random_vector(n, 1), {n});
+      Pair buf = upload(std::vector<float>(n, 0.0f), {n});
+      for (int step = 0; step < 3; ++step) {
+        Pair grad = upload(random_vector(n, 10 + step), {n});
+        run_both([&](const Kernels& k, Stream& s, auto side) {
+          k.sgd_step(side(param).f32(), side(grad).f32(),
+                     momentum != 0.0f ? side(buf).f32() : nullptr, n, config, s);
+        });
+      }
+      expect_close(param);
+      expect_close(buf);
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, AdamWMatchesHost) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    const AdamWConfig config{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f};
+    Pair param = upload(random_vector(n, 1), {n});
+    Pair m = upload(std::vector<float>(n, 0.0f), {n});
+    Pair v = upload(std::vector<float>(n, 0.0f), {n});
+    for (int64_t step = 1; step <= 3; ++step) {
+      Pair grad = upload(random_vector(n, 10 + static_cast<uint32_t>(step)), {n});
+      run_both([&](const Kernels& k, Stream& s, auto side) {
+        k.adamw_step(side(param).f32(), side(grad).f32(), side(m).f32(), side(v).f32(), n, config,
+                     step, s);
+      });
+    }
+    expect_close(param, 1e-5, 1e-6);
+    expect_close(m);
+    expect_close(v, kRtol, 1e-9);
+  }
+}
+
+// ---- streams, events, allocator --------------------------------------------------------------
+
+class CudaRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_availability().device_count == 0)
+      GTEST_SKIP() << cuda_availability().reason_unavailable;
+  }
+};
+
+TEST_F(CudaRuntimeTest, EventOrdersWorkAcrossStreams) {
+  DeviceRuntime& rt = device_runtime(kCuda0);
+  auto producer = rt.create_stream();
+  auto consumer = rt.create_stream();
+  auto ready = rt.create_event();
+  const int64_t n = 1 << 22;  // enough work that an unordered read would see a partial result
+  Tensor ones = Tensor::from_host(std::vector<float>(n, 1.0f), {n}, kCuda0, *producer);
+  Tensor x = Tensor::empty({n}, DType::kF32, kCuda0);
+  Tensor zero = Tensor::from_host(std::vector<float>(n, 0.0f), {n}, kCuda0, *producer);
+  Tensor y = Tensor::empty({n}, DType::kF32, kCuda0);
+  const Kernels& k = cuda_kernels();
+  k.fill(x.f32(), n, 1.0f, *producer);
+  for (int i = 0; i < 50; ++i) k.axpy(1.0f, ones.f32(), x.f32(), n, *producer);  // x = 51
+  producer->record(*ready);
+  consumer->wait(*ready);
+  k.add(x.f32(), zero.f32(), y.f32(), n, *consumer);
+  const auto got = y.to_host_f32(*consumer);
+  EXPECT_TRUE(ready->query());
+  EXPECT_TRUE(all_close(got, std::vector<double>(n, 51.0), 0.0, 0.0));
+  producer->synchronize();
+}
+
+TEST_F(CudaRuntimeTest, EventsTimeWorkAndUnrecordedEventsAreComplete) {
+  DeviceRuntime& rt = device_runtime(kCuda0);
+  auto stream = rt.create_stream();
+  auto start = rt.create_event();
+  auto end = rt.create_event();
+  EXPECT_TRUE(end->query());  // never recorded
+  const int64_t n = 1 << 20;
+  Tensor x = Tensor::empty({n}, DType::kF32, kCuda0);
+  stream->record(*start);
+  for (int i = 0; i < 10; ++i) cuda_kernels().fill(x.f32(), n, static_cast<float>(i), *stream);
+  stream->record(*end);
+  end->synchronize();
+  EXPECT_TRUE(end->query());
+  EXPECT_GE(end->elapsed_ms_since(*start), 0.0);
+  stream->check();
+}
+
+TEST_F(CudaRuntimeTest, AbortEndsWaitsAndRefusesNewWork) {
+  DeviceRuntime& rt = device_runtime(kCuda0);
+  auto stream = rt.create_stream();
+  Tensor x = Tensor::empty({16}, DType::kF32, kCuda0);
+  cuda_kernels().fill(x.f32(), 16, 1.0f, *stream);
+  stream->synchronize();
+  stream->abort();
+  EXPECT_TRUE(contains(error_of([&] { stream->synchronize(); }), "stream aborted"));
+  EXPECT_TRUE(contains(error_of([&] { cuda_kernels().fill(x.f32(), 16, 1.0f, *stream); }),
+                       "stream aborted"));
+}
+
+TEST_F(CudaRuntimeTest, RejectsStreamsAndEventsOfOtherBackends) {
+  auto cuda_stream = device_runtime(kCuda0).create_stream();
+  auto host_stream = device_runtime(host0()).create_stream();
+  auto host_event = device_runtime(host0()).create_event();
+  EXPECT_NE(error_of([&] { cuda_stream->record(*host_event); }), "<no error>");
+  Tensor x = Tensor::empty({4}, DType::kF32, kCuda0);
+  EXPECT_NE(error_of([&] { cuda_kernels().fill(x.f32(), 4, 0.0f, *host_stream); }), "<no error>");
+}
+
+TEST_F(CudaRuntimeTest, AllocatorReusesBlocksAfterWarmUp) {
+  CachingAllocator& allocator = device_runtime(kCuda0).allocator();
+  for (int i = 0; i < 2; ++i) Tensor::empty({12345}, DType::kF32, kCuda0);  // warm-up
+  const AllocatorStats before = allocator.stats();
+  for (int i = 0; i < 20; ++i) {
+    Tensor a = Tensor::empty({12345}, DType::kF32, kCuda0);
+    Tensor b = Tensor::empty({777}, DType::kF32, kCuda0);
+  }
+  const AllocatorStats after = allocator.stats();
+  EXPECT_LE(after.system_allocs - before.system_allocs, 1);  // at most b's first block
+  EXPECT_GE(after.cache_hits - before.cache_hits, 39);
+}
+
+TEST_F(CudaRuntimeTest, OutOfRangeDeviceIsAClearError) {
+  const int count = cuda_availability().device_count;
+  const std::string error = error_of([&] { device_runtime(Device{DeviceKind::kCuda, count}); });
+  EXPECT_TRUE(contains(error, "does not exist"));
+}
+
+// Runs everywhere: without a usable GPU, the reason must say why, and using cuda:0 must fail
+// with that reason.
+TEST(CudaAvailability, ExplainsItself) {
+  const CudaAvailability cuda = cuda_availability();
+  if (cuda.device_count > 0) {
+    EXPECT_TRUE(built_with_cuda());
+    EXPECT_TRUE(cuda.reason_unavailable.empty());
+    return;
+  }
+  EXPECT_FALSE(cuda.reason_unavailable.empty());
+  if (!built_with_cuda()) {
+    EXPECT_TRUE(contains(cuda.reason_unavailable, "without the CUDA backend"));
+  }
+  EXPECT_TRUE(contains(error_of([] { device_runtime(kCuda0); }), cuda.reason_unavailable));
+}
+
+}  // namespace
+}  // namespace ls::test
