@@ -26,6 +26,13 @@ void expect_same_numel(const char* op, const char* name, const Tensor& t, const 
 
 }  // namespace
 
+void count_nonfinite(const Tensor& x, const Tensor& count, Stream& stream) {
+  expect("count_nonfinite", "x", x, DType::kF32, stream);
+  expect("count_nonfinite", "count", count, DType::kI32, stream);
+  LS_CHECK(count.numel() == 1, "count_nonfinite: count must hold one element, got ", count.describe());
+  kernels_for(stream.device()).count_nonfinite(x.f32(), x.numel(), count.i32(), stream);
+}
+
 void fill(const Tensor& x, float value, Stream& stream) {
   expect("fill", "x", x, DType::kF32, stream);
   kernels_for(stream.device()).fill(x.f32(), x.numel(), value, stream);

@@ -8,6 +8,7 @@
 
 namespace ls {
 
+void count_nonfinite(const Tensor& x, const Tensor& count, Stream& stream);  // count: i32 [1]
 void fill(const Tensor& x, float value, Stream& stream);                        // x = value (f32)
 void scale(const Tensor& x, float alpha, Stream& stream);                       // x *= alpha (f32)
 void axpy(float alpha, const Tensor& x, const Tensor& y, Stream& stream);       // y += alpha x

@@ -75,6 +75,9 @@ class Kernels {
   virtual void add(const float* a, const float* b, float* out, int64_t n,
                    Stream& stream) const = 0;
 
+  // *count = number of elements of x that are NaN or +-Inf (the non-finite check of a step).
+  virtual void count_nonfinite(const float* x, int64_t n, int32_t* count, Stream& stream) const = 0;
+
   virtual void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, Stream& stream) const = 0;
   virtual void cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, Stream& stream) const = 0;
 

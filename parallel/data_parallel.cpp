@@ -16,7 +16,16 @@ DataParallel::DataParallel(std::vector<Device> devices, ModelFactory model,
   LS_CHECK(options_.accumulate >= 1, "accumulate must be >= 1 micro-batch, got ",
            options_.accumulate);
   LS_CHECK(model != nullptr && optimizer != nullptr, "DataParallel needs a model and an optimizer factory");
-  std::vector<std::unique_ptr<Communicator>> comms = make_communicators(devices_, options_.comm);
+  LS_CHECK(options_.collective_timeout.count() > 0, "collective timeout must be positive");
+  LS_CHECK(options_.max_consecutive_skips >= 1, "max_consecutive_skips must be >= 1");
+  // The watchdog acts at collective_timeout; the communicators' own timeout is a backstop for
+  // waits the watchdog cannot see, so it is set later than the watchdog's.
+  CommunicatorOptions comm_options;
+  comm_options.timeout = 2 * options_.collective_timeout + std::chrono::seconds(1);
+  std::vector<std::unique_ptr<Communicator>> raw = make_communicators(devices_, comm_options);
+  auto checker = std::make_shared<DesyncChecker>(size());
+  std::vector<std::unique_ptr<RecordingCommunicator>> comms;
+  for (auto& comm : raw) comms.push_back(std::make_unique<RecordingCommunicator>(std::move(comm), checker));
   replicas_.resize(devices_.size());
   for (size_t r = 0; r < devices_.size(); ++r) {
     threads_.push_back(std::make_unique<WorkerThread>("replica " + std::to_string(r) + " on " +
@@ -40,9 +49,7 @@ DataParallel::DataParallel(std::vector<Device> devices, ModelFactory model,
     }
   }
   if (first) {
-    for (auto& replica : replicas_) {
-      if (replica) replica->abort();
-    }
+    abort_all();
     std::rethrow_exception(first);
   }
   run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
@@ -58,6 +65,36 @@ DataParallel::~DataParallel() {
   }
   for (auto& f : done) f.wait();
 }
+
+void DataParallel::abort_all() {
+  for (auto& replica : replicas_) {
+    if (replica) replica->abort();
+  }
+}
+
+std::vector<ReplicaProgress> DataParallel::progress() const {
+  std::vector<ReplicaProgress> out;
+  for (const auto& replica : replicas_) {
+    out.push_back({replica->rank(), replica->device(), replica->phase(), steps_ + 1,
+                   replica->communicator().snapshot()});
+  }
+  return out;
+}
+
+namespace {
+std::string describe_exception(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return e.message() + (e.context().empty() ? "" : " [" + e.context() + "]") + " (" + e.file() +
+           ":" + std::to_string(e.line()) + ")";
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+}  // namespace
 
 void DataParallel::run_on_all(const std::function<void(Replica&)>& job, const char* what) {
   LS_CHECK(failure_.empty(), "this DataParallel cannot be used after a replica failed (",
@@ -77,41 +114,59 @@ void DataParallel::run_on_all(const std::function<void(Replica&)>& job, const ch
         job(*replicas_[r]);
       } catch (...) {
         std::lock_guard lock(mutex);
-        if (first.replica < 0) first = {static_cast<int>(r), std::current_exception(), replicas_[r]->phase()};
+        if (first.replica < 0) {
+          first = {static_cast<int>(r), std::current_exception(), replicas_[r]->phase()};
+        }
         failed = true;
       }
     }));
   }
-  // Wait for everyone; the first failure aborts all replicas so that none stays blocked in a
-  // collective waiting for the one that failed.
+  // Wait for everyone, watching. The first failure aborts all replicas, so that none stays
+  // blocked in a collective waiting for the one that failed; a collective that waits too long
+  // makes the watchdog abort them all with its report.
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kPoll = std::chrono::milliseconds(10);
+  constexpr auto kWatchEvery = std::chrono::milliseconds(100);
+  Watchdog watchdog(options_.collective_timeout);
+  std::string stuck;
   bool aborted = false;
+  Clock::time_point next_watch = Clock::now() + kWatchEvery;
+  Clock::time_point next_beat = Clock::now() + options_.heartbeat_interval;
   for (auto& f : done) {
-    while (f.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
-      if (failed && !aborted) {
-        for (auto& replica : replicas_) replica->abort();
+    while (f.wait_for(kPoll) != std::future_status::ready) {
+      if (aborted) continue;
+      if (failed) {
+        abort_all();
+        aborted = true;
+        continue;
+      }
+      const Clock::time_point now = Clock::now();
+      const bool beat = options_.heartbeat && options_.heartbeat_interval.count() > 0 && now >= next_beat;
+      if (now < next_watch && !beat) continue;
+      std::vector<ReplicaProgress> where = progress();
+      if (beat) {
+        options_.heartbeat("heartbeat: " + std::string(what) + " " + std::to_string(steps_ + 1) +
+                           ": " + watchdog.describe(where, now));
+        next_beat = now + options_.heartbeat_interval;
+      }
+      if (std::optional<std::string> report = watchdog.check(where, now)) {
+        stuck = *report;
+        abort_all();
         aborted = true;
       }
+      next_watch = now + kWatchEvery;
     }
   }
-  if (!failed) return;
-  if (!aborted) {
-    for (auto& replica : replicas_) replica->abort();
+  if (!failed && stuck.empty()) return;
+  if (!aborted) abort_all();
+  if (!stuck.empty()) {
+    failure_ = std::string(what) + " " + std::to_string(steps_ + 1) + ": " + stuck;
+  } else {
+    failure_ = "replica " + std::to_string(first.replica) + " on " +
+               devices_[static_cast<size_t>(first.replica)].str() + " failed in " + what +
+               " (step " + std::to_string(steps_ + 1) + ", " + phase_name(first.phase) +
+               "): " + describe_exception(first.error);
   }
-  std::string original;
-  try {
-    std::rethrow_exception(first.error);
-  } catch (const Error& e) {
-    original = e.message() + (e.context().empty() ? "" : " [" + e.context() + "]") + " (" +
-               e.file() + ":" + std::to_string(e.line()) + ")";
-  } catch (const std::exception& e) {
-    original = e.what();
-  } catch (...) {
-    original = "unknown exception";
-  }
-  failure_ = "replica " + std::to_string(first.replica) + " on " +
-             devices_[static_cast<size_t>(first.replica)].str() + " failed in " + what +
-             " (step " + std::to_string(steps_ + 1) + ", " + phase_name(first.phase) + "): " +
-             original;
   LS_THROW(failure_);
 }
 
@@ -135,20 +190,35 @@ StepResult DataParallel::step(const data::Batch& batch) {
            batch.images.size(), " pixel values");
   const int64_t features = static_cast<int64_t>(batch.images.size()) / batch.size;
   const std::vector<int64_t> rows = shard_rows(batch.size);
-  std::vector<ShardResult> results(rows.size());
+  std::vector<StepOutcome> outcomes(rows.size());
+  const int64_t step_number = steps_ + 1;
   run_on_all(
       [&](Replica& replica) {
         const int r = replica.rank();
         const int64_t begin = std::accumulate(rows.begin(), rows.begin() + r, int64_t{0});
         Shard shard{batch.images.data() + begin * features, batch.labels.data() + begin,
                     rows[static_cast<size_t>(r)], features};
-        results[static_cast<size_t>(r)] = replica.step(shard, batch.size, options_.accumulate);
+        outcomes[static_cast<size_t>(r)] =
+            replica.step(shard, batch.size, options_.accumulate, step_number, options_.fault);
       },
       "step");
   ++steps_;
-  double loss_sum = 0;
-  for (const ShardResult& s : results) loss_sum += s.loss_sum;
-  return {static_cast<float>(loss_sum / static_cast<double>(batch.size))};
+  const StepOutcome& outcome = outcomes[0];  // bitwise the same on every replica
+  StepResult result{static_cast<float>(outcome.global_loss_sum / static_cast<double>(batch.size)),
+                    outcome.skipped};
+  if (!outcome.skipped) {
+    consecutive_skips_ = 0;
+    return result;
+  }
+  ++skipped_total_;
+  if (++consecutive_skips_ >= options_.max_consecutive_skips) {
+    failure_ = std::to_string(consecutive_skips_) + " steps in a row (up to step " +
+               std::to_string(steps_) + ") had non-finite loss or gradients (last: loss " +
+               std::to_string(result.loss) + ", " + std::to_string(outcome.nonfinite) +
+               " non-finite gradient values); lower the learning rate or check the data";
+    LS_THROW(failure_);
+  }
+  return result;
 }
 
 EvalResult DataParallel::evaluate(const data::Dataset& dataset, int64_t batch_size) {

@@ -8,9 +8,15 @@
 // Failure: when a replica throws, every replica is aborted (communicators and streams), no
 // thread is left blocked, and step() throws one ls::Error naming the replica, its device, the
 // step, the phase and the original message. The object is unusable afterwards (destroy it).
+// Hangs: a watchdog reports where every replica is when one waits in a collective longer than
+// collective_timeout, then aborts all and throws that report. Desyncs (replicas issuing
+// different collectives) are caught before they reach the backend. Non-finite loss or gradients
+// skip the step on every replica alike; max_consecutive_skips skipped steps in a row are an error.
 // Thread-safety: call from one thread at a time.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +25,7 @@
 #include "engine/data/sampler.h"
 #include "engine/optim/optimizer.h"
 #include "parallel/replica.h"
+#include "parallel/watchdog.h"
 #include "parallel/worker_thread.h"
 
 namespace ls {
@@ -28,11 +35,19 @@ struct DataParallelOptions {
   int accumulate = 1;                // micro-batches per step; all-reduce after the last only
   bool allow_uneven_shards = false;  // global batch need not divide by the device count
   uint64_t seed = 1;                 // parameter initialisation
-  CommunicatorOptions comm;
+  // How long one collective may wait for its peers before the watchdog aborts the run.
+  std::chrono::milliseconds collective_timeout = std::chrono::minutes(10);
+  int max_consecutive_skips = 10;    // non-finite steps in a row before it is an error
+  // Called from the calling thread every heartbeat_interval while a step runs (0: never),
+  // with where every replica is: shows a live run is live.
+  std::chrono::milliseconds heartbeat_interval{0};
+  std::function<void(const std::string&)> heartbeat;
+  FaultInjection fault;              // tests: inject one fault (parallel/fault_injection.h)
 };
 
 struct StepResult {
-  float loss = 0.0f;  // mean over the global batch
+  float loss = 0.0f;     // mean over the global batch (NaN/Inf when the step was skipped)
+  bool skipped = false;  // non-finite loss or gradients: the optimizer did not step
 };
 
 struct EvalResult {
@@ -56,6 +71,7 @@ class DataParallel {
   int size() const { return static_cast<int>(devices_.size()); }
   const std::vector<Device>& devices() const { return devices_; }
   int64_t steps_taken() const { return steps_; }
+  int64_t skipped_steps() const { return skipped_total_; }
   int64_t parameter_count() const { return parameter_count_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // A host copy of replica r's flat parameter buffer (synchronizes that replica).
@@ -71,6 +87,8 @@ class DataParallel {
   template <typename T>
   T run_on(int replica, const std::function<T(Replica&)>& job);
   std::vector<int64_t> shard_rows(int64_t global_rows) const;
+  std::vector<ReplicaProgress> progress() const;
+  void abort_all();
 
   std::vector<Device> devices_;
   DataParallelOptions options_;
@@ -79,6 +97,8 @@ class DataParallel {
   std::vector<Bucket> buckets_;
   int64_t parameter_count_ = 0;
   int64_t steps_ = 0;
+  int64_t skipped_total_ = 0;
+  int consecutive_skips_ = 0;
   std::string failure_;  // set once a replica has failed; every later call throws it
 };
 

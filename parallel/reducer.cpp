@@ -14,7 +14,7 @@ namespace ls {
 // replica (same model), hence so is the collective order. Unused parameters never fire the hook;
 // finish() launches their buckets last, in order, so every rank still issues every bucket.
 
-Reducer::Reducer(nn::ParameterStore& store, Communicator& comm, Stream& compute,
+Reducer::Reducer(nn::ParameterStore& store, RecordingCommunicator& comm, Stream& compute,
                  Stream& comm_stream, const BucketOptions& options)
     : store_(store), comm_(comm), compute_(compute), comm_stream_(comm_stream) {
   const auto& params = store.parameters();
@@ -36,7 +36,8 @@ Reducer::Reducer(nn::ParameterStore& store, Communicator& comm, Stream& compute,
   pending_.resize(buckets_.size());
 }
 
-void Reducer::begin() {
+void Reducer::begin(FaultInjection::Kind fault) {
+  fault_ = fault;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     pending_[b] = static_cast<int>(buckets_[b].parameters.size());
   }
@@ -62,8 +63,10 @@ void Reducer::launch(size_t b) {
   comm_stream_.wait(*grads_ready_[b]);
   comm_stream_.record(*start_[b]);
   float* grads = store_.grads().f32() + bucket.offset;
-  comm_.all_reduce(grads, grads, static_cast<size_t>(bucket.count), DType::kF32, ReduceOp::kSum,
-                   comm_stream_);
+  size_t count = static_cast<size_t>(bucket.count);
+  if (b == 0 && fault_ == FaultInjection::Kind::kWrongCount) --count;
+  comm_.label_next("bucket " + std::to_string(b));
+  comm_.all_reduce(grads, grads, count, DType::kF32, ReduceOp::kSum, comm_stream_);
   comm_stream_.record(*end_[b]);
 }
 

@@ -20,16 +20,19 @@
 #include "engine/runtime.h"
 #include "parallel/bucket_plan.h"
 #include "parallel/communicator.h"
+#include "parallel/fault_injection.h"
+#include "parallel/flight_recorder.h"
 
 namespace ls {
 
 class Reducer {
  public:
-  Reducer(nn::ParameterStore& store, Communicator& comm, Stream& compute, Stream& comm_stream,
-          const BucketOptions& options);
+  Reducer(nn::ParameterStore& store, RecordingCommunicator& comm, Stream& compute,
+          Stream& comm_stream, const BucketOptions& options);
 
   // Starts a step's reduction bookkeeping; call before the backward whose hook feeds it.
-  void begin();
+  // `fault` (tests only): kWrongCount shortens bucket 0's all-reduce by one element.
+  void begin(FaultInjection::Kind fault = FaultInjection::Kind::kNone);
   void on_grad_ready(Parameter& parameter);
   // Marks the end of backward on the compute stream, launches every bucket not launched yet (in
   // order) and makes the compute stream wait for the last all-reduce.
@@ -51,7 +54,8 @@ class Reducer {
   void launch(size_t bucket);
 
   nn::ParameterStore& store_;
-  Communicator& comm_;
+  RecordingCommunicator& comm_;
+  FaultInjection::Kind fault_ = FaultInjection::Kind::kNone;
   Stream& compute_;
   Stream& comm_stream_;
   std::vector<Bucket> buckets_;

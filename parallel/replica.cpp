@@ -1,9 +1,14 @@
 // Replica (see parallel/replica.h).
 #include "parallel/replica.h"
 
+#include <cmath>
+#include <limits>
+#include <thread>
+
 #include "engine/error.h"
 #include "engine/nn/functional.h"
 #include "engine/runtime.h"
+#include "ops/elementwise.h"
 #include "ops/softmax_xent.h"
 
 namespace ls {
@@ -22,10 +27,17 @@ const char* phase_name(Phase phase) {
   return "?";
 }
 
+namespace {
+thread_local int t_current_replica = -1;
+}  // namespace
+
+int current_replica() { return t_current_replica; }
+
 Replica::Replica(int rank, Device device, const ModelFactory& model,
-                 const OptimizerFactory& optimizer, std::unique_ptr<Communicator> comm,
+                 const OptimizerFactory& optimizer, std::unique_ptr<RecordingCommunicator> comm,
                  const BucketOptions& buckets, uint64_t seed)
     : rank_(rank), device_(device), comm_(std::move(comm)) {
+  t_current_replica = rank;
   DeviceRuntime& runtime = device_runtime(device);
   runtime.bind_current_thread();
   compute_ = runtime.create_stream();
@@ -37,6 +49,8 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   optimizer_ = optimizer(*store_, *compute_);
   LS_CHECK(optimizer_ != nullptr, "the optimizer factory returned no optimizer");
   reducer_ = std::make_unique<Reducer>(*store_, *comm_, *compute_, *comm_stream_, buckets);
+  loss_sum_ = Tensor::empty({1}, DType::kF32, device);
+  nonfinite_ = Tensor::empty({1}, DType::kI32, device);
   compute_->synchronize();
   phase_ = Phase::kIdle;
 }
@@ -60,6 +74,7 @@ void Replica::abort() {
 
 void Replica::broadcast_parameters() {
   const Tensor& values = store_->values();
+  comm_->label_next("initial parameters");
   comm_->broadcast(values.data(), values.data(), static_cast<size_t>(values.numel()), DType::kF32,
                    0, *compute_);
   compute_->synchronize();
@@ -75,46 +90,70 @@ void Replica::upload(const Shard& shard) {
   labels_.copy_from_host_async(shard.labels, labels_.nbytes(), *compute_);
 }
 
-ShardResult Replica::step(const Shard& shard, int64_t global_rows, int accumulate) {
-  LS_ASSERT(shard.rows >= accumulate && accumulate >= 1);
-  upload(shard);
+void Replica::forward_backward(const Shard& shard, int64_t global_rows, int accumulate,
+                               bool fault_here, const FaultInjection& fault) {
   Stream& stream = *compute_;
-  stream.record(*step_start_);
-  store_->zero_grad(stream);
-  reducer_->begin();
-  micro_losses_.resize(static_cast<size_t>(accumulate));
   const float grad_scale = 1.0f / static_cast<float>(global_rows);
-  std::vector<int64_t> micro_rows;
   for (int m = 0; m < accumulate; ++m) {
-    // Near-equal micro-batches: the first (rows % accumulate) get one row more.
+    // Near-equal micro-batches: the later ones get the extra rows.
     const int64_t begin = shard.rows * m / accumulate;
     const int64_t end = shard.rows * (m + 1) / accumulate;
-    micro_rows.push_back(end - begin);
     Tensor x = images_.view(begin * shard.features, {end - begin, shard.features});
     Tensor y = labels_.view(begin, {end - begin});
     phase_ = Phase::kForward;
+    LS_CHECK(!(fault_here && fault.kind == FaultInjection::Kind::kThrowInForward),
+             "injected fault: exception in forward");
+    if (fault_here && fault.kind == FaultInjection::Kind::kStall) std::this_thread::sleep_for(fault.stall);
     Tape tape(stream);
-    if (m + 1 == accumulate) {
+    if (m + 1 == accumulate) {  // the all-reduce follows the last micro-batch only
       tape.set_grad_ready_hook([this](Parameter& p) { reducer_->on_grad_ready(p); });
     }
     Var loss = nn::cross_entropy(tape, model_->forward(tape, tape.constant(x)), y, grad_scale);
+    axpy(static_cast<float>(end - begin), loss->value, loss_sum_, stream);  // mean -> sum
     phase_ = Phase::kBackward;
+    LS_CHECK(!(fault_here && fault.kind == FaultInjection::Kind::kThrowInBackward),
+             "injected fault: exception in backward");
     tape.backward(loss);
-    loss->value.copy_to_host_async(&micro_losses_[static_cast<size_t>(m)], sizeof(float), stream);
   }
+}
+
+StepOutcome Replica::step(const Shard& shard, int64_t global_rows, int accumulate, int64_t step,
+                          const FaultInjection& fault) {
+  LS_ASSERT(shard.rows >= accumulate && accumulate >= 1);
+  const bool fault_here = fault.replica == rank_ && fault.step == step;
+  Stream& stream = *compute_;
+  upload(shard);
+  if (fault_here && fault.kind == FaultInjection::Kind::kNaN) {
+    fill(images_, std::numeric_limits<float>::quiet_NaN(), stream);
+  }
+  stream.record(*step_start_);
+  store_->zero_grad(stream);
+  fill(loss_sum_, 0.0f, stream);
+  reducer_->begin(fault_here ? fault.kind : FaultInjection::Kind::kNone);
+  forward_backward(shard, global_rows, accumulate, fault_here, fault);
+
   phase_ = Phase::kReduce;
   reducer_->finish();
-  phase_ = Phase::kOptimizer;
-  optimizer_->step(stream);
-  stream.synchronize();
-  phase_ = Phase::kIdle;
-  ShardResult result;
-  result.rows = shard.rows;
-  for (int m = 0; m < accumulate; ++m) {
-    result.loss_sum += static_cast<double>(micro_losses_[static_cast<size_t>(m)]) *
-                       static_cast<double>(micro_rows[static_cast<size_t>(m)]);
+  // The loss sum rides on the compute stream, after the gradients (the same order everywhere).
+  if (!(fault_here && fault.kind == FaultInjection::Kind::kSkipCollective)) {
+    comm_->label_next("loss");
+    comm_->all_reduce(loss_sum_.data(), loss_sum_.data(), 1, DType::kF32, ReduceOp::kSum, stream);
   }
-  return result;
+  count_nonfinite(store_->grads(), nonfinite_, stream);
+  loss_sum_.copy_to_host_async(&loss_sum_host_, sizeof loss_sum_host_, stream);
+  nonfinite_.copy_to_host_async(&nonfinite_host_, sizeof nonfinite_host_, stream);
+  stream.synchronize();
+
+  StepOutcome outcome{loss_sum_host_, nonfinite_host_, false};
+  // Identical inputs on every replica (summed gradients, global loss): an identical decision.
+  outcome.skipped = nonfinite_host_ != 0 || !std::isfinite(loss_sum_host_);
+  if (!outcome.skipped) {
+    phase_ = Phase::kOptimizer;
+    optimizer_->step(stream);
+    stream.synchronize();
+  }
+  phase_ = Phase::kIdle;
+  return outcome;
 }
 
 EvalCounts Replica::evaluate(const Shard& rows, int64_t batch_size) {

@@ -3,10 +3,12 @@
 // WorkerThread (parallel/data_parallel.h), so all of a device's state belongs to one thread.
 //
 // A step runs the shard's micro-batches forward and backward on the compute stream (the last
-// one feeding the Reducer, so gradient all-reduces overlap its backward), waits for the summed
-// gradients, steps the optimizer and synchronizes once to read the losses back.
-// Gradients are scaled by 1/global_batch and summed across replicas, so the result equals one
-// big batch whatever the shard sizes (uneven shards included).
+// one feeding the Reducer, so gradient all-reduces overlap its backward), then all-reduces the
+// loss sum, counts non-finite values in the summed gradients and synchronizes once to read both.
+// Every replica holds bitwise the same summed gradients and loss, so every replica takes the
+// same decision: step the optimizer, or skip the step when anything is NaN/Inf (parameters stay
+// bitwise equal across replicas). Gradients are scaled by 1/global_batch and summed, so the
+// result equals one big batch whatever the shard sizes (uneven shards included).
 #pragma once
 
 #include <atomic>
@@ -18,6 +20,8 @@
 #include "engine/nn/parameter_store.h"
 #include "engine/optim/optimizer.h"
 #include "parallel/communicator.h"
+#include "parallel/fault_injection.h"
+#include "parallel/flight_recorder.h"
 #include "parallel/reducer.h"
 
 namespace ls {
@@ -30,6 +34,10 @@ using OptimizerFactory =
 enum class Phase { kIdle, kSetup, kUpload, kForward, kBackward, kReduce, kOptimizer, kEvaluate };
 const char* phase_name(Phase phase);
 
+// The rank of the replica whose thread calls it (model factories and model code may use it),
+// or -1 on any other thread.
+int current_replica();
+
 // A replica's rows of the global batch, in host memory owned by the caller.
 struct Shard {
   const float* images = nullptr;  // rows * features
@@ -38,9 +46,10 @@ struct Shard {
   int64_t features = 0;
 };
 
-struct ShardResult {
-  double loss_sum = 0;  // sum over the shard's rows of the per-row loss
-  int64_t rows = 0;
+struct StepOutcome {
+  double global_loss_sum = 0;  // sum over the GLOBAL batch of the per-row loss (all-reduced)
+  int32_t nonfinite = 0;       // NaN/Inf values in the summed gradients
+  bool skipped = false;        // the optimizer did not step (non-finite loss or gradients)
 };
 
 struct EvalCounts {
@@ -52,12 +61,16 @@ struct EvalCounts {
 class Replica {
  public:
   Replica(int rank, Device device, const ModelFactory& model, const OptimizerFactory& optimizer,
-          std::unique_ptr<Communicator> comm, const BucketOptions& buckets, uint64_t seed);
+          std::unique_ptr<RecordingCommunicator> comm, const BucketOptions& buckets,
+          uint64_t seed);
   ~Replica();
 
   // Makes every replica start from rank 0's parameters (a collective: all replicas call it).
   void broadcast_parameters();
-  ShardResult step(const Shard& shard, int64_t global_rows, int accumulate);
+  // Step `step` (1-based) on this replica's shard; `fault` applies when it names this replica
+  // and step.
+  StepOutcome step(const Shard& shard, int64_t global_rows, int accumulate, int64_t step,
+                   const FaultInjection& fault);
   EvalCounts evaluate(const Shard& rows, int64_t batch_size);
 
   int rank() const { return rank_; }
@@ -65,7 +78,7 @@ class Replica {
   Phase phase() const { return phase_.load(); }
   nn::ParameterStore& store() { return *store_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
-  Communicator& communicator() { return *comm_; }
+  RecordingCommunicator& communicator() { return *comm_; }
   const Reducer& reducer() const { return *reducer_; }
   Stream& compute_stream() { return *compute_; }
   // The last step's timeline, relative to its start (valid after step() returned).
@@ -75,6 +88,9 @@ class Replica {
 
  private:
   void upload(const Shard& shard);
+  // Forward and backward of the shard's micro-batches; adds each one's loss sum to loss_sum_.
+  void forward_backward(const Shard& shard, int64_t global_rows, int accumulate, bool fault_here,
+                        const FaultInjection& fault);
 
   int rank_;
   Device device_;
@@ -84,11 +100,14 @@ class Replica {
   std::unique_ptr<nn::Module> model_;
   std::unique_ptr<nn::ParameterStore> store_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<RecordingCommunicator> comm_;
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<Event> step_start_;
-  Tensor images_, labels_;           // device copies of the shard, reused across steps
-  std::vector<float> micro_losses_;  // host read-back, one per micro-batch
+  Tensor images_, labels_;  // device copies of the shard, reused across steps
+  Tensor loss_sum_;         // f32 [1]: this shard's loss sum, then (all-reduced) the global one
+  Tensor nonfinite_;        // i32 [1]: non-finite values in the summed gradients
+  float loss_sum_host_ = 0;
+  int32_t nonfinite_host_ = 0;
 };
 
 }  // namespace ls

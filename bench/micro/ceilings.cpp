@@ -1,5 +1,8 @@
 // The ceilings every other figure is compared against, measured in the same run:
-// single-thread memcpy bandwidth and single-core sgemm GFLOP/s straight from CBLAS.
+//   ceiling/memcpy/<bytes>            single-thread memcpy; GBps = bytes copied / time (10^9)
+//   ceiling/memcpy/<bytes>/threads:2  two threads copying their own buffers at once; GBps is
+//                                     their sum: the memory bandwidth two ranks share
+//   ceiling/sgemm/1024                single-core sgemm GFLOP/s straight from CBLAS
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -17,8 +20,13 @@ void BM_ceiling_memcpy(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+  state.counters["GBps"] = benchmark::Counter(
+      static_cast<double>(bytes) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_ceiling_memcpy)->Name("ceiling/memcpy")->Arg(64 << 20)->UseRealTime();
+BENCHMARK(BM_ceiling_memcpy)->Name("ceiling/memcpy")->Arg(16 << 20)->Arg(64 << 20)->UseRealTime();
+BENCHMARK(BM_ceiling_memcpy)->Name("ceiling/memcpy")->Arg(16 << 20)->Arg(64 << 20)->Threads(2)
+    ->UseRealTime();
 
 void BM_ceiling_sgemm(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));

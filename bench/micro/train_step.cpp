@@ -4,8 +4,7 @@
 // Arguments: batch, then the layer widths are 784-H-H-10 with H = the second argument.
 #include <benchmark/benchmark.h>
 
-#include <random>
-
+#include "bench/micro/bench_util.h"
 #include "engine/runtime.h"
 #include "parallel/data_parallel.h"
 #include "ops/gemm.h"
@@ -14,21 +13,12 @@ namespace {
 
 const ls::Device kHost0{ls::DeviceKind::kHost, 0};
 
-std::vector<int64_t> widths_for(int64_t hidden) { return {784, hidden, hidden, 10}; }
-
-ls::data::Batch random_batch(int64_t size, int64_t features) {
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal;
-  ls::data::Batch batch;
-  batch.size = size;
-  for (int64_t i = 0; i < size * features; ++i) batch.images.push_back(normal(rng));
-  for (int64_t i = 0; i < size; ++i) batch.labels.push_back(static_cast<int32_t>(rng() % 10));
-  return batch;
-}
+using ls::bench::mlp_widths;
+using ls::bench::random_batch;
 
 void BM_train_step(benchmark::State& state) {
   const int64_t batch_size = state.range(0);
-  ls::DataParallel trainer({kHost0}, ls::mlp_factory(widths_for(state.range(1))),
+  ls::DataParallel trainer({kHost0}, ls::mlp_factory(mlp_widths(state.range(1))),
                            ls::make_optimizer_factory({}));
   const ls::data::Batch batch = random_batch(batch_size, 784);
   trainer.step(batch);  // warm-up: fills the allocator's cache
@@ -43,7 +33,7 @@ BENCHMARK(BM_train_step)->Name("train_step/mlp/host:1")->Args({256, 1024})->Args
 // The 3 forward and 5 backward GEMMs of one step (no dx for the input layer).
 void BM_step_gemms(benchmark::State& state) {
   const int64_t rows = state.range(0);
-  const std::vector<int64_t> w = widths_for(state.range(1));
+  const std::vector<int64_t> w = mlp_widths(state.range(1));
   auto stream = ls::device_runtime(kHost0).create_stream();
   std::vector<ls::Tensor> acts, weights;
   for (size_t i = 0; i < w.size(); ++i) acts.push_back(ls::Tensor::empty({rows, w[i]}, ls::DType::kF32, kHost0));

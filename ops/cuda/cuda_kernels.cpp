@@ -88,6 +88,12 @@ void CudaKernels::count_correct(const float* logits, const int32_t* labels, int6
   cuda_ops::count_correct(logits, labels, rows, cols, correct, launch.stream());
 }
 
+void CudaKernels::count_nonfinite(const float* x, int64_t n, int32_t* count,
+                                  Stream& stream) const {
+  Launch launch(stream);
+  cuda_ops::count_nonfinite(x, n, count, launch.stream());
+}
+
 void CudaKernels::fill(float* x, int64_t n, float value, Stream& stream) const {
   Launch launch(stream);
   cuda_ops::fill(x, n, value, launch.stream());

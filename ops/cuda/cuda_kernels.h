@@ -32,6 +32,7 @@ void relu_backward(const float* x, const float* dy, float* dx, int64_t n, bool a
 void gelu(const float* x, float* y, int64_t n, cudaStream_t stream);
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool accumulate,
                    cudaStream_t stream);
+void count_nonfinite(const float* x, int64_t n, int32_t* count, cudaStream_t stream);
 void fill(float* x, int64_t n, float value, cudaStream_t stream);
 void scale(float* x, int64_t n, float alpha, cudaStream_t stream);
 void axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t stream);
@@ -73,6 +74,7 @@ class CudaKernels final : public Kernels {
                     float grad_scale, float* loss, float* dlogits, Stream& stream) const override;
   void count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                      int32_t* correct, Stream& stream) const override;
+  void count_nonfinite(const float* x, int64_t n, int32_t* count, Stream& stream) const override;
   void fill(float* x, int64_t n, float value, Stream& stream) const override;
   void scale(float* x, int64_t n, float alpha, Stream& stream) const override;
   void axpy(float alpha, const float* x, float* y, int64_t n, Stream& stream) const override;

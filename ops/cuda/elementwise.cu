@@ -62,6 +62,19 @@ __global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx,
   }
 }
 
+// Counts per block in shared memory, then one atomicAdd per block: integer sums are the same in
+// any order, so the result is exact and deterministic.
+__global__ void count_nonfinite_kernel(const float* x, int64_t n, int32_t* count) {
+  __shared__ int32_t block_count;
+  if (threadIdx.x == 0) block_count = 0;
+  __syncthreads();
+  int32_t local = 0;
+  LS_GRID_STRIDE_LOOP(i, n) { local += !isfinite(x[i]); }
+  if (local != 0) atomicAdd(&block_count, local);
+  __syncthreads();
+  if (threadIdx.x == 0 && block_count != 0) atomicAdd(count, block_count);
+}
+
 __global__ void fill_kernel(float* x, int64_t n, float value) {
   LS_GRID_STRIDE_LOOP(i, n) { x[i] = value; }
 }
@@ -133,6 +146,13 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool a
                    cudaStream_t stream) {
   if (n == 0) return;
   gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, dy, dx, n, accumulate);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+void count_nonfinite(const float* x, int64_t n, int32_t* count, cudaStream_t stream) {
+  LS_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int32_t), stream));
+  if (n == 0) return;
+  count_nonfinite_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, count);
   LS_CUDA_CHECK_LAUNCH();
 }
 

@@ -5,6 +5,8 @@
 // loops are plain indexed loops so the compiler vectorises them (with a runtime alias check
 // where in-place use is allowed, restrict where the buffers are always distinct).
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <cmath>
 
 #include "engine/dtype.h"
@@ -163,6 +165,23 @@ void HostKernels::cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, Strea
 void HostKernels::cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, Stream& stream) const {
   enqueue_map(stream, n, [=](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] = bf16_to_f32(x[i]);
+  });
+}
+
+}  // namespace ls
+
+namespace ls {
+
+void HostKernels::count_nonfinite(const float* x, int64_t n, int32_t* count, Stream& stream) const {
+  host_enqueue(stream, [x, n, count] {
+    // Integer counts add up the same in any order, so the chunks may combine as they finish.
+    std::atomic<int64_t> total{0};
+    host_parallel_for(0, n, kHostGrain, [&](int64_t begin, int64_t end) {
+      int64_t local = 0;
+      for (int64_t i = begin; i < end; ++i) local += !std::isfinite(x[i]);
+      total += local;
+    });
+    *count = static_cast<int32_t>(std::min<int64_t>(total, INT32_MAX));
   });
 }
 

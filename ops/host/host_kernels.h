@@ -44,6 +44,7 @@ class HostKernels final : public Kernels {
   void axpy(float alpha, const float* x, float* y, int64_t n, Stream& stream) const override;
   void add(const float* a, const float* b, float* out, int64_t n, Stream& stream) const override;
 
+  void count_nonfinite(const float* x, int64_t n, int32_t* count, Stream& stream) const override;
   void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, Stream& stream) const override;
   void cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, Stream& stream) const override;
 

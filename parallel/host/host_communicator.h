@@ -6,6 +6,8 @@
 // exit barrier (parallel/host/host_clique.h). It returns at once; errors (desync, timeout,
 // abort) surface at the stream's next synchronize(). Once the clique has failed, every later
 // call throws that failure at once, from the call itself, and every pending one at its stream.
+// Reductions accumulate in f32 over ranks 0..N-1 in that order (bitwise deterministic); bf16 is
+// rounded once at the end; kAvg is the f32 sum divided by N; kMax propagates NaN.
 // Thread-safety: one thread per communicator (its replica's); abort() and the counters from any.
 #pragma once
 

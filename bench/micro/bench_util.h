@@ -1,0 +1,30 @@
+// Small helpers shared by the benchmark files: the MLP the numbers are quoted for, a random
+// batch, and the flop count of a GEMM. Header-only; nothing here touches a device.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "engine/data/sampler.h"
+
+namespace ls::bench {
+
+// The model every figure of docs/benchmarks.md is quoted for: 784-1024-1024-10.
+inline std::vector<int64_t> mlp_widths(int64_t hidden) { return {784, hidden, hidden, 10}; }
+
+// Normal(0, 1) features and uniform labels in 0..9, the same for the same size.
+inline data::Batch random_batch(int64_t size, int64_t features) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  data::Batch batch;
+  batch.size = size;
+  batch.images.reserve(static_cast<size_t>(size * features));
+  for (int64_t i = 0; i < size * features; ++i) batch.images.push_back(normal(rng));
+  for (int64_t i = 0; i < size; ++i) batch.labels.push_back(static_cast<int32_t>(rng() % 10));
+  return batch;
+}
+
+inline double gemm_flops(int64_t m, int64_t n, int64_t k) { return 2.0 * m * n * k; }
+
+}  // namespace ls::bench

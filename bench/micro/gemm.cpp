@@ -1,0 +1,131 @@
+// Every GEMM of one training step of the 784-1024-1024-10 MLP at batch 256 (3 forward, 3 weight
+// gradients, 2 input gradients; the first layer needs no input gradient), each at its own shape:
+//   gemm/host:0/<gemm>   through ls::matmul on a host stream (enqueue + synchronize per GEMM)
+//   gemm/cblas/<gemm>    the same call straight to CBLAS on the benchmark thread
+//   gemm/cuda:0/<gemm>   through ls::matmul on cuda:0 (cuBLAS), registered only with a GPU
+// Counter GFLOPs = 2mnk / time. Compare with ceiling/sgemm (single-core CBLAS at 1024^3) in the
+// same run: cblas vs the ceiling is the cost of the shape, host:0 vs cblas lockstep's overhead.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/micro/bench_config.h"
+#include "bench/micro/bench_util.h"
+#include "engine/runtime.h"
+#include "engine/tensor.h"
+#include "ops/gemm.h"
+
+namespace ls::bench {
+namespace {
+
+constexpr int64_t kBatch = 256;
+
+// C[m, n] = op(A) op(B) + beta C, row-major; A is [k, m] when trans_a, B is [n, k] when trans_b.
+struct GemmShape {
+  std::string name;
+  int64_t m, n, k;
+  bool trans_a, trans_b;
+  float beta;  // weight gradients accumulate, as in the step
+};
+
+std::vector<GemmShape> model_gemms() {
+  const std::vector<int64_t> w = mlp_widths(1024);
+  std::vector<GemmShape> shapes;
+  for (size_t i = 0; i + 1 < w.size(); ++i) {
+    const std::string layer = "fc" + std::to_string(i + 1);
+    shapes.push_back({layer + ".fwd", kBatch, w[i + 1], w[i], false, true, 0.0f});   // y = x W^T
+  }
+  for (size_t i = w.size() - 1; i-- > 0;) {
+    const std::string layer = "fc" + std::to_string(i + 1);
+    shapes.push_back({layer + ".dW", w[i + 1], w[i], kBatch, true, false, 1.0f});    // dW = dy^T x
+    if (i > 0) shapes.push_back({layer + ".dx", kBatch, w[i], w[i + 1], false, false, 0.0f});  // dx = dy W
+  }
+  return shapes;
+}
+
+std::vector<float> uniform(int64_t count) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(count));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::string shape_label(const GemmShape& s) {
+  return "m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+         (s.trans_a ? " T" : " N") + (s.trans_b ? "T" : "N");
+}
+
+void set_gflops(benchmark::State& state, const GemmShape& s, int per_iteration) {
+  state.counters["GFLOPs"] = benchmark::Counter(
+      gemm_flops(s.m, s.n, s.k) * per_iteration * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(shape_label(s));
+}
+
+// ls::matmul on `device`; `per_iteration` GEMMs are enqueued before each synchronize.
+void run_matmul(benchmark::State& state, const GemmShape& s, Device device, int per_iteration) {
+  auto stream = device_runtime(device).create_stream();
+  const Shape a_shape = s.trans_a ? Shape{s.k, s.m} : Shape{s.m, s.k};
+  const Shape b_shape = s.trans_b ? Shape{s.n, s.k} : Shape{s.k, s.n};
+  const Tensor a = Tensor::from_host(uniform(shape_numel(a_shape)), a_shape, device, *stream);
+  const Tensor b = Tensor::from_host(uniform(shape_numel(b_shape)), b_shape, device, *stream);
+  const Tensor c = Tensor::from_host(uniform(s.m * s.n), {s.m, s.n}, device, *stream);
+  matmul(a, s.trans_a, b, s.trans_b, c, 1.0f, s.beta, *stream);  // warm-up (handles, workspaces)
+  stream->synchronize();
+  for (auto _ : state) {
+    for (int i = 0; i < per_iteration; ++i) matmul(a, s.trans_a, b, s.trans_b, c, 1.0f, s.beta, *stream);
+    stream->synchronize();
+  }
+  set_gflops(state, s, per_iteration);
+}
+
+void run_cblas(benchmark::State& state, const GemmShape& s) {
+  const std::vector<float> a = uniform(s.m * s.k), b = uniform(s.k * s.n);
+  std::vector<float> c = uniform(s.m * s.n);
+  const auto lda = static_cast<int>(s.trans_a ? s.m : s.k);
+  const auto ldb = static_cast<int>(s.trans_b ? s.k : s.n);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
+                s.trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(s.m), static_cast<int>(s.n),
+                static_cast<int>(s.k), 1.0f, a.data(), lda, b.data(), ldb, s.beta, c.data(),
+                static_cast<int>(s.n));
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  set_gflops(state, s, 1);
+}
+
+void register_gemms(const BenchConfig& config) {
+  const Device host0{DeviceKind::kHost, 0};
+  for (const GemmShape& s : model_gemms()) {
+    benchmark::RegisterBenchmark(("gemm/host:0/" + s.name).c_str(),
+                                 [s, host0](benchmark::State& st) { run_matmul(st, s, host0, 1); })
+        ->UseRealTime()->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("gemm/cblas/" + s.name).c_str(),
+                                 [s](benchmark::State& st) { run_cblas(st, s); })
+        ->UseRealTime()->Unit(benchmark::kMicrosecond);
+  }
+  if (config.gpu_count == 0) return;
+  const Device cuda0{DeviceKind::kCuda, 0};
+  for (const GemmShape& s : model_gemms()) {
+    benchmark::RegisterBenchmark(("gemm/cuda:0/" + s.name).c_str(),
+                                 [s, cuda0](benchmark::State& st) { run_matmul(st, s, cuda0, 20); })
+        ->UseRealTime()->Unit(benchmark::kMicrosecond);
+  }
+  // The GPU's GEMM rate: large square f32 GEMMs through the same path.
+  for (const int64_t n : {4096, 8192}) {
+    const GemmShape s{std::to_string(n), n, n, n, false, false, 0.0f};
+    benchmark::RegisterBenchmark(("ceiling/gpu/gemm/cuda:0/" + s.name).c_str(),
+                                 [s, cuda0](benchmark::State& st) { run_matmul(st, s, cuda0, 5); })
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
+}
+
+const bool kRegistered = add_registrar(register_gemms);
+
+}  // namespace
+}  // namespace ls::bench

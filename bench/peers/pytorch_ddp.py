@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""PyTorch DDP peer of lockstep-scale: the same scaling test with torch.nn.parallel.DDP.
+
+Same model (784-H...-10 MLP, ReLU, PyTorch's default init, which is lockstep's: U(+-1/sqrt(in))
+for weights and biases), data (Fashion-MNIST IDX files, x/255 standardised with mean 0.2860 and
+std 0.3530), batches (a seeded shuffle per epoch, each rank taking its contiguous shard of the
+global batch), optimizer (AdamW lr 1e-3 wd 0.01 by default), modes, steps, warm-up and windows,
+and the SAME JSON schema as lockstep-scale. One process per device (torch.multiprocessing
+spawn on localhost, a free port), gloo on CPU with torch.set_num_threads(1) per process, nccl on
+GPUs. Rank 0 times the steps (gather + forward + backward + all-reduce + optimizer); the result
+of each device count goes back to the parent through a temporary file.
+
+  python3 bench/peers/pytorch_ddp.py --devices 1,2 --per-device-batch 128 --steps 100 \\
+      --warmup 10 --json out/pytorch-ddp.json
+
+Needs PyTorch (Debian: apt-get install -y python3-torch, then run with /usr/bin/python3).
+comm_exposed_ms is null: DDP does not expose its all-reduce timeline.
+Exit codes: 0 success, 1 runtime failure, 2 usage error.
+"""
+import argparse
+import gzip
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+MEAN, STD = 0.2860, 0.3530
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="pytorch_ddp.py",
+        description="Scaling test with PyTorch DDP, mirroring lockstep-scale's flags and JSON.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="--devices lists device COUNTS: 1,2 (host processes), host:1,2, cuda:1,2,4 (the "
+               "first N GPUs), auto (1,2,4,... up to every GPU, else up to the core count plus "
+               "the core count). The list must contain 1.")
+    p.add_argument("--devices", default="auto")
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--model", default="mlp", choices=["mlp"])
+    p.add_argument("--hidden", default="1024,1024")
+    p.add_argument("--mode", default="weak", choices=["weak", "strong"])
+    p.add_argument("--per-device-batch", type=int, default=None)
+    p.add_argument("--global-batch", type=int, default=None)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--windows", type=int, default=5)
+    p.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--momentum", type=float, default=0.0)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--json", default="")
+    p.add_argument("--plot", default="", help="draw the plot with bench/scale/plot_scale.py")
+    a = p.parse_args(argv)  # exits 2 on bad flags
+    try:
+        a.hidden = [int(w) for w in a.hidden.split(",")]
+    except ValueError:
+        raise UsageError(f"--hidden: '{a.hidden}' is not a list of widths")
+    if any(w <= 0 for w in a.hidden):
+        raise UsageError("--hidden: widths must be positive")
+    if a.mode == "weak" and a.global_batch is not None:
+        raise UsageError("--global-batch is for --mode strong; weak scaling takes --per-device-batch")
+    if a.mode == "strong" and a.per_device_batch is not None:
+        raise UsageError("--per-device-batch is for --mode weak; strong scaling takes --global-batch")
+    a.per_device_batch = a.per_device_batch or 128
+    a.global_batch = a.global_batch or 1024
+    for name in ("steps", "windows", "per_device_batch", "global_batch"):
+        if getattr(a, name) <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive")
+    if a.warmup < 0:
+        raise UsageError("--warmup must be >= 0")
+    if a.steps - a.warmup < a.windows:
+        raise UsageError(f"--steps {a.steps} leaves {max(0, a.steps - a.warmup)} timed step(s) after "
+                         f"--warmup {a.warmup}, fewer than the {a.windows} --windows")
+    return a
+
+
+def resolve_devices(a, torch):
+    spec = a.devices
+    kind = "cuda" if spec.startswith("cuda") else "host"
+    if spec in ("auto", "host", "cuda"):
+        if spec == "auto" and torch.cuda.is_available() and torch.cuda.device_count() > 0:
+            kind = "cuda"
+        top = torch.cuda.device_count() if kind == "cuda" else len(os.sched_getaffinity(0))
+        if top == 0:
+            raise RuntimeError("--devices cuda: no GPU is usable")
+        counts, n = [], 1
+        while n < top:
+            counts.append(n)
+            n *= 2
+        counts.append(top)
+    else:
+        text = spec.split(":", 1)[1] if spec.startswith(("host:", "cuda:")) else spec
+        try:
+            counts = sorted(int(c) for c in text.split(","))
+        except ValueError:
+            raise UsageError(f"--devices: unknown spec '{spec}'; use 1,2,... host:1,2 cuda:1,2 or auto")
+        if counts[0] <= 0 or len(set(counts)) != len(counts):
+            raise UsageError(f"--devices {spec}: counts must be positive and listed once")
+    if counts[0] != 1:
+        raise UsageError(f"--devices {spec} has no 1-device run; scaling efficiency is measured "
+                         "against one device, so the list must contain 1")
+    if a.mode == "strong":
+        for n in counts:
+            if a.global_batch % n:
+                raise UsageError(f"--mode strong: --global-batch {a.global_batch} does not divide "
+                                 f"by {n} devices")
+    if kind == "cuda" and counts[-1] > torch.cuda.device_count():
+        raise RuntimeError(f"--devices {spec} asks for {counts[-1]} GPUs; this machine has "
+                           f"{torch.cuda.device_count()}")
+    return kind, counts
+
+
+def read_idx(path):
+    """An IDX file (plain or .gz) as (dims, bytes)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    if data[0] != 0 or data[1] != 0 or data[2] != 8:
+        raise RuntimeError(f"{path}: not an unsigned-byte IDX file")
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return dims, data[4 + 4 * ndim:]
+
+
+def load_fashion_mnist(directory, torch):
+    def find(stem):
+        for name in (stem + ".gz", stem):
+            path = os.path.join(directory, name)
+            if os.path.exists(path):
+                return path
+        raise RuntimeError(f"{directory}: no {stem}[.gz] (Debian: apt-get install dataset-fashion-mnist)")
+    dims, pixels = read_idx(find("train-images-idx3-ubyte"))
+    _, labels = read_idx(find("train-labels-idx1-ubyte"))
+    count, features = dims[0], dims[1] * dims[2]
+    x = torch.frombuffer(bytearray(pixels), dtype=torch.uint8).reshape(count, features)
+    x = (x.to(torch.float32) / 255.0 - MEAN) / STD
+    y = torch.frombuffer(bytearray(labels), dtype=torch.uint8).to(torch.int64)
+    return x.contiguous(), y
+
+
+def make_mlp(widths, torch):
+    layers = []
+    for i in range(len(widths) - 1):
+        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
+        if i + 2 < len(widths):
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def worker(rank, world, kind, a, port, result_path):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    backend = "nccl" if kind == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    device = torch.device(f"cuda:{rank}" if kind == "cuda" else "cpu")
+    if kind == "cuda":
+        torch.cuda.set_device(device)
+    sync = torch.cuda.synchronize if kind == "cuda" else (lambda: None)
+
+    x, y = load_fashion_mnist(a.data, torch)
+    x, y = x.to(device), y.to(device)
+    widths = [x.shape[1]] + a.hidden + [10]
+    torch.manual_seed(a.seed)
+    model = make_mlp(widths, torch).to(device)
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[rank] if kind == "cuda" else None, bucket_cap_mb=a.bucket_mb)
+    if a.optimizer == "adamw":
+        opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    else:
+        opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=a.weight_decay)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    global_batch = a.per_device_batch * world if a.mode == "weak" else a.global_batch
+    shard = global_batch // world
+    per_epoch = x.shape[0] // global_batch  # drop the last partial batch, as lockstep does
+    if per_epoch == 0:
+        raise RuntimeError(f"global batch {global_batch} is larger than the training set")
+    gen = torch.Generator().manual_seed(a.seed)
+    state = {"epoch": 0, "pos": 0, "order": torch.randperm(x.shape[0], generator=gen)}
+
+    def next_indices():
+        if state["pos"] == per_epoch:
+            state["epoch"] += 1
+            state["pos"] = 0
+            state["order"] = torch.randperm(x.shape[0], generator=gen)
+        start = state["pos"] * global_batch + rank * shard
+        state["pos"] += 1
+        return state["order"][start:start + shard].to(device)
+
+    losses = []
+
+    def step():
+        idx = next_indices()
+        xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+        opt.zero_grad(set_to_none=False)
+        loss = loss_fn(ddp(xb), yb)
+        loss.backward()  # DDP all-reduces gradient buckets during backward
+        opt.step()
+        losses.append(loss.detach())
+        sync()
+
+    build_start = time.perf_counter()
+    for _ in range(a.warmup):
+        step()
+    dist.barrier()
+    timed = a.steps - a.warmup
+    windows, step_ms = [], []
+    for w in range(a.windows):
+        n = timed * (w + 1) // a.windows - timed * w // a.windows
+        window_s = 0.0
+        for _ in range(n):
+            t0 = time.perf_counter()
+            step()
+            dt = time.perf_counter() - t0
+            window_s += dt
+            step_ms.append(dt * 1e3)
+        windows.append(n * global_batch / window_s)
+    last = torch.stack(losses[-10:]).to(torch.float64).mean().reshape(1)
+    dist.all_reduce(last)  # equal shards: the mean of shard means is the global mean
+    if rank == 0:
+        with open(result_path, "w") as f:
+            json.dump({"devices": world, "device_list": ",".join(f"{kind}:{i}" for i in range(world)),
+                       "global_batch": global_batch,
+                       "samples_per_s": statistics.median(windows),
+                       "step_ms_median": statistics.median(step_ms),
+                       "comm_exposed_ms": None,
+                       "final_loss": last.item() / world,
+                       "window_samples_per_s": windows,
+                       "wall_s": time.perf_counter() - build_start,
+                       "params": sum(p.numel() for p in model.parameters()),
+                       "widths": widths}, f)
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def print_table(a, runs, widths):
+    print(f"\n{a.mode} scaling, mlp {'-'.join(map(str, widths))}, {a.optimizer}, "
+          f"{a.steps - a.warmup} timed steps per run (median of {a.windows} windows), PyTorch DDP")
+    print(f"{'devices':>7} {'batch':>8} {'samples/s':>12} {'per device':>12} {'efficiency':>10} "
+          f"{'step ms':>9} {'final loss':>10}")
+    for r in runs:
+        print(f"{r['devices']:>7} {r['global_batch']:>8} {r['samples_per_s']:>12.0f} "
+              f"{r['per_device_samples_per_s']:>12.0f} {r['efficiency']:>10.3f} "
+              f"{r['step_ms_median']:>9.2f} {r['final_loss']:>10.4f}")
+    sys.stdout.flush()
+
+
+def main(argv):
+    try:
+        a = parse_args(argv)
+    except UsageError as e:
+        print(f"pytorch_ddp.py: {e}", file=sys.stderr)
+        return 2
+    try:
+        import torch
+        import torch.multiprocessing as mp
+    except ImportError:
+        print("pytorch_ddp.py: PyTorch is missing. Debian: sudo apt-get install -y python3-torch "
+              "(then run it with /usr/bin/python3); elsewhere: python3 -m pip install torch",
+              file=sys.stderr)
+        return 1
+    try:
+        kind, counts = resolve_devices(a, torch)
+    except UsageError as e:
+        print(f"pytorch_ddp.py: {e}", file=sys.stderr)
+        return 2
+    backend = f"pytorch-ddp-{'nccl' if kind == 'cuda' else 'gloo'}"
+    print(f"pytorch_ddp.py: {a.mode} scaling with {backend} on {kind} device counts "
+          f"{','.join(map(str, counts))} ({len(os.sched_getaffinity(0))} cores), torch {torch.__version__}")
+    runs, info = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in counts:
+            path = os.path.join(tmp, f"run-{n}.json")
+            print(f"{backend} x{n}: {a.steps} steps ({a.warmup} warm-up) ...", file=sys.stderr, flush=True)
+            mp.spawn(worker, args=(n, kind, a, free_port(), path), nprocs=n, join=True)
+            with open(path) as f:
+                r = json.load(f)
+            info = {"params": r.pop("params"), "widths": r.pop("widths")}
+            runs.append(r)
+            print(f"{backend} x{n}: {r['samples_per_s']:.0f} samples/s", file=sys.stderr, flush=True)
+    base = runs[0]["samples_per_s"]
+    for r in runs:
+        r["per_device_samples_per_s"] = r["samples_per_s"] / r["devices"]
+        r["efficiency"] = r["samples_per_s"] / (r["devices"] * base)
+    ordered = ["devices", "device_list", "global_batch", "samples_per_s", "per_device_samples_per_s",
+               "efficiency", "step_ms_median", "comm_exposed_ms", "final_loss",
+               "window_samples_per_s", "wall_s"]
+    runs = [{k: r[k] for k in ordered} for r in runs]
+    print_table(a, runs, info["widths"])
+    doc = {"mode": a.mode, "model": a.model, "backend": backend, "device_kind": kind,
+           "widths": info["widths"], "params": info["params"], "optimizer": a.optimizer,
+           "lr": a.lr, "seed": a.seed, "steps": a.steps, "warmup": a.warmup, "windows": a.windows}
+    if a.mode == "weak":
+        doc["per_device_batch"] = a.per_device_batch
+    else:
+        doc["global_batch"] = a.global_batch
+    doc["torch_version"] = torch.__version__
+    doc["threads_per_process"] = 1
+    doc["machine"] = {"cores": len(os.sched_getaffinity(0)), "cpu": cpu_model(),
+                      "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+    doc["runs"] = runs
+    if a.json:
+        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+        with open(a.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"results written to {a.json}")
+    if a.plot:
+        if not a.json:
+            print("pytorch_ddp.py: --plot needs --json", file=sys.stderr)
+        else:
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scale", "plot_scale.py")
+            rc = os.spawnv(os.P_WAIT, sys.executable, [sys.executable, script, a.json, a.plot])
+            print(f"plot written to {a.plot}" if rc == 0 else f"pytorch_ddp.py: warning: no plot (exit {rc})")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as e:  # a runtime failure: one line, exit 1
+        print(f"pytorch_ddp.py: error: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Draws a scaling test's throughput and efficiency against the device count.
+
+usage: plot_scale.py SCALE.json [MORE.json ...] OUT.png
+
+Each JSON is a lockstep-scale (or bench/peers/pytorch_ddp.py) report: {"mode", "model",
+"backend", "runs": [{"devices", "samples_per_s", "efficiency", ...}]}. Several reports are
+drawn as one line each (e.g. lockstep against PyTorch DDP). Uses matplotlib's Agg backend (no
+display needed). Exit codes: 0 drawn, 2 usage or unreadable JSON, 3 matplotlib missing
+(lockstep-scale then tries another python3 or prints how to install it).
+"""
+import json
+import sys
+
+
+def main(argv):
+    if len(argv) < 3 or argv[1] in ("-h", "--help"):
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot_scale.py: matplotlib is missing (apt-get install python3-matplotlib, "
+              "or python3 -m pip install matplotlib)", file=sys.stderr)
+        return 3
+    reports = []
+    for path in argv[1:-1]:
+        try:
+            with open(path) as f:
+                reports.append(json.load(f))
+        except (OSError, ValueError) as e:
+            print(f"plot_scale.py: cannot read {path}: {e}", file=sys.stderr)
+            return 2
+    out = argv[-1]
+
+    fig, (ax_rate, ax_eff) = plt.subplots(1, 2, figsize=(11, 4.2))
+    max_devices = 1
+    for report in reports:
+        runs = sorted(report["runs"], key=lambda r: r["devices"])
+        devices = [r["devices"] for r in runs]
+        rates = [r["samples_per_s"] for r in runs]
+        effs = [r["efficiency"] for r in runs]
+        max_devices = max(max_devices, max(devices))
+        label = report.get("backend", "?")
+        line, = ax_rate.plot(devices, rates, "o-", label=label)
+        base = next((r["samples_per_s"] for r in runs if r["devices"] == 1), None)
+        if base:
+            ax_rate.plot(devices, [base * n for n in devices], ":", color=line.get_color(),
+                         label=f"{label} ideal")
+        ax_eff.plot(devices, effs, "o-", color=line.get_color(), label=label)
+        for n, e in zip(devices, effs):
+            ax_eff.annotate(f"{e:.2f}", (n, e), textcoords="offset points", xytext=(0, 6),
+                            ha="center", fontsize=8)
+
+    first = reports[0]
+    widths = "-".join(str(w) for w in first.get("widths", []))
+    if first.get("mode") == "weak":
+        batch = f"{first.get('per_device_batch')} per device"
+    else:
+        batch = f"global batch {first.get('global_batch')}"
+    cores = first.get("machine", {}).get("cores")
+    fig.suptitle(f"{first.get('mode')} scaling, {first.get('model')} {widths}, {batch}"
+                 + (f" ({cores}-core machine)" if cores else ""))
+    ticks = sorted({r["devices"] for rep in reports for r in rep["runs"]})
+    for ax in (ax_rate, ax_eff):
+        ax.set_xlabel("devices")
+        ax.set_xticks(ticks)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_rate.set_ylabel("samples/s (median of windows)")
+    ax_rate.set_ylim(bottom=0)
+    ax_eff.set_ylabel("efficiency = T(N) / (N T(1))")
+    ax_eff.axhline(1.0, color="gray", lw=0.8)
+    ax_eff.set_ylim(0, max(1.15, max(r["efficiency"] for rep in reports for r in rep["runs"]) + 0.1))
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,237 @@
+// Parser for lockstep-scale's flags and the expansion of --devices into device counts (see
+// scale_options.h). Every flag but --help takes one value: `--flag value` or `--flag=value`.
+#include "scale_options.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string_view>
+
+#include "engine/error.h"
+
+namespace {
+
+template <typename T>
+T parse_number(std::string_view flag, std::string_view text) {
+  T value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not a valid number");
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value)) throw UsageError(std::string(flag) + " must be finite");
+  }
+  return value;
+}
+
+template <typename T>
+T parse_positive(std::string_view flag, std::string_view text) {
+  T value = parse_number<T>(flag, text);
+  if (!(value > 0)) throw UsageError(std::string(flag) + " must be positive, got " + std::string(text));
+  return value;
+}
+
+template <typename T>
+std::vector<T> parse_list(std::string_view flag, std::string_view text) {
+  std::vector<T> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = std::min(text.find(',', start), text.size());
+    out.push_back(parse_positive<T>(flag, text.substr(start, comma - start)));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// 1, 2, 4, ... below `top`, then `top` itself.
+std::vector<int> powers_of_two_up_to(int top) {
+  std::vector<int> counts;
+  for (int n = 1; n < top; n *= 2) counts.push_back(n);
+  counts.push_back(top);
+  return counts;
+}
+
+int usable_gpus(std::string_view spec) {
+  ls::CudaAvailability cuda = ls::cuda_availability();
+  LS_CHECK(cuda.device_count > 0, "--devices ", spec, " asks for GPUs but none is usable: ",
+           cuda.reason_unavailable, ". Use --devices host:1,2 to scale over CPU cores.");
+  return cuda.device_count;
+}
+
+}  // namespace
+
+const char* scale_mode_name(ScaleMode mode) { return mode == ScaleMode::kWeak ? "weak" : "strong"; }
+
+const char* scale_usage() {
+  return R"(usage: lockstep-scale [options]
+Scaling test: trains the same model on 1, 2, 4, ... devices of this machine (Fashion-MNIST)
+and reports throughput, scaling efficiency against one device, step time and exposed
+communication per device count, as a table, JSON and (with --plot) a PNG.
+
+  --devices LIST        the device COUNTS to test (unlike lockstep-train, where host:N is one
+                        list of N devices): host:1,2 runs on 1 then 2 host devices, cuda:1,2,4,8
+                        on the first 1, 2, 4, 8 GPUs. auto (default): 1,2,4,... up to every GPU,
+                        else host counts 1,2,4,... up to the core count plus the core count;
+                        host / cuda: the same for that kind. The list must contain 1 (the
+                        baseline of the efficiency).
+  --data DIR            Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist,
+                        from Debian's dataset-fashion-mnist package)
+  --model mlp           model kind (only mlp so far)
+  --hidden W[,W...]     hidden widths of the MLP (default 1024,1024: 784-1024-1024-10)
+  --mode weak|strong    weak (default): fixed batch per device, global batch grows with the
+                        count; strong: fixed global batch split across the devices
+  --per-device-batch N  weak scaling: examples per device per step (default 128)
+  --global-batch N      strong scaling: examples per step, must divide by every count (default 1024)
+  --steps N             steps per device count, warm-up included (default 100)
+  --warmup N            untimed steps at the start of each run (default 10)
+  --windows N           the timed steps are split into N windows; throughput is the median over
+                        the windows (default 5)
+  --optimizer NAME      adamw (default) or sgd
+  --lr X                learning rate (default 1e-3)
+  --momentum X          SGD momentum (default 0)
+  --weight-decay X      AdamW decoupled weight decay / SGD L2 (default 0.01)
+  --seed N              seed for initialisation and shuffling (default 1)
+  --host-threads N      cores per host device (default 1)
+  --bucket-mb X         gradient bucket cap in MiB (default 25; the first bucket is 1 MiB)
+  --json PATH           write the results as JSON
+  --plot PATH           draw throughput and efficiency vs device count into PATH (PNG) with
+                        bench/scale/plot_scale.py (needs python3 + matplotlib:
+                        apt-get install python3-matplotlib); a missing one is a warning
+  -h, --help            show this help
+
+Exit codes: 0 success, 1 runtime failure, 2 usage error.
+)";
+}
+
+ScaleOptions parse_scale_options(int argc, char** argv) {
+  ScaleOptions o;
+  bool per_device_set = false, global_set = false;
+  using Setter = std::function<void(std::string_view, std::string_view)>;
+  const std::map<std::string_view, Setter> setters = {
+      {"--devices", [&](auto, auto v) { o.devices = v; }},
+      {"--data", [&](auto, auto v) { o.data_dir = v; }},
+      {"--model", [&](auto f, auto v) {
+         if (v != "mlp") throw UsageError(std::string(f) + ": unknown model '" + std::string(v) + "'; available: mlp");
+         o.model = v;
+       }},
+      {"--hidden", [&](auto f, auto v) { o.hidden = parse_list<int64_t>(f, v); }},
+      {"--mode", [&](auto f, auto v) {
+         if (v == "weak") o.mode = ScaleMode::kWeak;
+         else if (v == "strong") o.mode = ScaleMode::kStrong;
+         else throw UsageError(std::string(f) + ": unknown mode '" + std::string(v) + "'; use weak or strong");
+       }},
+      {"--per-device-batch", [&](auto f, auto v) { o.per_device_batch = parse_positive<int64_t>(f, v); per_device_set = true; }},
+      {"--global-batch", [&](auto f, auto v) { o.global_batch = parse_positive<int64_t>(f, v); global_set = true; }},
+      {"--steps", [&](auto f, auto v) { o.steps = parse_positive<int64_t>(f, v); }},
+      {"--warmup", [&](auto f, auto v) {
+         o.warmup = parse_number<int64_t>(f, v);
+         if (o.warmup < 0) throw UsageError("--warmup must be >= 0, got " + std::string(v));
+       }},
+      {"--windows", [&](auto f, auto v) { o.windows = parse_positive<int64_t>(f, v); }},
+      {"--optimizer", [&](auto f, auto v) {
+         if (v != "adamw" && v != "sgd") throw UsageError(std::string(f) + ": unknown optimizer '" + std::string(v) + "'; use adamw or sgd");
+         o.optimizer = v;
+       }},
+      {"--lr", [&](auto f, auto v) { o.lr = parse_positive<float>(f, v); }},
+      {"--momentum", [&](auto f, auto v) {
+         o.momentum = parse_number<float>(f, v);
+         if (o.momentum < 0 || o.momentum >= 1) throw UsageError("--momentum must be in [0, 1)");
+       }},
+      {"--weight-decay", [&](auto f, auto v) {
+         o.weight_decay = parse_number<float>(f, v);
+         if (o.weight_decay < 0) throw UsageError("--weight-decay must be >= 0");
+       }},
+      {"--seed", [&](auto f, auto v) { o.seed = parse_number<uint64_t>(f, v); }},
+      {"--host-threads", [&](auto f, auto v) { o.host_threads = parse_positive<int>(f, v); }},
+      {"--bucket-mb", [&](auto f, auto v) { o.bucket_mb = parse_positive<double>(f, v); }},
+      {"--json", [&](auto, auto v) { o.json_path = v; }},
+      {"--plot", [&](auto, auto v) { o.plot_path = v; }},
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      o.help = true;
+      continue;
+    }
+    std::string_view flag = arg, value;
+    bool inline_value = false;
+    if (size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      inline_value = true;
+    }
+    auto it = setters.find(flag);
+    if (it == setters.end()) throw UsageError("unknown option '" + std::string(arg) + "'");
+    if (!inline_value) {
+      if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
+      value = argv[++i];
+    }
+    it->second(flag, value);
+  }
+  if (o.mode == ScaleMode::kWeak && global_set) {
+    throw UsageError("--global-batch is for --mode strong; weak scaling takes --per-device-batch");
+  }
+  if (o.mode == ScaleMode::kStrong && per_device_set) {
+    throw UsageError("--per-device-batch is for --mode weak; strong scaling takes --global-batch");
+  }
+  if (o.steps - o.warmup < o.windows) {
+    throw UsageError("--steps " + std::to_string(o.steps) + " leaves " +
+                     std::to_string(std::max<int64_t>(0, o.steps - o.warmup)) +
+                     " timed step(s) after --warmup " + std::to_string(o.warmup) + ", fewer than the " +
+                     std::to_string(o.windows) + " --windows; every window needs at least one step");
+  }
+  return o;
+}
+
+DevicePlan resolve_device_counts(const ScaleOptions& o) {
+  const std::string_view spec = o.devices;
+  DevicePlan plan;
+  if (spec == "auto" || spec == "host" || spec == "cuda") {
+    const bool gpus = spec == "cuda" || (spec == "auto" && ls::cuda_availability().device_count > 0);
+    plan.kind = gpus ? ls::DeviceKind::kCuda : ls::DeviceKind::kHost;
+    plan.counts = powers_of_two_up_to(gpus ? usable_gpus(spec) : ls::host_core_count());
+  } else if (spec.starts_with("host:") || spec.starts_with("cuda:")) {
+    plan.kind = spec.starts_with("host:") ? ls::DeviceKind::kHost : ls::DeviceKind::kCuda;
+    plan.counts = parse_list<int>("--devices", spec.substr(5));
+    std::sort(plan.counts.begin(), plan.counts.end());
+    if (std::adjacent_find(plan.counts.begin(), plan.counts.end()) != plan.counts.end()) {
+      throw UsageError("--devices " + std::string(spec) + " lists a device count twice");
+    }
+  } else {
+    throw UsageError("--devices: unknown spec '" + std::string(spec) +
+                     "'; use auto, host, cuda, host:1,2,... or cuda:1,2,... (device counts)");
+  }
+  if (plan.counts.front() != 1) {
+    throw UsageError("--devices " + std::string(spec) +
+                     " has no 1-device run; scaling efficiency is measured against one device, "
+                     "so the list must contain 1 (e.g. " + std::string(spec.substr(0, 5)) + "1," +
+                     std::string(spec.substr(5)) + ")");
+  }
+  if (o.mode == ScaleMode::kStrong) {
+    for (int n : plan.counts) {
+      if (o.global_batch % n != 0) {
+        throw UsageError("--mode strong: --global-batch " + std::to_string(o.global_batch) +
+                         " does not divide by " + std::to_string(n) +
+                         " devices; pick a global batch that is a multiple of every device count");
+      }
+    }
+  }
+  if (plan.kind == ls::DeviceKind::kCuda) {
+    const int gpus = usable_gpus(spec);
+    LS_CHECK(plan.counts.back() <= gpus, "--devices ", spec, " asks for ", plan.counts.back(),
+             " GPUs; this machine has ", gpus);
+  }
+  return plan;
+}
+
+std::vector<ls::Device> first_devices(ls::DeviceKind kind, int count) {
+  std::vector<ls::Device> devices;
+  for (int i = 0; i < count; ++i) devices.push_back({kind, i});
+  return devices;
+}
+
+int64_t global_batch_for(const ScaleOptions& o, int devices) {
+  return o.mode == ScaleMode::kWeak ? o.per_device_batch * devices : o.global_batch;
+}

@@ -1,0 +1,121 @@
+// Table and JSON of the scaling test (see scale_report.h).
+#include "scale_report.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "engine/error.h"
+#include "engine/json.h"
+
+namespace {
+
+// The CPU's model name from /proc/cpuinfo ("" when unknown).
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "";
+}
+
+std::string widths_str(const std::vector<int64_t>& widths) {
+  std::string out;
+  for (int64_t w : widths) {
+    if (!out.empty()) out += '-';
+    out += std::to_string(w);
+  }
+  return out;
+}
+
+
+}  // namespace
+
+void compute_efficiency(std::vector<ScalePoint>& points) {
+  const ScalePoint* one = nullptr;
+  for (const ScalePoint& p : points) {
+    if (p.devices == 1) one = &p;
+  }
+  LS_CHECK(one != nullptr && one->samples_per_s > 0,
+           "scaling efficiency needs the 1-device run; include 1 in --devices");
+  const double base = one->samples_per_s;
+  for (ScalePoint& p : points) p.efficiency = p.samples_per_s / (p.devices * base);
+}
+
+std::string backend_name(ls::DeviceKind kind) {
+  return "lockstep-" + std::string(ls::device_kind_name(kind));
+}
+
+void print_table(const ScaleOptions& o, const std::vector<ScalePoint>& points) {
+  const std::string widths = points.empty() ? "" : widths_str(points.front().widths);
+  std::printf("\n%s scaling, mlp %s, %s, %lld timed steps per run (median of %lld windows)\n",
+              scale_mode_name(o.mode), widths.c_str(), o.optimizer.c_str(),
+              static_cast<long long>(o.steps - o.warmup), static_cast<long long>(o.windows));
+  std::printf("%7s %8s %12s %12s %10s %9s %10s %10s %10s\n", "devices", "batch", "samples/s",
+              "per device", "efficiency", "step ms", "comm ms", "exposed ms", "final loss");
+  for (const ScalePoint& p : points) {
+    std::printf("%7d %8lld %12.0f %12.0f %10.3f %9.2f %10.2f %10.2f %10.4f\n", p.devices,
+                static_cast<long long>(p.global_batch), p.samples_per_s, p.samples_per_s / p.devices,
+                p.efficiency, p.step_ms_median, p.comm_total_ms, p.comm_exposed_ms, p.final_loss);
+  }
+  std::fflush(stdout);
+}
+
+void write_scale_json(const ScaleOptions& o, ls::DeviceKind kind,
+                      const std::vector<ScalePoint>& points, const std::string& path) {
+  ls::JsonWriter json;
+  json.begin_object();
+  json.field("mode", std::string(scale_mode_name(o.mode)));
+  json.field("model", o.model);
+  json.field("backend", backend_name(kind));
+  json.field("device_kind", std::string(ls::device_kind_name(kind)));
+  json.key("widths").begin_array();
+  if (!points.empty()) {
+    for (int64_t w : points.front().widths) json.value(w);
+  }
+  json.end_array();
+  json.field("params", points.empty() ? int64_t{0} : points.front().params);
+  json.field("optimizer", o.optimizer);
+  json.field("lr", static_cast<double>(o.lr));
+  json.field("seed", static_cast<int64_t>(o.seed));
+  json.field("steps", o.steps);
+  json.field("warmup", o.warmup);
+  json.field("windows", o.windows);
+  if (o.mode == ScaleMode::kWeak) {
+    json.field("per_device_batch", o.per_device_batch);
+  } else {
+    json.field("global_batch", o.global_batch);
+  }
+  json.field("host_threads_per_device", o.host_threads);
+  json.key("machine").begin_object();
+  json.field("cores", ls::host_core_count());
+  json.field("cpu", cpu_model());
+  json.field("gpus", ls::cuda_availability().device_count);
+  json.end_object();
+  json.key("runs").begin_array();
+  for (const ScalePoint& p : points) {
+    json.begin_object();
+    json.field("devices", p.devices);
+    json.field("device_list", ls::devices_str(p.device_list));
+    json.field("global_batch", p.global_batch);
+    json.field("samples_per_s", p.samples_per_s);
+    json.field("per_device_samples_per_s", p.samples_per_s / p.devices);
+    json.field("efficiency", p.efficiency);
+    json.field("step_ms_median", p.step_ms_median);
+    json.field("comm_exposed_ms", p.comm_exposed_ms);
+    json.field("comm_total_ms", p.comm_total_ms);
+    json.field("final_loss", p.final_loss);
+    json.field("buckets", p.buckets);
+    json.key("window_samples_per_s").begin_array();
+    for (double r : p.window_samples_per_s) json.value(r);
+    json.end_array();
+    json.field("wall_s", p.wall_s);
+    json.end_object();
+  }
+  json.end_array();
+  json.end_object();
+  json.write_file(path);
+}

@@ -1,0 +1,22 @@
+// The scaling test's outputs: efficiencies, the table on stdout and the JSON document.
+//
+// compute_efficiency needs the 1-device run (resolve_device_counts guarantees it) and fills
+// each point's efficiency = samples_per_s(N) / (N * samples_per_s(1)).
+// JSON schema (shared with bench/peers/pytorch_ddp.py): {"mode", "model", "backend", ...,
+// "runs": [{"devices", "samples_per_s", "per_device_samples_per_s", "efficiency",
+// "step_ms_median", "comm_exposed_ms", "final_loss", ...}]}.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "scale_options.h"
+#include "scale_run.h"
+
+void compute_efficiency(std::vector<ScalePoint>& points);
+void print_table(const ScaleOptions& options, const std::vector<ScalePoint>& points);
+// "lockstep-host" or "lockstep-cuda".
+std::string backend_name(ls::DeviceKind kind);
+void write_scale_json(const ScaleOptions& options, ls::DeviceKind kind,
+                      const std::vector<ScalePoint>& points, const std::string& path);

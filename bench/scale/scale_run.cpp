@@ -1,0 +1,136 @@
+// The measured training run of one device count (see scale_run.h).
+#include "scale_run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <numeric>
+
+#include "engine/data/sampler.h"
+#include "engine/error.h"
+#include "parallel/data_parallel.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Per-step numbers from replica 0's timeline of the step just taken.
+struct CommTimes {
+  double exposed_ms = 0;  // comm work after backward ended
+  double total_ms = 0;    // all-reduce time summed over buckets
+};
+
+CommTimes comm_times(const ls::Reducer::Timeline& t) {
+  CommTimes c;
+  if (t.bucket_end_ms.empty()) return c;
+  const double last_end = *std::max_element(t.bucket_end_ms.begin(), t.bucket_end_ms.end());
+  c.exposed_ms = std::max(0.0, last_end - t.backward_end_ms);
+  for (size_t b = 0; b < t.bucket_end_ms.size(); ++b) c.total_ms += t.bucket_end_ms[b] - t.bucket_start_ms[b];
+  return c;
+}
+
+// Fills `batch` with the next batch, wrapping to the next epoch at the end of one.
+void next_batch(ls::data::Sampler& sampler, ls::data::BatchIterator& batches, ls::data::Batch& batch) {
+  if (!batches.next(batch)) {
+    sampler.set_epoch(sampler.epoch() + 1);
+    batches.reset();
+    batches.next(batch);
+  }
+}
+
+std::string format_rate(double samples_per_s) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f samples/s", samples_per_s);
+  return buf;
+}
+
+}  // namespace
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+ScalePoint run_scale_point(const ScaleOptions& o, const ls::data::Dataset& train,
+                           const std::vector<ls::Device>& devices, ProgressBar& progress) {
+  const Clock::time_point run_start = Clock::now();
+  ScalePoint point;
+  point.devices = static_cast<int>(devices.size());
+  point.device_list = devices;
+  point.global_batch = global_batch_for(o, point.devices);
+
+  std::vector<int64_t> widths{train.features};
+  widths.insert(widths.end(), o.hidden.begin(), o.hidden.end());
+  widths.push_back(train.classes);
+  ls::DataParallelOptions options;
+  options.seed = o.seed;
+  options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  ls::DataParallel trainer(devices, ls::mlp_factory(widths),
+                           ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}),
+                           options);
+  point.widths = widths;
+  point.params = trainer.parameter_count();
+  point.buckets = static_cast<int64_t>(trainer.buckets().size());
+
+  ls::data::Sampler sampler(train.count, o.seed);
+  ls::data::BatchIterator batches(train, sampler, point.global_batch);
+  LS_CHECK(batches.batches_per_epoch() > 0, "global batch ", point.global_batch,
+           " is larger than the ", train.count, " training examples; use a smaller batch");
+  ls::data::Batch batch;
+  std::deque<double> recent_losses;
+  auto record_loss = [&](float loss) {
+    recent_losses.push_back(static_cast<double>(loss));
+    if (recent_losses.size() > 10) recent_losses.pop_front();
+  };
+
+  char label[64];
+  std::snprintf(label, sizeof label, "%s x%d", std::string(ls::device_kind_name(devices[0].kind)).c_str(),
+                point.devices);
+  progress.begin(label, o.steps);
+  for (int64_t step = 1; step <= o.warmup; ++step) {
+    next_batch(sampler, batches, batch);
+    record_loss(trainer.step(batch).loss);
+    progress.update(step, "warm-up", step == o.warmup);
+  }
+
+  const int64_t timed = o.steps - o.warmup;
+  std::vector<double> step_ms, exposed_ms, comm_ms;
+  int64_t done = o.warmup;
+  for (int64_t w = 0; w < o.windows; ++w) {
+    const int64_t window_steps = timed * (w + 1) / o.windows - timed * w / o.windows;
+    double window_ms = 0;
+    for (int64_t s = 0; s < window_steps; ++s) {
+      const Clock::time_point t0 = Clock::now();
+      next_batch(sampler, batches, batch);
+      const float loss = trainer.step(batch).loss;
+      const double ms = ms_between(t0, Clock::now());
+      window_ms += ms;
+      step_ms.push_back(ms);
+      record_loss(loss);
+      const CommTimes c = comm_times(trainer.last_timeline(0));  // not timed
+      exposed_ms.push_back(c.exposed_ms);
+      comm_ms.push_back(c.total_ms);
+      ++done;
+      const std::string status = "window " + std::to_string(w + 1) + "/" + std::to_string(o.windows);
+      progress.update(done, status, s + 1 == window_steps);
+    }
+    point.window_samples_per_s.push_back(static_cast<double>(window_steps * point.global_batch) /
+                                         (window_ms / 1000.0));
+  }
+  point.samples_per_s = median(point.window_samples_per_s);
+  point.step_ms_median = median(step_ms);
+  point.comm_exposed_ms = median(exposed_ms);
+  point.comm_total_ms = median(comm_ms);
+  point.final_loss = std::accumulate(recent_losses.begin(), recent_losses.end(), 0.0) /
+                     static_cast<double>(recent_losses.size());
+  point.wall_s = ms_between(run_start, Clock::now()) / 1000.0;
+  progress.end(format_rate(point.samples_per_s));
+  return point;
+}

@@ -1,0 +1,39 @@
+// One run of the scaling test: trains on the first N devices and measures it.
+//
+// run_scale_point builds a DataParallel on the given devices, trains `warmup` untimed steps on
+// the real data, then times the remaining steps split into `windows` windows. Timed work is
+// the batch gather plus DataParallel::step (which returns once every replica has finished);
+// reading the step's timeline afterwards is not timed. Progress goes to the ProgressBar.
+// Throws ls::Error (from the engine) on runtime failures.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/data/dataset.h"
+#include "engine/device.h"
+#include "progress.h"
+#include "scale_options.h"
+
+struct ScalePoint {
+  int devices = 0;
+  std::vector<ls::Device> device_list;
+  int64_t global_batch = 0;
+  std::vector<int64_t> widths;  // the MLP's layer widths, input to output
+  int64_t params = 0;
+  int64_t buckets = 0;
+  std::vector<double> window_samples_per_s;  // one per timed window
+  double samples_per_s = 0;                  // median over the windows
+  double step_ms_median = 0;                 // median over the timed steps
+  double comm_exposed_ms = 0;  // median over timed steps of max(0, last bucket end - backward end)
+  double comm_total_ms = 0;    // median over timed steps of the summed bucket all-reduce times
+  double final_loss = 0;       // mean loss of the last (up to) 10 steps
+  double wall_s = 0;           // the whole run, construction and warm-up included
+  double efficiency = 0;       // filled by the report: samples_per_s / (N * samples_per_s(1))
+};
+
+ScalePoint run_scale_point(const ScaleOptions& options, const ls::data::Dataset& train,
+                           const std::vector<ls::Device>& devices, ProgressBar& progress);
+
+double median(std::vector<double> values);
