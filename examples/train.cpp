@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <limits>
 #include <numeric>
 
 #include <lockstep/lockstep.h>
 
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/data/dataset.h"
 #include "engine/data/sampler.h"
 #include "engine/json.h"
@@ -33,6 +35,8 @@ struct RunSummary {
   std::vector<int64_t> widths;  // the MLP's layer widths, input to output
   int64_t params = 0;
   int64_t steps = 0;
+  int64_t steps_run = 0;      // in this process (fewer than steps after --resume)
+  int64_t skipped_steps = 0;  // non-finite loss or gradients: the optimizer did not step
   double final_loss = 0;  // mean loss over the last (up to) 100 steps
   double train_seconds = 0;
   ls::EvalResult test;
@@ -50,6 +54,12 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices) {
   options.accumulate = static_cast<int>(o.accumulate);
   options.allow_uneven_shards = o.uneven_shards;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  options.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
+  options.heartbeat_interval = std::chrono::milliseconds(static_cast<int64_t>(o.heartbeat_s * 1000));
+  options.heartbeat = [](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  };
   ls::DataParallel trainer(devices, ls::mlp_factory(widths),
                            ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}),
                            options);
@@ -57,6 +67,21 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices) {
   ls::data::Sampler sampler(train.count, o.seed);
   ls::data::BatchIterator batches(train, sampler, o.batch);
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * batches.batches_per_epoch();
+  int64_t first_step = 1;
+  if (o.resume && ls::checkpoint::latest_checkpoint(o.checkpoint_dir)) {
+    const ls::TrainingPosition position = trainer.load(o.checkpoint_dir);
+    sampler.set_epoch(position.epoch);
+    batches.seek(position.epoch, position.batch_index);
+    first_step = trainer.steps_taken() + 1;
+    std::printf("resumed from %s at step %lld\n", o.checkpoint_dir.c_str(),
+                static_cast<long long>(trainer.steps_taken()));
+  } else if (o.resume) {
+    std::printf("no checkpoint in %s yet: starting from step 1\n", o.checkpoint_dir.c_str());
+  }
+  auto save = [&] {
+    const std::string path = trainer.save(o.checkpoint_dir, {sampler.epoch(), batches.position()});
+    std::printf("checkpoint: %s\n", path.c_str());
+  };
   std::printf("training mlp (%lld parameters) on %s: %lld steps of global batch %lld, %s lr %g,"
               " %zu gradient bucket(s)\n",
               static_cast<long long>(trainer.parameter_count()), ls::devices_str(devices).c_str(), static_cast<long long>(total_steps),
@@ -69,18 +94,24 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices) {
   std::deque<float> recent_losses;
   ls::data::Batch batch;
   const Clock::time_point start = Clock::now();
-  for (int64_t step = 1; step <= total_steps; ++step) {
+  for (int64_t step = first_step; step <= total_steps; ++step) {
     if (!batches.next(batch)) {
       sampler.set_epoch(sampler.epoch() + 1);
       batches.reset();
       batches.next(batch);
     }
-    const float loss = trainer.step(batch).loss;
-    recent_losses.push_back(loss);
+    const ls::StepResult result = trainer.step(batch);
+    const float loss = result.loss;
+    if (result.skipped) {
+      std::printf("step %lld skipped: non-finite loss or gradients (%lld skipped so far)\n",
+                  static_cast<long long>(step), static_cast<long long>(trainer.skipped_steps()));
+    } else {
+      recent_losses.push_back(loss);
+    }
     if (recent_losses.size() > 100) recent_losses.pop_front();
     if (o.log_every > 0 && (step % o.log_every == 0 || step == total_steps)) {
       const double elapsed = seconds_since(start);
-      const double rate = static_cast<double>(step * o.batch) / elapsed;
+      const double rate = static_cast<double>((step - first_step + 1) * o.batch) / elapsed;
       std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s  ETA %s\n",
                   static_cast<long long>(step), static_cast<long long>(total_steps),
                   static_cast<long long>(sampler.epoch() + 1), static_cast<double>(loss), rate,
@@ -88,11 +119,17 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices) {
                              static_cast<double>(total_steps - step)).c_str());
       std::fflush(stdout);
     }
+    const bool checkpoint_due = o.checkpoint_every > 0 && step % o.checkpoint_every == 0;
+    if (!o.checkpoint_dir.empty() && (checkpoint_due || step == total_steps)) save();
   }
   summary.train_seconds = seconds_since(start);
   summary.steps = total_steps;
-  summary.final_loss = std::accumulate(recent_losses.begin(), recent_losses.end(), 0.0) /
-                       static_cast<double>(recent_losses.size());
+  summary.steps_run = total_steps - first_step + 1;
+  summary.skipped_steps = trainer.skipped_steps();
+  summary.final_loss = recent_losses.empty()
+                           ? std::numeric_limits<double>::quiet_NaN()
+                           : std::accumulate(recent_losses.begin(), recent_losses.end(), 0.0) /
+                                 static_cast<double>(recent_losses.size());
   summary.test = trainer.evaluate(test, 1000);
   return summary;
 }
@@ -114,12 +151,13 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, c
   json.field("lr", static_cast<double>(o.lr));
   json.field("seed", static_cast<int64_t>(o.seed));
   json.field("steps", s.steps);
+  json.field("skipped_steps", s.skipped_steps);
   json.field("global_batch", o.batch);
   json.field("accumulate", o.accumulate);
   json.field("final_loss", s.final_loss);
   json.field("test_loss", s.test.loss);
   json.field("test_accuracy", s.test.accuracy);
-  json.field("samples_per_s", static_cast<double>(s.steps * o.batch) / s.train_seconds);
+  json.field("samples_per_s", static_cast<double>(s.steps_run * o.batch) / s.train_seconds);
   json.field("train_s", s.train_seconds);
   json.field("wall_s", wall_s);
   json.end_object();
@@ -148,7 +186,7 @@ int main(int argc, char** argv) {
     const double wall_s = seconds_since(start);
     std::printf("done: %lld steps, final loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
                 static_cast<long long>(summary.steps), summary.final_loss, summary.test.accuracy,
-                static_cast<double>(summary.steps * options.batch) / summary.train_seconds, wall_s);
+                static_cast<double>(summary.steps_run * options.batch) / summary.train_seconds, wall_s);
     if (!options.json_path.empty()) {
       write_json(options, devices, summary, wall_s);
       std::printf("results written to %s\n", options.json_path.c_str());

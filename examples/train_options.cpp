@@ -1,4 +1,4 @@
-// Parser for lockstep-train's flags (see train_options.h). Every flag but --help and
+// Parser for lockstep-train's flags (see train_options.h). Every flag but --help, --resume and
 // --uneven-shards takes one value: `--flag value` or `--flag=value`.
 #include "train_options.h"
 
@@ -59,6 +59,10 @@ Trains a model on Fashion-MNIST and reports test accuracy and throughput.
   --accumulate K        K micro-batches per step, gradients all-reduced after the last (default 1)
   --uneven-shards       allow a global batch that does not divide by the device count
   --bucket-mb X         gradient bucket cap in MiB (default 25; the first bucket is 1 MiB)
+  --collective-timeout-s X
+                        a collective waiting longer stops the run with a report of where every
+                        replica is (default 600)
+  --heartbeat-s X       while a step runs longer, print where every replica is (default 30)
   --optimizer NAME      adamw (default) or sgd
   --lr X                learning rate (default 1e-3)
   --momentum X          SGD momentum (default 0)
@@ -67,6 +71,9 @@ Trains a model on Fashion-MNIST and reports test accuracy and throughput.
   --host-threads N      cores per host device (default 1)
   --log-every N         print progress every N steps (default 100; 0: only the summary)
   --json PATH           write the results as JSON
+  --checkpoint-dir DIR  save checkpoints in DIR (DIR/step-NNNNNN, DIR/latest) at the end
+  --checkpoint-every K  ... and every K steps
+  --resume              continue from DIR/latest (same flags; --steps/--epochs is the total)
   -h, --help            show this help
 )";
 }
@@ -87,6 +94,8 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--batch", [&](auto f, auto v) { o.batch = parse_positive<int64_t>(f, v); }},
       {"--accumulate", [&](auto f, auto v) { o.accumulate = parse_positive<int64_t>(f, v); }},
       {"--bucket-mb", [&](auto f, auto v) { o.bucket_mb = parse_positive<double>(f, v); }},
+      {"--collective-timeout-s", [&](auto f, auto v) { o.collective_timeout_s = parse_positive<double>(f, v); }},
+      {"--heartbeat-s", [&](auto f, auto v) { o.heartbeat_s = parse_positive<double>(f, v); }},
       {"--optimizer", [&](auto f, auto v) {
          if (v != "adamw" && v != "sgd") throw UsageError(std::string(f) + ": unknown optimizer '" + std::string(v) + "'; use adamw or sgd");
          o.optimizer = v;
@@ -104,6 +113,8 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--host-threads", [&](auto f, auto v) { o.host_threads = parse_positive<int>(f, v); }},
       {"--log-every", [&](auto f, auto v) { o.log_every = parse_number<int64_t>(f, v); }},
       {"--json", [&](auto, auto v) { o.json_path = v; }},
+      {"--checkpoint-dir", [&](auto, auto v) { o.checkpoint_dir = v; }},
+      {"--checkpoint-every", [&](auto f, auto v) { o.checkpoint_every = parse_positive<int64_t>(f, v); }},
   };
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -111,8 +122,8 @@ TrainOptions parse_train_options(int argc, char** argv) {
       o.help = true;
       continue;
     }
-    if (arg == "--uneven-shards") {  // the one flag without a value
-      o.uneven_shards = true;
+    if (arg == "--uneven-shards" || arg == "--resume") {  // the flags without a value
+      (arg == "--resume" ? o.resume : o.uneven_shards) = true;
       continue;
     }
     std::string_view flag = arg, value;
@@ -131,5 +142,8 @@ TrainOptions parse_train_options(int argc, char** argv) {
     it->second(flag, value);
   }
   if (o.log_every < 0) throw UsageError("--log-every must be >= 0");
+  if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty()) {
+    throw UsageError("--resume and --checkpoint-every need --checkpoint-dir");
+  }
   return o;
 }

@@ -22,6 +22,8 @@ struct TrainOptions {
   int64_t accumulate = 1;
   bool uneven_shards = false;
   double bucket_mb = 25.0;
+  double collective_timeout_s = 600;
+  double heartbeat_s = 30;
   std::string optimizer = "adamw";
   float lr = 1e-3f;
   float momentum = 0.0f;
@@ -30,6 +32,9 @@ struct TrainOptions {
   int host_threads = 1;
   int64_t log_every = 100;
   std::string json_path;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;  // steps; 0: only at the end (when checkpoint_dir is set)
+  bool resume = false;
   bool help = false;
 };
 

@@ -248,17 +248,6 @@ EvalResult DataParallel::evaluate(const data::Dataset& dataset, int64_t batch_si
   return result;
 }
 
-template <typename T>
-T DataParallel::run_on(int replica, const std::function<T(Replica&)>& job) {
-  LS_CHECK(replica >= 0 && replica < size(), "replica ", replica, " does not exist (", size(),
-           " replicas)");
-  T out{};
-  threads_[static_cast<size_t>(replica)]
-      ->post([&] { out = job(*replicas_[static_cast<size_t>(replica)]); })
-      .get();
-  return out;
-}
-
 std::vector<float> DataParallel::parameters(int replica) {
   return run_on<std::vector<float>>(
       replica, [](Replica& r) { return r.store().values_to_host(r.compute_stream()); });

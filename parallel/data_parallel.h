@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/data/dataset.h"
+#include "engine/error.h"
 #include "engine/data/sampler.h"
 #include "engine/optim/optimizer.h"
 #include "parallel/replica.h"
@@ -50,6 +51,13 @@ struct StepResult {
   bool skipped = false;  // non-finite loss or gradients: the optimizer did not step
 };
 
+// Where the data stream of a run stands, saved with checkpoints so a resumed run sees exactly
+// the batches an uninterrupted one would (the sampler's order depends on seed and epoch only).
+struct TrainingPosition {
+  int64_t epoch = 0;
+  int64_t batch_index = 0;  // batches already taken from that epoch
+};
+
 struct EvalResult {
   double loss = 0.0;      // mean over examples
   double accuracy = 0.0;  // fraction whose argmax is the label
@@ -74,6 +82,16 @@ class DataParallel {
   int64_t skipped_steps() const { return skipped_total_; }
   int64_t parameter_count() const { return parameter_count_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // Checkpoints (parallel/checkpointing.cpp): DIR/step-NNNNNN/{model,optimizer}.safetensors +
+  // meta.json, committed atomically, DIR/latest naming the newest. Parameters are saved under
+  // their module paths ("0.weight"), optimizer state as "<parameter>.<state>" ("0.weight.exp_avg"),
+  // so PyTorch's safetensors reads them. save() returns the committed directory; load() takes
+  // DIR (follows `latest`) or a step directory, checks every tensor's name, dtype and shape
+  // against this model and optimizer, restores all replicas and the step count, and returns the
+  // data position to continue from.
+  std::string save(const std::string& dir, const TrainingPosition& position = {});
+  TrainingPosition load(const std::string& dir);
+
   // A host copy of replica r's flat parameter buffer (synchronizes that replica).
   std::vector<float> parameters(int replica);
   // Replica r's timeline of the last step (bucket all-reduces and end of backward).
@@ -84,8 +102,17 @@ class DataParallel {
   // Runs job(replica) on every replica's thread and waits; on any failure aborts all replicas
   // and throws the first failure, described (see the class comment).
   void run_on_all(const std::function<void(Replica&)>& job, const char* what);
+  // Runs job on replica r's thread and returns its result (for reads and checkpoints).
   template <typename T>
-  T run_on(int replica, const std::function<T(Replica&)>& job);
+  T run_on(int replica, const std::function<T(Replica&)>& job) {
+    LS_CHECK(replica >= 0 && replica < size(), "replica ", replica, " does not exist (", size(),
+             " replicas)");
+    T out{};
+    threads_[static_cast<size_t>(replica)]
+        ->post([&] { out = job(*replicas_[static_cast<size_t>(replica)]); })
+        .get();
+    return out;
+  }
   std::vector<int64_t> shard_rows(int64_t global_rows) const;
   std::vector<ReplicaProgress> progress() const;
   void abort_all();

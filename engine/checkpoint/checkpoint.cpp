@@ -243,6 +243,26 @@ FileRecord record_of(const std::string& path) {
   return {bytes, crc32_of_file(path)};
 }
 
+// Steps 1-2 of Note [Checkpoint commit protocol]: the complete, fsynced temp directory.
+void write_temp_dir(const std::string& temp, const CheckpointMeta& meta,
+                    const std::vector<NamedHostTensor>& model,
+                    const std::vector<NamedHostTensor>& optimizer) {
+  const SafetensorsMetadata st_meta = {{"format", "pt"}};
+  write_safetensors(join(temp, kModelFile), model, st_meta);
+  maybe_crash(CrashPoint::kAfterModelFile, "after writing model.safetensors");
+  write_safetensors(join(temp, kOptimizerFile), optimizer, st_meta);
+  const std::string meta_text =
+      meta_json(meta, record_of(join(temp, kModelFile)), record_of(join(temp, kOptimizerFile)));
+  try {
+    MetaReader(kMetaFile).parse(meta_text);
+  } catch (const Error& e) {
+    LS_THROW("cannot commit checkpoint: its meta.json would not load back (", e.message(),
+             "); fix the CheckpointMeta strings");
+  }
+  write_file_atomic(join(temp, kMetaFile), meta_text);
+  fsync_dir(temp);
+}
+
 std::string resolve_step_dir(const std::string& path) {
   std::error_code ec;
   if (fs::exists(join(path, kMetaFile), ec)) return path;
@@ -297,29 +317,25 @@ std::string commit_checkpoint(const std::string& dir, const CheckpointMeta& meta
                               const std::vector<NamedHostTensor>& optimizer) {
   const std::string name = checkpoint_step_name(meta.step);
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  const bool created = fs::create_directories(dir, ec);
   LS_CHECK(!ec, "cannot create checkpoint directory '", dir, "': ", ec.message());
+  if (created) {  // make DIR's own entry durable
+    fs::path abs = fs::absolute(dir);
+    if (!abs.has_filename()) abs = abs.parent_path();  // "DIR/"
+    fsync_dir(abs.parent_path().string());
+  }
   remove_stale_temps(dir);
   const std::string temp = join(dir, ".tmp-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(temp, ec);
   fs::create_directory(temp, ec);
   LS_CHECK(!ec, "cannot create '", temp, "': ", ec.message());
 
-  const SafetensorsMetadata st_meta = {{"format", "pt"}};
-  write_safetensors(join(temp, kModelFile), model, st_meta);
-  maybe_crash(CrashPoint::kAfterModelFile, "after writing model.safetensors");
-  write_safetensors(join(temp, kOptimizerFile), optimizer, st_meta);
-  const std::string meta_text =
-      meta_json(meta, record_of(join(temp, kModelFile)), record_of(join(temp, kOptimizerFile)));
   try {
-    MetaReader(kMetaFile).parse(meta_text);
-  } catch (const Error& e) {
-    fs::remove_all(temp, ec);
-    LS_THROW("cannot commit checkpoint: its meta.json would not load back (",
-             e.message(), "); fix the CheckpointMeta strings");
+    write_temp_dir(temp, meta, model, optimizer);
+  } catch (const Error&) {
+    fs::remove_all(temp, ec);  // a real failure cleans up; a SimulatedCrash leaves it, as a kill would
+    throw;
   }
-  write_file_atomic(join(temp, kMetaFile), meta_text);
-  fsync_dir(temp);
   maybe_crash(CrashPoint::kAfterTempDir, "after the temp directory was complete");
 
   install(dir, temp, name);

@@ -80,9 +80,17 @@ std::optional<uint64_t> byte_count(std::span<const uint64_t> shape, size_t elem_
   return n;
 }
 
+// A tensor name for messages: hostile names can be megabytes long.
+std::string short_name(std::string_view name) {
+  return name.size() <= 80 ? std::string(name) : std::string(name.substr(0, 80)) + "...";
+}
+
 std::string shape_text(std::span<const uint64_t> shape) {
   std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
   return out + "]";
 }
 
@@ -110,7 +118,10 @@ std::string build_header(const std::vector<NamedHostTensor>& tensors,
     json += ":{\"dtype\":\"";
     json += safetensors_dtype_name(t.dtype);
     json += "\",\"shape\":[";
-    for (size_t d = 0; d < t.shape.size(); ++d) json += (d ? "," : "") + std::to_string(t.shape[d]);
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (d) json += ',';
+      json += std::to_string(t.shape[d]);
+    }
     json += "],\"data_offsets\":[" + std::to_string(offset) + ",";
     offset += t.data.size();
     json += std::to_string(offset) + "]}";
@@ -344,7 +355,7 @@ class SafetensorsReader {
 
   static Entry parse_entry(const std::string& name, const JsonValue& value, uint64_t buffer_bytes,
                            const std::string& source) {
-    const std::string tensor = "tensor '" + name + "'";
+    const std::string tensor = "tensor '" + short_name(name) + "'";
     LS_CHECK(value.is_object(), source, ": byte ", value.offset(), ": ", tensor,
              " must be an object with dtype, shape and data_offsets, got ", json_kind_name(value.kind()));
     for (const auto& member : value.members()) {
@@ -394,11 +405,12 @@ class SafetensorsReader {
     uint64_t cursor = 0;
     const Entry* previous = nullptr;
     for (const Entry& e : entries) {
-      LS_CHECK(e.begin >= cursor, name, ": tensor '", e.name, "' [", e.begin, ", ", e.end,
-               ") overlaps tensor '", previous ? previous->name : "", "' [", previous ? previous->begin : 0,
+      LS_CHECK(e.begin >= cursor, name, ": tensor '", short_name(e.name), "' [", e.begin, ", ", e.end,
+               ") overlaps tensor '", short_name(previous ? previous->name : ""), "' [",
+               previous ? previous->begin : 0,
                ", ", cursor, "): the data buffer must not be shared");
       LS_CHECK(e.begin == cursor, name, ": gap in the data buffer: bytes [", cursor, ", ", e.begin,
-               ") belong to no tensor (before tensor '", e.name, "')");
+               ") belong to no tensor (before tensor '", short_name(e.name), "')");
       cursor = e.end;
       previous = &e;
     }

@@ -6,6 +6,7 @@
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/runtime.h"
+#include "engine/system_info.h"
 #include "ops/kernels.h"
 
 namespace ls {
@@ -25,4 +26,12 @@ std::unique_ptr<DeviceRuntime> make_cuda_runtime(Device device) {
 
 const Kernels& cuda_kernels() { LS_THROW("no CUDA kernels: ", kNoCudaReason); }
 
+}  // namespace ls
+
+namespace ls {
+GpuReport gpu_report() {
+  GpuReport report;
+  report.unavailable_reason = cuda_availability().reason_unavailable;
+  return report;
+}
 }  // namespace ls

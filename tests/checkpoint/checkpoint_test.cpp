@@ -253,10 +253,22 @@ TEST_F(CheckpointTest, RefusesBadMetaBeforeWritingAnything) {
   State negative(3);
   negative.meta.step = -3;
   EXPECT_THROW_WITH(commit(negative), "step -3 is negative");
+  State bad_tensor(5);
+  const std::vector<float> three(3);
+  EXPECT_THROW_WITH(commit_checkpoint(dir_.string(), bad_tensor.meta, bad_tensor.model(),
+                                      {{"exp_avg", D::kF32, {4}, bytes_of(three)}}),
+                    "'exp_avg'", "needs 16 bytes");
+  EXPECT_TRUE(hidden_entries().empty());  // the failed commit removed its temp directory
   EXPECT_EQ(latest_text(), "step-000001\n");
   EXPECT_FALSE(fs::exists(dir_ / "step-000002"));
+  EXPECT_FALSE(fs::exists(dir_ / "step-000005"));
   commit(State(4));
   EXPECT_TRUE(hidden_entries().empty());
+  // A fresh nested DIR (with a trailing slash) is created.
+  const State s(8);
+  EXPECT_EQ(commit_checkpoint((dir_ / "a" / "b/").string(), s.meta, s.model(), s.optimizer()),
+            (dir_ / "a" / "b" / "step-000008").string());
+  EXPECT_EQ(load_checkpoint((dir_ / "a" / "b").string()).meta.step, 8);
 }
 
 // Note [Checkpoint commit protocol] (engine/checkpoint/checkpoint.cpp): a crash at any point

@@ -209,7 +209,10 @@ TEST(JsonReader, SizeAndValueCaps) {
 
 TEST(JsonReader, LargeFlatDocumentsParse) {
   std::string text = "[";
-  for (int i = 0; i < 200000; ++i) text += (i ? "," : "") + std::to_string(i);
+  for (int i = 0; i < 200000; ++i) {
+    if (i) text += ',';
+    text += std::to_string(i);
+  }
   text += "]";
   JsonLimits limits;
   limits.max_bytes = text.size();

@@ -1,0 +1,37 @@
+// What lockstep-doctor reports about the machine: host cores and memory, GPUs with their
+// memory and peer-access matrix, and the CUDA driver/runtime and NCCL versions.
+// The GPU part comes from the CUDA backend file compiled in (engine/cuda or engine/no_cuda).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ls {
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  int64_t memory_bytes = 0;
+  std::string pci_bus_id;
+};
+
+struct GpuReport {
+  std::string unavailable_reason;  // empty when GPUs are usable
+  std::string driver_version;      // e.g. "13.0"; "" when unknown
+  std::string runtime_version;
+  std::string nccl_version;
+  std::vector<GpuInfo> gpus;
+  std::vector<std::vector<bool>> peer_access;  // [i][j]: i can access j's memory directly
+};
+
+GpuReport gpu_report();
+
+struct HostInfo {
+  int cores = 0;              // this process's affinity
+  int64_t memory_bytes = 0;   // MemTotal
+  std::string cpu_model;
+};
+HostInfo host_info();
+
+}  // namespace ls

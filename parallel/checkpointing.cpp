@@ -1,0 +1,126 @@
+// DataParallel::save and DataParallel::load (see parallel/data_parallel.h): flat device buffers
+// <-> per-parameter safetensors tensors, through engine/checkpoint's crash-safe commit.
+// Replica 0's buffers are saved (every replica holds bitwise the same values); a load writes the
+// same host bytes into every replica, so they stay bitwise equal.
+#include <cstring>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/error.h"
+#include "parallel/data_parallel.h"
+
+namespace ls {
+namespace {
+
+using checkpoint::NamedHostTensor;
+using checkpoint::SafetensorsDType;
+using checkpoint::SafetensorsFile;
+
+// Host copies of one replica's flat buffers: values, then each optimizer state in order.
+struct HostState {
+  std::vector<Parameter*> parameters;
+  std::vector<float> values;
+  std::vector<std::pair<std::string, std::vector<float>>> optimizer;
+  std::string optimizer_name;
+  int64_t optimizer_steps = 0;
+};
+
+std::span<const std::byte> bytes_of(const std::vector<float>& flat, const Parameter& p) {
+  return std::as_bytes(std::span<const float>(flat).subspan(static_cast<size_t>(p.offset),
+                                                           static_cast<size_t>(p.numel())));
+}
+
+// Copies tensor `name` of `file` into flat[p.offset ...] after checking dtype and shape.
+void restore_into(const SafetensorsFile& file, const std::string& name, const Parameter& p,
+                  std::vector<float>& flat) {
+  const checkpoint::SafetensorsTensor& t = file.at(name);
+  LS_CHECK(t.dtype == SafetensorsDType::kF32 && t.shape == p.shape, file.name(), ": tensor '",
+           name, "' is ", checkpoint::safetensors_dtype_name(t.dtype), shape_str(t.shape),
+           " but this model needs F32", shape_str(p.shape),
+           "; the checkpoint was saved from a different model");
+  std::memcpy(flat.data() + p.offset, t.data.data(), t.data.size());
+}
+
+std::string model_description(const std::vector<Parameter*>& parameters) {
+  std::string out;
+  for (const Parameter* p : parameters) out += (out.empty() ? "" : " ") + p->name + shape_str(p->shape);
+  return out;
+}
+
+}  // namespace
+
+std::string DataParallel::save(const std::string& dir, const TrainingPosition& position) {
+  LS_CHECK(failure_.empty(), "cannot save: a replica failed earlier (", failure_, ")");
+  HostState state = run_on<HostState>(0, [](Replica& r) {
+    HostState s;
+    s.parameters = r.store().parameters();
+    s.values = r.store().values_to_host(r.compute_stream());
+    for (const auto& [name, tensor] : r.optimizer().state()) {
+      s.optimizer.emplace_back(name, tensor.to_host_f32(r.compute_stream()));
+    }
+    s.optimizer_name = r.optimizer().name();
+    s.optimizer_steps = r.optimizer().steps_taken();
+    return s;
+  });
+  std::vector<NamedHostTensor> model, optimizer;
+  for (const Parameter* p : state.parameters) {
+    model.push_back({p->name, SafetensorsDType::kF32, p->shape, bytes_of(state.values, *p)});
+    for (const auto& [name, flat] : state.optimizer) {
+      optimizer.push_back({p->name + "." + name, SafetensorsDType::kF32, p->shape, bytes_of(flat, *p)});
+    }
+  }
+  checkpoint::CheckpointMeta meta;
+  meta.step = steps_;
+  meta.seed = options_.seed;
+  meta.epoch = position.epoch;
+  meta.batch_index = position.batch_index;
+  meta.model = model_description(state.parameters);
+  meta.optimizer = state.optimizer_name;
+  meta.optimizer_steps = state.optimizer_steps;
+  meta.extra["devices"] = devices_str(devices_);
+  meta.extra["skipped_steps"] = std::to_string(skipped_total_);
+  return checkpoint::commit_checkpoint(dir, meta, model, optimizer);
+}
+
+TrainingPosition DataParallel::load(const std::string& dir) {
+  LS_CHECK(failure_.empty(), "cannot load: a replica failed earlier (", failure_, ")");
+  const checkpoint::LoadedCheckpoint loaded = checkpoint::load_checkpoint(dir);
+  HostState state = run_on<HostState>(0, [](Replica& r) {
+    HostState s;
+    s.parameters = r.store().parameters();
+    s.values.assign(static_cast<size_t>(r.store().values().numel()), 0.0f);
+    for (const auto& [name, tensor] : r.optimizer().state()) {
+      s.optimizer.emplace_back(name, std::vector<float>(static_cast<size_t>(tensor.numel()), 0.0f));
+    }
+    s.optimizer_name = r.optimizer().name();
+    return s;
+  });
+  LS_CHECK(loaded.meta.optimizer == state.optimizer_name, loaded.path, ": saved with optimizer '",
+           loaded.meta.optimizer, "' but this run uses '", state.optimizer_name, "'");
+  LS_CHECK(loaded.model.tensors().size() == state.parameters.size(), loaded.model.name(), " holds ",
+           loaded.model.tensors().size(), " tensors but this model has ", state.parameters.size(),
+           " parameters; the checkpoint was saved from a different model");
+  LS_CHECK(loaded.optimizer.tensors().size() == state.parameters.size() * state.optimizer.size(),
+           loaded.optimizer.name(), " holds ", loaded.optimizer.tensors().size(),
+           " tensors but this optimizer keeps ", state.optimizer.size(), " per parameter");
+  for (const Parameter* p : state.parameters) {
+    restore_into(loaded.model, p->name, *p, state.values);
+    for (auto& [name, flat] : state.optimizer) restore_into(loaded.optimizer, p->name + "." + name, *p, flat);
+  }
+  run_on_all(
+      [&](Replica& r) {
+        Stream& stream = r.compute_stream();
+        r.store().values().copy_from_host_async(state.values.data(), state.values.size() * sizeof(float), stream);
+        const auto tensors = r.optimizer().state();
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          const std::vector<float>& flat = state.optimizer[i].second;
+          tensors[i].second.copy_from_host_async(flat.data(), flat.size() * sizeof(float), stream);
+        }
+        r.optimizer().set_steps_taken(loaded.meta.optimizer_steps);
+        stream.synchronize();  // the host buffers must outlive the copies
+      },
+      "checkpoint load");
+  steps_ = loaded.meta.step;
+  return {loaded.meta.epoch, loaded.meta.batch_index};
+}
+
+}  // namespace ls
