@@ -3,6 +3,9 @@
 //   ceiling/memcpy/<bytes>/threads:2  two threads copying their own buffers at once; GBps is
 //                                     their sum: the memory bandwidth two ranks share
 //   ceiling/sgemm/1024                single-core sgemm GFLOP/s straight from CBLAS
+//   ceiling/sgemm/1024/threads:2      two single-threaded sgemms at once, GFLOPs summed: what
+//                                     two host devices can compute together (the bound on
+//                                     2-device scaling efficiency is this / (2 * single-core))
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -40,5 +43,6 @@ void BM_ceiling_sgemm(benchmark::State& state) {
                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_ceiling_sgemm)->Name("ceiling/sgemm")->Arg(1024)->UseRealTime();
+BENCHMARK(BM_ceiling_sgemm)->Name("ceiling/sgemm")->Arg(1024)->Threads(2)->UseRealTime();
 
 }  // namespace

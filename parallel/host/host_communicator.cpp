@@ -1,11 +1,13 @@
 // The host Communicator (see parallel/host/host_communicator.h) and make_host_communicators.
 // Argument checks run on the caller's thread; the collective itself runs as one task on the
-// caller's stream: arrive, work, exit barrier. The work phases below only ever write the calling
-// rank's own recv buffer. See Note [Host all-reduce in place] and Note [Host collective phases].
+// caller's stream: arrive, work, exit barrier. Rank r writes only its own recv buffer, except in
+// all_reduce, where it writes chunk r of every rank's recv and nothing else.
+// See Note [Host all-reduce in place] and Note [Host collective phases].
 #include "parallel/host/host_communicator.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "engine/error.h"
 #include "engine/host/host_device.h"
@@ -15,21 +17,18 @@ namespace ls {
 namespace {
 
 // Note [Host all-reduce in place]
-// all_reduce splits the count into size() near-equal chunks. Phase 1: rank r reduces chunk r of
-// every rank's send, in rank order 0..N-1, into chunk r of its own recv. Barrier. Phase 2: rank r
-// copies chunk k (k != r) from rank k's recv into its own recv. Exit barrier.
+// all_reduce splits the count into size() near-equal chunks, and runs in one phase: rank r
+// reduces chunk r of every rank's send, in rank order 0..N-1, and writes the result into chunk r
+// of EVERY rank's recv. Exit barrier. (A two-phase version, reduce into the own recv, barrier,
+// then copy the peers' chunks, moves 1.5x the memory and waits at one more barrier.)
 // Why this is race-free even when send == recv on some or all ranks:
-// - Every rank writes only its own recv: in phase 1 only chunk r, in phase 2 only chunks k != r.
-// - Phase 1 reads chunk r of every send, and only rank r reads chunk r. The only rank that
-//   writes chunk r of rank r's buffer in phase 1 is rank r itself, and it reads every input
-//   element of a tile before it writes that tile (host_reduce), so in place is fine. Chunks
-//   k != r of rank r's buffer are read by rank k in phase 1 only; rank r overwrites them in
-//   phase 2, after the barrier, when rank k is done with them.
-// - Phase 2 reads chunk k of rank k's recv, which rank k finished before the barrier and does
-//   not write in phase 2.
+// - Chunk r of any buffer is touched by rank r only: read (its inputs) and written (the outputs)
+//   by rank r alone, so the ranks never race each other.
+// - Within rank r, each tile of chunk r is read from every input before it is written to any
+//   output (host_reduce_to_all), so an output that is also an input is fine.
 // - The exit barrier keeps every rank (and so its caller, who may reuse the buffers) inside the
-//   collective until no peer reads its memory any more.
-// reduce_scatter (rank r reduces block r into its recv = send + r * count in place), all_gather
+//   collective until no peer reads or writes its memory any more.
+// The other collectives keep a simpler rule: reduce_scatter (rank r reduces block r into its recv = send + r * count in place), all_gather
 // (rank r writes blocks k != r of its recv, reading block k = send of rank k) and broadcast
 // (the root's recv == send is not copied) follow the same rule: a rank writes only its own
 // recv, and never a block that a peer reads in the same phase.
@@ -52,19 +51,14 @@ const char* bytes_of(const void* ptr) { return static_cast<const char*>(ptr); }
 
 void run_all_reduce(HostClique& clique, int rank, const CollectiveDesc& desc) {
   const int n = clique.size();
-  const size_t esize = dtype_size(desc.dtype);
+  const ChunkRange mine = chunk_of(desc.count, n, rank);
+  const size_t at = mine.begin * dtype_size(desc.dtype);
   const void** inputs = clique.scratch(rank);
   for (int k = 0; k < n; ++k) inputs[k] = clique.peer(k).send;
-  const ChunkRange mine = chunk_of(desc.count, n, rank);
-  host_reduce(inputs, n, mine.begin, bytes_of(desc.recv) + mine.begin * esize, mine.count,
-              desc.dtype, desc.op);
-  clique.sync(rank, desc, "reduce");
-  for (int k = 0; k < n; ++k) {
-    if (k == rank) continue;
-    const ChunkRange theirs = chunk_of(desc.count, n, k);
-    host_copy(bytes_of(desc.recv) + theirs.begin * esize,
-              bytes_of(clique.peer(k).recv) + theirs.begin * esize, theirs.count * esize);
-  }
+  thread_local std::vector<void*> outputs;  // reused: a collective allocates nothing
+  outputs.resize(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) outputs[static_cast<size_t>(k)] = bytes_of(clique.peer(k).recv) + at;
+  host_reduce_to_all(inputs, n, outputs.data(), n, mine.begin, mine.count, desc.dtype, desc.op);
 }
 
 void run_reduce_scatter(HostClique& clique, int rank, const CollectiveDesc& desc) {

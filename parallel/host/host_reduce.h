@@ -19,6 +19,13 @@ namespace ls {
 void host_reduce(const void* const* inputs, int n, size_t offset, void* out, size_t count,
                  DType dtype, ReduceOp op);
 
+// The same reduction of elements [offset, offset + count) of the inputs, written to
+// outputs[o][0, count) for every o in [0, n_out): the one-phase all-reduce, where rank r reduces
+// chunk r and delivers it to every rank (outputs[o] = rank o's recv + offset). In place
+// (outputs[o] == inputs[o] + offset) is fine for the same reason as above.
+void host_reduce_to_all(const void* const* inputs, int n, void* const* outputs, int n_out,
+                        size_t offset, size_t count, DType dtype, ReduceOp op);
+
 // memcpy split across the device's cores when large; no-op when dst == src or bytes == 0.
 void host_copy(void* dst, const void* src, size_t bytes);
 
