@@ -243,7 +243,14 @@ def worker(rank, world, kind, a, port, result_path):
                        "wall_s": time.perf_counter() - build_start,
                        "params": sum(p.numel() for p in model.parameters()),
                        "widths": widths}, f)
-    dist.destroy_process_group()
+    # Leave without running destructors: in torch 1.13 a DDP Reducer destroyed at interpreter
+    # exit can deadlock with its gloo worker thread (seen here: a rank spinning forever after
+    # its peer left). Everything this process owes is written; the barrier makes sure every
+    # rank is done with the process group before any goes away.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def free_port():

@@ -24,7 +24,7 @@ using Bytes = std::vector<std::byte>;
 
 inline Bytes to_bytes(std::string_view s) {
   Bytes out(s.size());
-  std::memcpy(out.data(), s.data(), s.size());
+  if (!s.empty()) std::memcpy(out.data(), s.data(), s.size());  // memcpy(nullptr, ...) is UB
   return out;
 }
 
