@@ -99,7 +99,10 @@ std::vector<Device> parse_devices(std::string_view spec) {
 
 std::string devices_str(const std::vector<Device>& devices) {
   std::string out;
-  for (const Device& d : devices) out += (out.empty() ? "" : ",") + d.str();
+  for (const Device& d : devices) {
+    if (!out.empty()) out += ',';
+    out += d.str();
+  }
   return out;
 }
 

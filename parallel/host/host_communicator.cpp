@@ -11,6 +11,7 @@
 
 #include "engine/error.h"
 #include "engine/host/host_device.h"
+#include "parallel/collective_checks.h"
 #include "parallel/host/host_reduce.h"
 
 namespace ls {
@@ -47,7 +48,6 @@ ChunkRange chunk_of(size_t count, int n, int k) {
 }
 
 char* bytes_of(void* ptr) { return static_cast<char*>(ptr); }
-const char* bytes_of(const void* ptr) { return static_cast<const char*>(ptr); }
 
 void run_all_reduce(HostClique& clique, int rank, const CollectiveDesc& desc) {
   const int n = clique.size();
@@ -94,82 +94,36 @@ void run_collective(HostClique& clique, int rank, const CollectiveDesc& desc) {
   clique.depart(rank, desc);
 }
 
-bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const auto a0 = reinterpret_cast<uintptr_t>(a);
-  const auto b0 = reinterpret_cast<uintptr_t>(b);
-  return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
-
 }  // namespace
 
 HostCommunicator::HostCommunicator(std::shared_ptr<HostClique> clique, int rank, Device device)
     : clique_(std::move(clique)), rank_(rank), device_(device) {}
 
-void HostCommunicator::check_common(const char* call, size_t count, DType dtype,
-                                    const Stream& stream) const {
-  LS_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, call, ": dtype ", dtype_name(dtype),
-           " is not supported by collectives; use f32 or bf16");
-  LS_CHECK(stream.device() == device_, call, " on rank ", rank_, ": the stream belongs to ",
-           stream.device().str(), " but this rank's device is ", device_.str(),
-           "; pass a stream of ", device_.str());
-  const size_t limit = SIZE_MAX / dtype_size(dtype) / static_cast<size_t>(size());
-  LS_CHECK(count <= limit, call, ": count ", count, " is too large (at most ", limit, ")");
-}
-
 void HostCommunicator::all_reduce(const void* send, void* recv, size_t count, DType dtype,
                                   ReduceOp op, Stream& stream) {
-  check_common("all_reduce", count, dtype, stream);
-  const size_t bytes = count * dtype_size(dtype);
-  LS_CHECK(count == 0 || (send != nullptr && recv != nullptr), "all_reduce on rank ", rank_,
-           ": send (", send, ") and recv (", recv, ") must be non-null when count (", count,
-           ") > 0");
-  LS_CHECK(send == recv || !overlaps(send, bytes, recv, bytes), "all_reduce on rank ", rank_,
-           ": send and recv overlap without being equal; pass send == recv for in place, or "
-           "disjoint buffers");
+  check_collective({CollectiveKind::kAllReduce, send, recv, count, dtype}, rank_, size(), device_,
+                   stream);
   issue({CollectiveKind::kAllReduce, dtype, count, op, 0, send, recv, 0}, stream);
 }
 
 void HostCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                                       ReduceOp op, Stream& stream) {
-  check_common("reduce_scatter", recv_count, dtype, stream);
-  const size_t block = recv_count * dtype_size(dtype);
-  LS_CHECK(recv_count == 0 || (send != nullptr && recv != nullptr), "reduce_scatter on rank ",
-           rank_, ": send (", send, ") and recv (", recv, ") must be non-null when recv_count (",
-           recv_count, ") > 0");
-  const void* in_place = bytes_of(send) + static_cast<size_t>(rank_) * block;
-  LS_CHECK(recv == in_place || !overlaps(send, block * static_cast<size_t>(size()), recv, block),
-           "reduce_scatter on rank ", rank_, ": recv overlaps send; in place means recv == send + ",
-           rank_, " * recv_count, otherwise the buffers must be disjoint");
+  check_collective({CollectiveKind::kReduceScatter, send, recv, recv_count, dtype}, rank_, size(),
+                   device_, stream);
   issue({CollectiveKind::kReduceScatter, dtype, recv_count, op, 0, send, recv, 0}, stream);
 }
 
 void HostCommunicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype,
                                   Stream& stream) {
-  check_common("all_gather", send_count, dtype, stream);
-  const size_t block = send_count * dtype_size(dtype);
-  LS_CHECK(send_count == 0 || (send != nullptr && recv != nullptr), "all_gather on rank ", rank_,
-           ": send (", send, ") and recv (", recv, ") must be non-null when send_count (",
-           send_count, ") > 0");
-  const void* in_place = bytes_of(recv) + static_cast<size_t>(rank_) * block;
-  LS_CHECK(send == in_place || !overlaps(send, block, recv, block * static_cast<size_t>(size())),
-           "all_gather on rank ", rank_, ": send overlaps recv; in place means send == recv + ",
-           rank_, " * send_count, otherwise the buffers must be disjoint");
+  check_collective({CollectiveKind::kAllGather, send, recv, send_count, dtype}, rank_, size(),
+                   device_, stream);
   issue({CollectiveKind::kAllGather, dtype, send_count, ReduceOp::kSum, 0, send, recv, 0}, stream);
 }
 
 void HostCommunicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
                                  Stream& stream) {
-  check_common("broadcast", count, dtype, stream);
-  LS_CHECK(root >= 0 && root < size(), "broadcast: root ", root,
-           " is out of range; the clique has ", size(), " ranks (0..", size() - 1, ")");
-  LS_CHECK(count == 0 || (recv != nullptr && (send != nullptr || rank_ != root)),
-           "broadcast on rank ", rank_, ": recv (", recv, ") and, on the root, send (", send,
-           ") must be non-null when count (", count, ") > 0");
-  const size_t bytes = count * dtype_size(dtype);
-  LS_CHECK(rank_ != root || send == recv || !overlaps(send, bytes, recv, bytes),
-           "broadcast on root ", rank_,
-           ": send and recv overlap without being equal; pass "
-           "send == recv for in place, or disjoint buffers");
+  check_collective({CollectiveKind::kBroadcast, send, recv, count, dtype, root}, rank_, size(),
+                   device_, stream);
   issue({CollectiveKind::kBroadcast, dtype, count, ReduceOp::kSum, root, send, recv, 0}, stream);
 }
 

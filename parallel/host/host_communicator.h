@@ -52,7 +52,6 @@ class HostCommunicator final : public Communicator {
   const std::shared_ptr<HostClique>& clique() const { return clique_; }
 
  private:
-  void check_common(const char* call, size_t count, DType dtype, const Stream& stream) const;
   void issue(CollectiveDesc desc, Stream& stream);
 
   std::shared_ptr<HostClique> clique_;

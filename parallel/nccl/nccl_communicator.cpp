@@ -54,6 +54,7 @@
 #include "engine/cuda/cuda_stream_access.h"
 #include "engine/device.h"
 #include "engine/error.h"
+#include "parallel/collective_checks.h"
 #include "parallel/nccl/nccl_types.h"
 
 namespace ls {
@@ -76,16 +77,6 @@ void pause_since(Clock::time_point start) {
   } else {
     std::this_thread::sleep_for(1ms);
   }
-}
-
-bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const auto a0 = reinterpret_cast<uintptr_t>(a);
-  const auto b0 = reinterpret_cast<uintptr_t>(b);
-  return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
-
-const char* offset_bytes(const void* ptr, size_t bytes) {
-  return static_cast<const char*>(ptr) + bytes;
 }
 
 // The NCCL group lockstep opened on this thread. See Note [NCCL groups and abort].
@@ -517,27 +508,10 @@ int NcclCommunicator::size() const { return clique_->size(); }
 bool NcclCommunicator::nonblocking() const { return clique_->nonblocking(); }
 std::string NcclCommunicator::abort_reason() const { return clique_->abort_reason(); }
 
-void NcclCommunicator::check_common(const char* call, size_t count, DType dtype,
-                                    const Stream& stream) const {
-  LS_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, call, ": dtype ", dtype_name(dtype),
-           " is not supported by collectives; use f32 or bf16");
-  LS_CHECK(stream.device() == device_, call, " on rank ", rank_, ": the stream belongs to ",
-           stream.device().str(), " but this rank's device is ", device_.str(),
-           "; pass a stream of ", device_.str());
-  const size_t limit = SIZE_MAX / dtype_size(dtype) / static_cast<size_t>(size());
-  LS_CHECK(count <= limit, call, ": count ", count, " is too large (at most ", limit, ")");
-}
-
 void NcclCommunicator::all_reduce(const void* send, void* recv, size_t count, DType dtype,
                                   ReduceOp op, Stream& stream) {
-  check_common("all_reduce", count, dtype, stream);
-  const size_t bytes = count * dtype_size(dtype);
-  LS_CHECK(count == 0 || (send != nullptr && recv != nullptr), "all_reduce on rank ", rank_,
-           ": send (", send, ") and recv (", recv, ") must be non-null when count (", count,
-           ") > 0");
-  LS_CHECK(send == recv || !overlaps(send, bytes, recv, bytes), "all_reduce on rank ", rank_,
-           ": send and recv overlap without being equal; pass send == recv for in place, or "
-           "disjoint buffers");
+  check_collective({CollectiveKind::kAllReduce, send, recv, count, dtype}, rank_, size(), device_,
+                   stream);
   const ncclDataType_t type = nccl_dtype(dtype);
   const ncclRedOp_t nccl_reduce = nccl_op(op);
   const NcclOpDesc desc{.name = "all_reduce", .has_args = true, .count = count, .dtype = dtype,
@@ -549,15 +523,8 @@ void NcclCommunicator::all_reduce(const void* send, void* recv, size_t count, DT
 
 void NcclCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count,
                                       DType dtype, ReduceOp op, Stream& stream) {
-  check_common("reduce_scatter", recv_count, dtype, stream);
-  const size_t block = recv_count * dtype_size(dtype);
-  LS_CHECK(recv_count == 0 || (send != nullptr && recv != nullptr), "reduce_scatter on rank ",
-           rank_, ": send (", send, ") and recv (", recv, ") must be non-null when recv_count (",
-           recv_count, ") > 0");
-  const void* in_place = offset_bytes(send, static_cast<size_t>(rank_) * block);
-  LS_CHECK(recv == in_place || !overlaps(send, block * static_cast<size_t>(size()), recv, block),
-           "reduce_scatter on rank ", rank_, ": recv overlaps send; in place means recv == send + ",
-           rank_, " * recv_count, otherwise the buffers must be disjoint");
+  check_collective({CollectiveKind::kReduceScatter, send, recv, recv_count, dtype}, rank_, size(),
+                   device_, stream);
   const ncclDataType_t type = nccl_dtype(dtype);
   const ncclRedOp_t nccl_reduce = nccl_op(op);
   const NcclOpDesc desc{.name = "reduce_scatter", .has_args = true, .count = recv_count,
@@ -569,15 +536,8 @@ void NcclCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_
 
 void NcclCommunicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype,
                                   Stream& stream) {
-  check_common("all_gather", send_count, dtype, stream);
-  const size_t block = send_count * dtype_size(dtype);
-  LS_CHECK(send_count == 0 || (send != nullptr && recv != nullptr), "all_gather on rank ", rank_,
-           ": send (", send, ") and recv (", recv, ") must be non-null when send_count (",
-           send_count, ") > 0");
-  const void* in_place = offset_bytes(recv, static_cast<size_t>(rank_) * block);
-  LS_CHECK(send == in_place || !overlaps(send, block, recv, block * static_cast<size_t>(size())),
-           "all_gather on rank ", rank_, ": send overlaps recv; in place means send == recv + ",
-           rank_, " * send_count, otherwise the buffers must be disjoint");
+  check_collective({CollectiveKind::kAllGather, send, recv, send_count, dtype}, rank_, size(),
+                   device_, stream);
   const ncclDataType_t type = nccl_dtype(dtype);
   const NcclOpDesc desc{.name = "all_gather", .has_args = true, .count = send_count, .dtype = dtype};
   clique_->collective(rank_, desc, stream, [&](ncclComm_t comm, cudaStream_t s) {
@@ -587,16 +547,8 @@ void NcclCommunicator::all_gather(const void* send, void* recv, size_t send_coun
 
 void NcclCommunicator::broadcast(const void* send, void* recv, size_t count, DType dtype,
                                  int root, Stream& stream) {
-  check_common("broadcast", count, dtype, stream);
-  LS_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is out of range; the clique has ",
-           size(), " ranks (0..", size() - 1, ")");
-  LS_CHECK(count == 0 || (recv != nullptr && (send != nullptr || rank_ != root)),
-           "broadcast on rank ", rank_, ": recv (", recv, ") and, on the root, send (", send,
-           ") must be non-null when count (", count, ") > 0");
-  const size_t bytes = count * dtype_size(dtype);
-  LS_CHECK(rank_ != root || send == recv || !overlaps(send, bytes, recv, bytes),
-           "broadcast on root ", rank_, ": send and recv overlap without being equal; pass "
-           "send == recv for in place, or disjoint buffers");
+  check_collective({CollectiveKind::kBroadcast, send, recv, count, dtype, root}, rank_, size(),
+                   device_, stream);
   const ncclDataType_t type = nccl_dtype(dtype);
   const NcclOpDesc desc{.name = "broadcast", .has_args = true, .count = count, .dtype = dtype,
                     .root = root};

@@ -55,7 +55,6 @@ class NcclCommunicator final : public Communicator {
   std::string abort_reason() const;
 
  private:
-  void check_common(const char* call, size_t count, DType dtype, const Stream& stream) const;
 
   std::shared_ptr<NcclClique> clique_;
   int rank_;
