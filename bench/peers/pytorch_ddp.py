@@ -6,9 +6,10 @@ for weights and biases), data (Fashion-MNIST IDX files, x/255 standardised with 
 std 0.3530), batches (a seeded shuffle per epoch, each rank taking its contiguous shard of the
 global batch), optimizer (AdamW lr 1e-3 wd 0.01 by default), modes, steps, warm-up and windows,
 and the SAME JSON schema as lockstep-scale. One process per device (torch.multiprocessing
-spawn on localhost, a free port), gloo on CPU with torch.set_num_threads(1) per process, nccl on
-GPUs. Rank 0 times the steps (gather + forward + backward + all-reduce + optimizer); the result
-of each device count goes back to the parent through a temporary file.
+spawn on localhost, a free port), gloo on CPU with one compute thread per process
+(torch.set_num_threads(1) and OPENBLAS/OMP/MKL_NUM_THREADS=1), nccl on GPUs. Rank 0 times the
+steps (gather + forward + backward + all-reduce + optimizer); the result of each device count
+goes back to the parent through a temporary file.
 
   python3 bench/peers/pytorch_ddp.py --devices 1,2 --per-device-batch 128 --steps 100 \\
       --warmup 10 --json out/pytorch-ddp.json
@@ -132,15 +133,17 @@ def read_idx(path):
     return dims, data[4 + 4 * ndim:]
 
 
+def find_idx(directory, stem):
+    for name in (stem + ".gz", stem):
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            return path
+    raise RuntimeError(f"{directory}: no {stem}[.gz] (Debian: apt-get install dataset-fashion-mnist)")
+
+
 def load_fashion_mnist(directory, torch):
-    def find(stem):
-        for name in (stem + ".gz", stem):
-            path = os.path.join(directory, name)
-            if os.path.exists(path):
-                return path
-        raise RuntimeError(f"{directory}: no {stem}[.gz] (Debian: apt-get install dataset-fashion-mnist)")
-    dims, pixels = read_idx(find("train-images-idx3-ubyte"))
-    _, labels = read_idx(find("train-labels-idx1-ubyte"))
+    dims, pixels = read_idx(find_idx(directory, "train-images-idx3-ubyte"))
+    _, labels = read_idx(find_idx(directory, "train-labels-idx1-ubyte"))
     count, features = dims[0], dims[1] * dims[2]
     x = torch.frombuffer(bytearray(pixels), dtype=torch.uint8).reshape(count, features)
     x = (x.to(torch.float32) / 255.0 - MEAN) / STD
@@ -288,6 +291,12 @@ def main(argv):
     except UsageError as e:
         print(f"pytorch_ddp.py: {e}", file=sys.stderr)
         return 2
+    # One compute thread per process, as lockstep's host devices use one core each. Must be set
+    # before torch loads its BLAS: torch.set_num_threads(1) alone leaves Debian's OpenBLAS with
+    # one thread per core (measured on 2 cores: 1 process at batch 256 ran 14400 samples/s using
+    # 1.3 cores, 8800 with OpenBLAS pinned to 1 thread). The spawned ranks inherit the environment.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
     try:
         import torch
         import torch.multiprocessing as mp
@@ -301,6 +310,8 @@ def main(argv):
     except UsageError as e:
         print(f"pytorch_ddp.py: {e}", file=sys.stderr)
         return 2
+    for stem in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"):
+        find_idx(a.data, stem)  # a clear error here rather than a traceback from every rank
     backend = f"pytorch-ddp-{'nccl' if kind == 'cuda' else 'gloo'}"
     print(f"pytorch_ddp.py: {a.mode} scaling with {backend} on {kind} device counts "
           f"{','.join(map(str, counts))} ({len(os.sched_getaffinity(0))} cores), torch {torch.__version__}")

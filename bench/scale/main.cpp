@@ -28,8 +28,9 @@ void print_plan(const ScaleOptions& o, const DevicePlan& plan) {
     if (!counts.empty()) counts += ',';
     counts += std::to_string(n);
   }
-  std::printf("lockstep-scale: %s scaling on %s device counts %s (%d cores), ", scale_mode_name(o.mode),
-              std::string(ls::device_kind_name(plan.kind)).c_str(), counts.c_str(), ls::host_core_count());
+  std::printf("lockstep-scale: %s scaling on %s device counts %s (%d cores), ",
+              scale_mode_name(o.mode), std::string(ls::device_kind_name(plan.kind)).c_str(),
+              counts.c_str(), ls::host_core_count());
   if (o.mode == ScaleMode::kWeak) {
     std::printf("%lld examples per device per step", static_cast<long long>(o.per_device_batch));
   } else {
@@ -39,9 +40,10 @@ void print_plan(const ScaleOptions& o, const DevicePlan& plan) {
               static_cast<long long>(o.warmup), static_cast<long long>(o.windows));
   if (plan.kind == ls::DeviceKind::kHost &&
       plan.counts.back() * o.host_threads > ls::host_core_count()) {
-    std::printf("lockstep-scale: warning: %d host device(s) x %d thread(s) is more than the %d "
-                "cores; those runs share cores and do not measure scaling\n",
-                plan.counts.back(), o.host_threads, ls::host_core_count());
+    std::printf(
+        "lockstep-scale: warning: %d host device(s) x %d thread(s) is more than the %d "
+        "cores; those runs share cores and do not measure scaling\n",
+        plan.counts.back(), o.host_threads, ls::host_core_count());
   }
   std::fflush(stdout);
 }
@@ -64,7 +66,8 @@ int run(const ScaleOptions& o) {
   const bool temporary_json = json_path.empty() && !o.plot_path.empty();
   if (temporary_json) {
     json_path = (std::filesystem::temp_directory_path() /
-                 ("lockstep-scale-" + std::to_string(getpid()) + ".json")).string();
+                 ("lockstep-scale-" + std::to_string(getpid()) + ".json"))
+                    .string();
   }
   if (!json_path.empty()) write_scale_json(o, plan.kind, points, json_path);
   if (!o.json_path.empty()) std::printf("results written to %s\n", o.json_path.c_str());

@@ -29,7 +29,8 @@ T parse_number(std::string_view flag, std::string_view text) {
 template <typename T>
 T parse_positive(std::string_view flag, std::string_view text) {
   T value = parse_number<T>(flag, text);
-  if (!(value > 0)) throw UsageError(std::string(flag) + " must be positive, got " + std::string(text));
+  if (!(value > 0))
+    throw UsageError(std::string(flag) + " must be positive, got " + std::string(text));
   return value;
 }
 
@@ -55,8 +56,9 @@ std::vector<int> powers_of_two_up_to(int top) {
 
 int usable_gpus(std::string_view spec) {
   ls::CudaAvailability cuda = ls::cuda_availability();
-  LS_CHECK(cuda.device_count > 0, "--devices ", spec, " asks for GPUs but none is usable: ",
-           cuda.reason_unavailable, ". Use --devices host:1,2 to scale over CPU cores.");
+  LS_CHECK(cuda.device_count > 0, "--devices ", spec,
+           " asks for GPUs but none is usable: ", cuda.reason_unavailable,
+           ". Use --devices host:1,2 to scale over CPU cores.");
   return cuda.device_count;
 }
 
@@ -112,34 +114,56 @@ ScaleOptions parse_scale_options(int argc, char** argv) {
   const std::map<std::string_view, Setter> setters = {
       {"--devices", [&](auto, auto v) { o.devices = v; }},
       {"--data", [&](auto, auto v) { o.data_dir = v; }},
-      {"--model", [&](auto f, auto v) {
-         if (v != "mlp") throw UsageError(std::string(f) + ": unknown model '" + std::string(v) + "'; available: mlp");
+      {"--model",
+       [&](auto f, auto v) {
+         if (v != "mlp")
+           throw UsageError(std::string(f) + ": unknown model '" + std::string(v) +
+                            "'; available: mlp");
          o.model = v;
        }},
       {"--hidden", [&](auto f, auto v) { o.hidden = parse_list<int64_t>(f, v); }},
-      {"--mode", [&](auto f, auto v) {
-         if (v == "weak") o.mode = ScaleMode::kWeak;
-         else if (v == "strong") o.mode = ScaleMode::kStrong;
-         else throw UsageError(std::string(f) + ": unknown mode '" + std::string(v) + "'; use weak or strong");
+      {"--mode",
+       [&](auto f, auto v) {
+         if (v == "weak")
+           o.mode = ScaleMode::kWeak;
+         else if (v == "strong")
+           o.mode = ScaleMode::kStrong;
+         else
+           throw UsageError(std::string(f) + ": unknown mode '" + std::string(v) +
+                            "'; use weak or strong");
        }},
-      {"--per-device-batch", [&](auto f, auto v) { o.per_device_batch = parse_positive<int64_t>(f, v); per_device_set = true; }},
-      {"--global-batch", [&](auto f, auto v) { o.global_batch = parse_positive<int64_t>(f, v); global_set = true; }},
+      {"--per-device-batch",
+       [&](auto f, auto v) {
+         o.per_device_batch = parse_positive<int64_t>(f, v);
+         per_device_set = true;
+       }},
+      {"--global-batch",
+       [&](auto f, auto v) {
+         o.global_batch = parse_positive<int64_t>(f, v);
+         global_set = true;
+       }},
       {"--steps", [&](auto f, auto v) { o.steps = parse_positive<int64_t>(f, v); }},
-      {"--warmup", [&](auto f, auto v) {
+      {"--warmup",
+       [&](auto f, auto v) {
          o.warmup = parse_number<int64_t>(f, v);
          if (o.warmup < 0) throw UsageError("--warmup must be >= 0, got " + std::string(v));
        }},
       {"--windows", [&](auto f, auto v) { o.windows = parse_positive<int64_t>(f, v); }},
-      {"--optimizer", [&](auto f, auto v) {
-         if (v != "adamw" && v != "sgd") throw UsageError(std::string(f) + ": unknown optimizer '" + std::string(v) + "'; use adamw or sgd");
+      {"--optimizer",
+       [&](auto f, auto v) {
+         if (v != "adamw" && v != "sgd")
+           throw UsageError(std::string(f) + ": unknown optimizer '" + std::string(v) +
+                            "'; use adamw or sgd");
          o.optimizer = v;
        }},
       {"--lr", [&](auto f, auto v) { o.lr = parse_positive<float>(f, v); }},
-      {"--momentum", [&](auto f, auto v) {
+      {"--momentum",
+       [&](auto f, auto v) {
          o.momentum = parse_number<float>(f, v);
          if (o.momentum < 0 || o.momentum >= 1) throw UsageError("--momentum must be in [0, 1)");
        }},
-      {"--weight-decay", [&](auto f, auto v) {
+      {"--weight-decay",
+       [&](auto f, auto v) {
          o.weight_decay = parse_number<float>(f, v);
          if (o.weight_decay < 0) throw UsageError("--weight-decay must be >= 0");
        }},
@@ -179,8 +203,9 @@ ScaleOptions parse_scale_options(int argc, char** argv) {
   if (o.steps - o.warmup < o.windows) {
     throw UsageError("--steps " + std::to_string(o.steps) + " leaves " +
                      std::to_string(std::max<int64_t>(0, o.steps - o.warmup)) +
-                     " timed step(s) after --warmup " + std::to_string(o.warmup) + ", fewer than the " +
-                     std::to_string(o.windows) + " --windows; every window needs at least one step");
+                     " timed step(s) after --warmup " + std::to_string(o.warmup) +
+                     ", fewer than the " + std::to_string(o.windows) +
+                     " --windows; every window needs at least one step");
   }
   return o;
 }
@@ -189,7 +214,8 @@ DevicePlan resolve_device_counts(const ScaleOptions& o) {
   const std::string_view spec = o.devices;
   DevicePlan plan;
   if (spec == "auto" || spec == "host" || spec == "cuda") {
-    const bool gpus = spec == "cuda" || (spec == "auto" && ls::cuda_availability().device_count > 0);
+    const bool gpus =
+        spec == "cuda" || (spec == "auto" && ls::cuda_availability().device_count > 0);
     plan.kind = gpus ? ls::DeviceKind::kCuda : ls::DeviceKind::kHost;
     plan.counts = powers_of_two_up_to(gpus ? usable_gpus(spec) : ls::host_core_count());
   } else if (spec.starts_with("host:") || spec.starts_with("cuda:")) {
@@ -206,8 +232,8 @@ DevicePlan resolve_device_counts(const ScaleOptions& o) {
   if (plan.counts.front() != 1) {
     throw UsageError("--devices " + std::string(spec) +
                      " has no 1-device run; scaling efficiency is measured against one device, "
-                     "so the list must contain 1 (e.g. " + std::string(spec.substr(0, 5)) + "1," +
-                     std::string(spec.substr(5)) + ")");
+                     "so the list must contain 1 (e.g. " +
+                     std::string(spec.substr(0, 5)) + "1," + std::string(spec.substr(5)) + ")");
   }
   if (o.mode == ScaleMode::kStrong) {
     for (int n : plan.counts) {

@@ -68,9 +68,10 @@ int run_program(std::vector<std::string> args, bool quiet) {
 bool draw_scale_plot(const std::string& json_path, const std::string& png_path, bool json_kept) {
   const std::string script = find_script();
   if (script.empty()) {
-    std::fprintf(stderr,
-                 "lockstep-scale: warning: plot_scale.py not found (next to the executable, in "
-                 "../share/lockstep or the source tree); no plot drawn. The JSON has the results.\n");
+    std::fprintf(
+        stderr,
+        "lockstep-scale: warning: plot_scale.py not found (next to the executable, in "
+        "../share/lockstep or the source tree); no plot drawn. The JSON has the results.\n");
     return false;
   }
   std::vector<std::string> pythons{"python3", "/usr/bin/python3"};
@@ -86,8 +87,10 @@ bool draw_scale_plot(const std::string& json_path, const std::string& png_path, 
     if (probe != 0) continue;
     const int rc = run_program({python, script, json_path, png_path}, /*quiet=*/false);
     if (rc == 0) return true;
-    std::fprintf(stderr, "lockstep-scale: warning: %s %s failed (exit %d); no plot drawn. The "
-                 "JSON has the results.\n", python.c_str(), script.c_str(), rc);
+    std::fprintf(stderr,
+                 "lockstep-scale: warning: %s %s failed (exit %d); no plot drawn. The "
+                 "JSON has the results.\n",
+                 python.c_str(), script.c_str(), rc);
     return false;
   }
   std::string tried;

@@ -31,7 +31,6 @@ std::string widths_str(const std::vector<int64_t>& widths) {
   return out;
 }
 
-
 }  // namespace
 
 void compute_efficiency(std::vector<ScalePoint>& points) {
@@ -58,8 +57,9 @@ void print_table(const ScaleOptions& o, const std::vector<ScalePoint>& points) {
               "per device", "efficiency", "step ms", "comm ms", "exposed ms", "final loss");
   for (const ScalePoint& p : points) {
     std::printf("%7d %8lld %12.0f %12.0f %10.3f %9.2f %10.2f %10.2f %10.4f\n", p.devices,
-                static_cast<long long>(p.global_batch), p.samples_per_s, p.samples_per_s / p.devices,
-                p.efficiency, p.step_ms_median, p.comm_total_ms, p.comm_exposed_ms, p.final_loss);
+                static_cast<long long>(p.global_batch), p.samples_per_s,
+                p.samples_per_s / p.devices, p.efficiency, p.step_ms_median, p.comm_total_ms,
+                p.comm_exposed_ms, p.final_loss);
   }
   std::fflush(stdout);
 }

@@ -30,12 +30,14 @@ CommTimes comm_times(const ls::Reducer::Timeline& t) {
   if (t.bucket_end_ms.empty()) return c;
   const double last_end = *std::max_element(t.bucket_end_ms.begin(), t.bucket_end_ms.end());
   c.exposed_ms = std::max(0.0, last_end - t.backward_end_ms);
-  for (size_t b = 0; b < t.bucket_end_ms.size(); ++b) c.total_ms += t.bucket_end_ms[b] - t.bucket_start_ms[b];
+  for (size_t b = 0; b < t.bucket_end_ms.size(); ++b)
+    c.total_ms += t.bucket_end_ms[b] - t.bucket_start_ms[b];
   return c;
 }
 
 // Fills `batch` with the next batch, wrapping to the next epoch at the end of one.
-void next_batch(ls::data::Sampler& sampler, ls::data::BatchIterator& batches, ls::data::Batch& batch) {
+void next_batch(ls::data::Sampler& sampler, ls::data::BatchIterator& batches,
+                ls::data::Batch& batch) {
   if (!batches.next(batch)) {
     sampler.set_epoch(sampler.epoch() + 1);
     batches.reset();
@@ -72,9 +74,9 @@ ScalePoint run_scale_point(const ScaleOptions& o, const ls::data::Dataset& train
   ls::DataParallelOptions options;
   options.seed = o.seed;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
-  ls::DataParallel trainer(devices, ls::mlp_factory(widths),
-                           ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}),
-                           options);
+  ls::DataParallel trainer(
+      devices, ls::mlp_factory(widths),
+      ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}), options);
   point.widths = widths;
   point.params = trainer.parameter_count();
   point.buckets = static_cast<int64_t>(trainer.buckets().size());
@@ -91,8 +93,8 @@ ScalePoint run_scale_point(const ScaleOptions& o, const ls::data::Dataset& train
   };
 
   char label[64];
-  std::snprintf(label, sizeof label, "%s x%d", std::string(ls::device_kind_name(devices[0].kind)).c_str(),
-                point.devices);
+  std::snprintf(label, sizeof label, "%s x%d",
+                std::string(ls::device_kind_name(devices[0].kind)).c_str(), point.devices);
   progress.begin(label, o.steps);
   for (int64_t step = 1; step <= o.warmup; ++step) {
     next_batch(sampler, batches, batch);
@@ -118,7 +120,8 @@ ScalePoint run_scale_point(const ScaleOptions& o, const ls::data::Dataset& train
       exposed_ms.push_back(c.exposed_ms);
       comm_ms.push_back(c.total_ms);
       ++done;
-      const std::string status = "window " + std::to_string(w + 1) + "/" + std::to_string(o.windows);
+      const std::string status =
+          "window " + std::to_string(w + 1) + "/" + std::to_string(o.windows);
       progress.update(done, status, s + 1 == window_steps);
     }
     point.window_samples_per_s.push_back(static_cast<double>(window_steps * point.global_batch) /

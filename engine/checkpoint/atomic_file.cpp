@@ -81,8 +81,13 @@ bool read_exact(int fd, std::span<std::byte> bytes, uint64_t offset, const std::
 AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   const fs::path target(path_);
   LS_CHECK(!target.filename().empty(), "cannot write '", path_, "': not a file name");
-  const std::string base = "." + target.filename().string() + ".tmp-" + std::to_string(::getpid()) +
-                           "-" + std::to_string(g_temp_counter.fetch_add(1));
+  // Built by appending: GCC 12 warns (-Wrestrict, a false positive) on "literal" + string&&.
+  std::string base = ".";
+  base += target.filename().string();
+  base += ".tmp-";
+  base += std::to_string(::getpid());
+  base += '-';
+  base += std::to_string(g_temp_counter.fetch_add(1));
   temp_path_ = (target.parent_path() / base).string();
   do {
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
