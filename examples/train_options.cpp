@@ -10,35 +10,11 @@
 
 namespace {
 
-template <typename T>
-T parse_number(std::string_view flag, std::string_view text) {
-  T value{};
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not a valid number");
-  }
-  if constexpr (std::is_floating_point_v<T>) {
-    if (!std::isfinite(value)) throw UsageError(std::string(flag) + " must be finite");
-  }
-  return value;
-}
-
-template <typename T>
-T parse_positive(std::string_view flag, std::string_view text) {
-  T value = parse_number<T>(flag, text);
-  if (!(value > 0)) throw UsageError(std::string(flag) + " must be positive, got " + std::string(text));
-  return value;
-}
+using ls::cli::parse_number;
+using ls::cli::parse_positive;
 
 std::vector<int64_t> parse_widths(std::string_view flag, std::string_view text) {
-  std::vector<int64_t> widths;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = std::min(text.find(',', start), text.size());
-    widths.push_back(parse_positive<int64_t>(flag, text.substr(start, comma - start)));
-    start = comma + 1;
-  }
-  return widths;
+  return ls::cli::parse_positive_list<int64_t>(flag, text);
 }
 
 }  // namespace

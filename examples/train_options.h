@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+#include "engine/cli_values.h"
+
+using UsageError = ls::cli::UsageError;
 
 struct TrainOptions {
   std::string devices = "host:1";

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/cli_values.h"
+
 #include "engine/device.h"
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using UsageError = ls::cli::UsageError;
 
 enum class ScaleMode { kWeak, kStrong };
 const char* scale_mode_name(ScaleMode mode);
