@@ -1,5 +1,6 @@
-// A breakdown of the host all-reduce (parallel/host, Note [Host all-reduce in place]) into its
-// memory phases, to see what limits it. For a 2-rank all-reduce of `bytes`, each rank
+// A breakdown of the FORMER two-phase host all-reduce into its memory phases, kept to compare
+// algorithms (the current one, Note [Host all-reduce in place], is one phase: each rank reduces
+// its chunk straight into every rank's recv). For a 2-rank all-reduce of `bytes`, each rank
 //   phase 1 reduces its half: reads both ranks' halves, writes its recv half (host_reduce)
 //   phase 2 copies the peer's reduced half into its own recv (host_copy)
 // with a barrier after each. Benchmarks (single-threaded unless said; the kernels are called
