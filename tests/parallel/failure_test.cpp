@@ -165,6 +165,14 @@ TEST(Failure, BadInputIsAClearError) {
   } catch (const Error& e) {
     expect_contains(e.what(), "linear");
   }
+  data::Dataset no_examples;
+  no_examples.name = "empty";
+  try {
+    dp.evaluate(no_examples, 10);
+    FAIL();
+  } catch (const Error& e) {
+    expect_contains(e.what(), "is empty");
+  }
   data::Batch empty;
   EXPECT_THROW(DataParallel(parse_devices("host:1"), mlp_factory({16, 10}), make_optimizer_factory({})).step(empty), Error);
   EXPECT_THROW(make_optimizer_factory({"adam"}), Error);
