@@ -1,10 +1,13 @@
-// Parsing command-line values for lockstep's programs (lockstep-train, lockstep-scale, ...):
-// numbers, positive numbers and comma-separated lists, each failure a UsageError whose message
-// names the flag and the bad text (programs exit with 2 on it).
+// Parsing command lines for lockstep's programs (lockstep-train, lockstep-scale, ...): the argv
+// walk (`--flag value`, `--flag=value`, value-less switches) and numbers, positive numbers and
+// comma-separated lists, each failure a UsageError whose message names the flag and the bad
+// text (programs exit with 2 on it).
 #pragma once
 
 #include <charconv>
 #include <cmath>
+#include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -50,6 +53,35 @@ std::vector<T> parse_positive_list(std::string_view flag, std::string_view text)
     start = comma + 1;
   }
   return out;
+}
+
+using FlagSetter = std::function<void(std::string_view flag, std::string_view value)>;
+
+// Walks argv[1..]: a name in `switches` (e.g. "--help") runs its action; any other argument must
+// be a flag of `flags`, followed by its value (`--flag value` or `--flag=value`).
+inline void parse_flags(int argc, char** argv, const std::map<std::string_view, FlagSetter>& flags,
+                        const std::map<std::string_view, std::function<void()>>& switches) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (auto sw = switches.find(arg); sw != switches.end()) {
+      sw->second();
+      continue;
+    }
+    std::string_view flag = arg, value;
+    bool inline_value = false;
+    if (const size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      inline_value = true;
+    }
+    const auto it = flags.find(flag);
+    if (it == flags.end()) throw UsageError("unknown option '" + std::string(arg) + "'");
+    if (!inline_value) {
+      if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
+      value = argv[++i];
+    }
+    it->second(flag, value);
+  }
 }
 
 }  // namespace ls::cli

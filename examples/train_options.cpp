@@ -56,7 +56,7 @@ Trains a model on Fashion-MNIST and reports test accuracy and throughput.
 
 TrainOptions parse_train_options(int argc, char** argv) {
   TrainOptions o;
-  using Setter = std::function<void(std::string_view, std::string_view)>;
+  using Setter = ls::cli::FlagSetter;
   const std::map<std::string_view, Setter> setters = {
       {"--devices", [&](auto, auto v) { o.devices = v; }},
       {"--data", [&](auto, auto v) { o.data_dir = v; }},
@@ -92,31 +92,11 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--checkpoint-dir", [&](auto, auto v) { o.checkpoint_dir = v; }},
       {"--checkpoint-every", [&](auto f, auto v) { o.checkpoint_every = parse_positive<int64_t>(f, v); }},
   };
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      o.help = true;
-      continue;
-    }
-    if (arg == "--uneven-shards" || arg == "--resume") {  // the flags without a value
-      (arg == "--resume" ? o.resume : o.uneven_shards) = true;
-      continue;
-    }
-    std::string_view flag = arg, value;
-    bool inline_value = false;
-    if (size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
-      flag = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      inline_value = true;
-    }
-    auto it = setters.find(flag);
-    if (it == setters.end()) throw UsageError("unknown option '" + std::string(arg) + "'");
-    if (!inline_value) {
-      if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
-      value = argv[++i];
-    }
-    it->second(flag, value);
-  }
+  ls::cli::parse_flags(argc, argv, setters,
+                       {{"-h", [&] { o.help = true; }},
+                        {"--help", [&] { o.help = true; }},
+                        {"--uneven-shards", [&] { o.uneven_shards = true; }},
+                        {"--resume", [&] { o.resume = true; }}});
   if (o.log_every < 0) throw UsageError("--log-every must be >= 0");
   if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty()) {
     throw UsageError("--resume and --checkpoint-every need --checkpoint-dir");

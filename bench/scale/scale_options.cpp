@@ -85,7 +85,7 @@ Exit codes: 0 success, 1 runtime failure, 2 usage error.
 ScaleOptions parse_scale_options(int argc, char** argv) {
   ScaleOptions o;
   bool per_device_set = false, global_set = false;
-  using Setter = std::function<void(std::string_view, std::string_view)>;
+  using Setter = ls::cli::FlagSetter;
   const std::map<std::string_view, Setter> setters = {
       {"--devices", [&](auto, auto v) { o.devices = v; }},
       {"--data", [&](auto, auto v) { o.data_dir = v; }},
@@ -148,27 +148,8 @@ ScaleOptions parse_scale_options(int argc, char** argv) {
       {"--json", [&](auto, auto v) { o.json_path = v; }},
       {"--plot", [&](auto, auto v) { o.plot_path = v; }},
   };
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      o.help = true;
-      continue;
-    }
-    std::string_view flag = arg, value;
-    bool inline_value = false;
-    if (size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
-      flag = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      inline_value = true;
-    }
-    auto it = setters.find(flag);
-    if (it == setters.end()) throw UsageError("unknown option '" + std::string(arg) + "'");
-    if (!inline_value) {
-      if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
-      value = argv[++i];
-    }
-    it->second(flag, value);
-  }
+  ls::cli::parse_flags(argc, argv, setters,
+                       {{"-h", [&] { o.help = true; }}, {"--help", [&] { o.help = true; }}});
   if (o.mode == ScaleMode::kWeak && global_set) {
     throw UsageError("--global-batch is for --mode strong; weak scaling takes --per-device-batch");
   }
