@@ -48,17 +48,28 @@ DataParallel::DataParallel(std::vector<Device> devices, ModelFactory model,
       if (!first) first = std::current_exception();
     }
   }
+  // On failure the replicas, too, are destroyed on their own threads (not by ~vector here).
   if (first) {
     abort_all();
+    destroy_replicas();
     std::rethrow_exception(first);
   }
-  run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
+  try {
+    run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
+  } catch (...) {
+    destroy_replicas();
+    throw;
+  }
   buckets_ = replicas_[0]->reducer().buckets();
   parameter_count_ = replicas_[0]->store().parameter_count();
 }
 
 DataParallel::~DataParallel() {
   // Replicas are destroyed on their own threads, then the threads are joined.
+  destroy_replicas();
+}
+
+void DataParallel::destroy_replicas() {
   std::vector<std::future<void>> done;
   for (size_t r = 0; r < threads_.size(); ++r) {
     done.push_back(threads_[r]->post([this, r] { replicas_[r].reset(); }));
@@ -143,14 +154,21 @@ void DataParallel::run_on_all(const std::function<void(Replica&)>& job, const ch
       const Clock::time_point now = Clock::now();
       const bool beat = options_.heartbeat && options_.heartbeat_interval.count() > 0 && now >= next_beat;
       if (now < next_watch && !beat) continue;
-      std::vector<ReplicaProgress> where = progress();
-      if (beat) {
-        options_.heartbeat("heartbeat: " + std::string(what) + " " + std::to_string(steps_ + 1) +
-                           ": " + watchdog.describe(where, now));
-        next_beat = now + options_.heartbeat_interval;
-      }
-      if (std::optional<std::string> report = watchdog.check(where, now)) {
-        stuck = *report;
+      // Nothing may leave this loop while jobs still run: they reference this frame.
+      try {
+        std::vector<ReplicaProgress> where = progress();
+        if (beat) {
+          options_.heartbeat("heartbeat: " + std::string(what) + " " + std::to_string(steps_ + 1) +
+                             ": " + watchdog.describe(where, now));
+          next_beat = now + options_.heartbeat_interval;
+        }
+        if (std::optional<std::string> report = watchdog.check(where, now)) {
+          stuck = *report;
+          abort_all();
+          aborted = true;
+        }
+      } catch (...) {
+        stuck = "watching the replicas failed: " + describe_exception(std::current_exception());
         abort_all();
         aborted = true;
       }
@@ -159,6 +177,13 @@ void DataParallel::run_on_all(const std::function<void(Replica&)>& job, const ch
   }
   if (!failed && stuck.empty()) return;
   if (!aborted) abort_all();
+  // A failed job may have left work on its streams that reads the caller's memory (the batch
+  // being uploaded): let every stream finish or skip it before the caller gets control back.
+  std::vector<std::future<void>> drained;
+  for (size_t r = 0; r < replicas_.size(); ++r) {
+    drained.push_back(threads_[r]->post([this, r] { replicas_[r]->drain(); }));
+  }
+  for (auto& d : drained) d.wait();
   if (!stuck.empty()) {
     failure_ = std::string(what) + " " + std::to_string(steps_ + 1) + ": " + stuck;
   } else {

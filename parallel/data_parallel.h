@@ -116,6 +116,7 @@ class DataParallel {
   std::vector<int64_t> shard_rows(int64_t global_rows) const;
   std::vector<ReplicaProgress> progress() const;
   void abort_all();
+  void destroy_replicas();  // each on its own thread
 
   std::vector<Device> devices_;
   DataParallelOptions options_;

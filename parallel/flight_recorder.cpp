@@ -63,8 +63,14 @@ void RecordingCommunicator::recorded(const CollectiveFingerprint& fingerprint, S
     slot.record = {sequence, fingerprint, std::move(label), std::chrono::steady_clock::now(), false, false};
   }
   stream.record(*slot.start);
+  {
+    std::lock_guard lock(mutex_);
+    slot.start_of = sequence;
+  }
   call();
   stream.record(*slot.end);
+  std::lock_guard lock(mutex_);
+  slot.end_of = sequence;
 }
 
 void RecordingCommunicator::all_reduce(const void* send, void* recv, size_t count, DType dtype,
@@ -103,8 +109,8 @@ std::vector<CollectiveRecord> RecordingCommunicator::snapshot() const {
   for (int64_t seq = first; seq <= issued_; ++seq) {
     const Slot& slot = slots_[static_cast<size_t>(seq) % kRingSize];
     CollectiveRecord record = slot.record;
-    record.started = slot.start->query();
-    record.completed = slot.end->query();
+    record.started = slot.start_of == seq && slot.start->query();
+    record.completed = slot.end_of == seq && slot.end->query();
     out.push_back(std::move(record));
   }
   return out;

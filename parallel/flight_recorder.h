@@ -96,6 +96,9 @@ class RecordingCommunicator final : public Communicator {
   struct Slot {
     CollectiveRecord record;
     std::unique_ptr<Event> start, end;
+    // The sequence whose start/end the events hold (the slot's previous collective until
+    // they are recorded again): snapshot() must not read a stale event as this one's.
+    int64_t start_of = 0, end_of = 0;
   };
   // Checks, logs and brackets `call` (which enqueues the collective) with the slot's events.
   template <typename Call>

@@ -55,8 +55,10 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   phase_ = Phase::kIdle;
 }
 
-Replica::~Replica() {
-  // Let queued work finish (or be skipped, after an abort) before the tensors it uses go away.
+Replica::~Replica() { drain(); }
+
+void Replica::drain() {
+  // Let queued work finish (or be skipped, after an abort) before what it uses goes away.
   for (Stream* s : {compute_.get(), comm_stream_.get()}) {
     if (s == nullptr) continue;
     try {

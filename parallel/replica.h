@@ -85,6 +85,9 @@ class Replica {
   Reducer::Timeline last_timeline() const { return reducer_->timeline(*step_start_); }
   // Ends every wait of this replica (any thread): its streams and its communicator.
   void abort();
+  // Waits until both streams have run (or, after an abort, skipped) all enqueued work; errors
+  // are ignored (they were reported already). After it, no enqueued work reads caller memory.
+  void drain();
 
  private:
   void upload(const Shard& shard);

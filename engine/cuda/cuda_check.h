@@ -21,7 +21,10 @@ inline std::string cuda_current_device_str() {
   return "cuda:" + std::to_string(device);
 }
 
+// Also clears the thread's "last error": a failed call leaves it set even when the error is not
+// sticky, and the next launch check (cudaGetLastError) would report it against an innocent kernel.
 inline std::string describe_cuda_error(cudaError_t status) {
+  (void)cudaGetLastError();
   return concat(cudaGetErrorName(status), " (", cudaGetErrorString(status), ") on ",
                 cuda_current_device_str());
 }

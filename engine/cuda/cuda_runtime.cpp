@@ -97,7 +97,9 @@ class CudaEvent final : public Event {
              " and ", device_.str(), "; time events of one device");
     DeviceGuard guard(device_.index);
     float ms = 0.0f;
-    const cudaError_t status = query_status(cudaEventElapsedTime(&ms, begin->event_, event_));
+    const cudaError_t status = cudaEventElapsedTime(&ms, begin->event_, event_);
+    // These errors are not sticky: clear them so that the next launch check does not report them.
+    if (status != cudaSuccess) (void)cudaGetLastError();
     LS_CHECK(status != cudaErrorNotReady, "elapsed_ms_since on ", device_.str(),
              ": an event has not completed yet; synchronize() the later event first");
     LS_CHECK(status != cudaErrorInvalidResourceHandle, "elapsed_ms_since on ", device_.str(),
@@ -269,7 +271,7 @@ class CudaRuntime final : public DeviceRuntime {
              stream.device().str());
     cudaStream_t cuda_stream = cuda_stream_of(stream);
     DeviceGuard guard(device_.index);
-    if (is_pageable(dst) && !is_pageable(src)) stream.synchronize();
+    if (is_pageable(dst)) stream.synchronize();
     LS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream));
   }
 
