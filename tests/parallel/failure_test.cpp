@@ -11,6 +11,7 @@
 
 #include "engine/error.h"
 #include "parallel/data_parallel.h"
+#include "parallel/random_batch.h"
 
 namespace ls {
 namespace {
@@ -18,15 +19,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Kind = FaultInjection::Kind;
 
-data::Batch random_batch(int64_t size, int64_t features, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  data::Batch batch;
-  batch.size = size;
-  for (int64_t i = 0; i < size * features; ++i) batch.images.push_back(normal(rng));
-  for (int64_t i = 0; i < size; ++i) batch.labels.push_back(static_cast<int32_t>(rng() % 10));
-  return batch;
-}
+using testing::random_batch;
 
 DataParallelOptions with_fault(Kind kind, int replica, int64_t step) {
   DataParallelOptions options;

@@ -13,6 +13,7 @@
 #include "engine/error.h"
 #include "engine/runtime.h"
 #include "parallel/data_parallel.h"
+#include "parallel/random_batch.h"
 
 namespace ls {
 namespace {
@@ -21,15 +22,7 @@ constexpr const char* kDataDir = "/usr/share/datasets/fashion-mnist";
 
 std::vector<Device> hosts(int n) { return parse_devices("host:" + std::to_string(n)); }
 
-data::Batch random_batch(int64_t size, int64_t features, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  data::Batch batch;
-  batch.size = size;
-  for (int64_t i = 0; i < size * features; ++i) batch.images.push_back(normal(rng));
-  for (int64_t i = 0; i < size; ++i) batch.labels.push_back(static_cast<int32_t>(rng() % 10));
-  return batch;
-}
+using testing::random_batch;
 
 // Parameters after `steps` SGD steps on seeded random batches of `global` rows.
 std::vector<float> train_sgd(int devices, int steps, int64_t global, DataParallelOptions options = {}) {
