@@ -12,7 +12,7 @@
 
 #include <lockstep/lockstep.h>
 
-#include "engine/system_info.h"
+#include "engine/core/system_info.h"
 #include "parallel/communicator.h"
 
 namespace {

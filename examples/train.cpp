@@ -10,10 +10,10 @@
 
 #include <lockstep/lockstep.h>
 
-#include "engine/checkpoint/checkpoint.h"
-#include "engine/data/dataset.h"
-#include "engine/data/sampler.h"
-#include "engine/json.h"
+#include "engine/model/checkpoint/checkpoint.h"
+#include "engine/model/data/dataset.h"
+#include "engine/model/data/sampler.h"
+#include "engine/core/json.h"
 #include "parallel/data_parallel.h"
 #include "train_options.h"
 

@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/checkpoint/safetensors.h"
-#include "engine/error.h"
-#include "engine/json_reader.h"
+#include "engine/model/checkpoint/safetensors.h"
+#include "engine/core/error.h"
+#include "engine/core/json_reader.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // device), then the stream's kernel table.
 #include "ops/activation.h"
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "ops/kernels.h"
 
 namespace ls {

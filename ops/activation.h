@@ -6,8 +6,8 @@
 // derivative. `accumulate` adds into dx instead of overwriting it. Asynchronous in stream order.
 #pragma once
 
-#include "engine/stream.h"
-#include "engine/tensor.h"
+#include "engine/core/stream.h"
+#include "engine/core/tensor.h"
 
 namespace ls {
 

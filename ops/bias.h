@@ -6,8 +6,8 @@
 // ls::Error at the call.
 #pragma once
 
-#include "engine/stream.h"
-#include "engine/tensor.h"
+#include "engine/core/stream.h"
+#include "engine/core/tensor.h"
 
 namespace ls {
 

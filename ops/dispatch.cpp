@@ -1,6 +1,6 @@
 // kernels_for(device): the kernel table of the backend a device belongs to. cuda_kernels() comes
 // from ops/cuda/ in a CUDA build and from engine/no_cuda/ (which throws, saying so) otherwise.
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "ops/kernels.h"
 
 namespace ls {

@@ -2,7 +2,7 @@
 // then the stream's kernel table.
 #include "ops/elementwise.h"
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "ops/kernels.h"
 
 namespace ls {

@@ -3,8 +3,8 @@
 // partial overlap. Asynchronous in stream order; bad arguments raise ls::Error at the call.
 #pragma once
 
-#include "engine/stream.h"
-#include "engine/tensor.h"
+#include "engine/core/stream.h"
+#include "engine/core/tensor.h"
 
 namespace ls {
 

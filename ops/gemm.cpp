@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "ops/kernels.h"
 
 namespace ls {

@@ -6,8 +6,8 @@
 // device. Bad arguments raise ls::Error at the call, naming the argument and its shape.
 #pragma once
 
-#include "engine/stream.h"
-#include "engine/tensor.h"
+#include "engine/core/stream.h"
+#include "engine/core/tensor.h"
 
 namespace ls {
 

@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "engine/device.h"
-#include "engine/stream.h"
+#include "engine/core/device.h"
+#include "engine/core/stream.h"
 
 namespace ls {
 

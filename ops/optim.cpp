@@ -2,7 +2,7 @@
 // then the stream's kernel table.
 #include "ops/optim.h"
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace ls {
 namespace {

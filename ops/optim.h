@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "engine/stream.h"
-#include "engine/tensor.h"
+#include "engine/core/stream.h"
+#include "engine/core/tensor.h"
 #include "ops/kernels.h"
 
 namespace ls {

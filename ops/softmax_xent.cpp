@@ -3,7 +3,7 @@
 // so they are checked by the kernel, not here.
 #include "ops/softmax_xent.h"
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "ops/kernels.h"
 
 namespace ls {

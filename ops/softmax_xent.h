@@ -8,8 +8,8 @@
 // an error raised by the stream (at its next synchronize()/check()). Asynchronous in stream order.
 #pragma once
 
-#include "engine/stream.h"
-#include "engine/tensor.h"
+#include "engine/core/stream.h"
+#include "engine/core/tensor.h"
 
 namespace ls {
 

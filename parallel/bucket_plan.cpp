@@ -1,7 +1,7 @@
 // plan_buckets (see parallel/bucket_plan.h).
 #include "parallel/bucket_plan.h"
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace ls {
 

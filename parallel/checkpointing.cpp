@@ -4,8 +4,8 @@
 // same host bytes into every replica, so they stay bitwise equal.
 #include <cstring>
 
-#include "engine/checkpoint/checkpoint.h"
-#include "engine/error.h"
+#include "engine/model/checkpoint/checkpoint.h"
+#include "engine/core/error.h"
 #include "parallel/data_parallel.h"
 
 namespace ls {

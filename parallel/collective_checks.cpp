@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace ls {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace ls {
 

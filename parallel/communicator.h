@@ -21,9 +21,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/device.h"
-#include "engine/dtype.h"
-#include "engine/stream.h"
+#include "engine/core/device.h"
+#include "engine/core/dtype.h"
+#include "engine/core/stream.h"
 
 namespace ls {
 

@@ -4,8 +4,8 @@
 #include <chrono>
 #include <numeric>
 
-#include "engine/error.h"
-#include "engine/runtime.h"
+#include "engine/core/error.h"
+#include "engine/core/runtime.h"
 
 namespace ls {
 

@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/data/dataset.h"
-#include "engine/error.h"
-#include "engine/data/sampler.h"
-#include "engine/optim/optimizer.h"
+#include "engine/model/data/dataset.h"
+#include "engine/core/error.h"
+#include "engine/model/data/sampler.h"
+#include "engine/model/optim/optimizer.h"
 #include "parallel/replica.h"
 #include "parallel/watchdog.h"
 #include "parallel/worker_thread.h"

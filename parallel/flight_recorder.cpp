@@ -1,8 +1,8 @@
 // Flight recorder and desync checker (see parallel/flight_recorder.h).
 #include "parallel/flight_recorder.h"
 
-#include "engine/error.h"
-#include "engine/runtime.h"
+#include "engine/core/error.h"
+#include "engine/core/runtime.h"
 
 namespace ls {
 

@@ -1,7 +1,7 @@
 // Reducer (see parallel/reducer.h).
 #include "parallel/reducer.h"
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace ls {
 

@@ -16,8 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/nn/parameter_store.h"
-#include "engine/runtime.h"
+#include "engine/model/nn/parameter_store.h"
+#include "engine/core/runtime.h"
 #include "parallel/bucket_plan.h"
 #include "parallel/communicator.h"
 #include "parallel/fault_injection.h"

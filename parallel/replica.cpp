@@ -5,9 +5,9 @@
 #include <limits>
 #include <thread>
 
-#include "engine/error.h"
-#include "engine/nn/functional.h"
-#include "engine/runtime.h"
+#include "engine/core/error.h"
+#include "engine/model/nn/functional.h"
+#include "engine/core/runtime.h"
 #include "ops/elementwise.h"
 #include "ops/softmax_xent.h"
 

@@ -16,9 +16,9 @@
 #include <memory>
 #include <vector>
 
-#include "engine/nn/module.h"
-#include "engine/nn/parameter_store.h"
-#include "engine/optim/optimizer.h"
+#include "engine/model/nn/module.h"
+#include "engine/model/nn/parameter_store.h"
+#include "engine/model/optim/optimizer.h"
 #include "parallel/communicator.h"
 #include "parallel/fault_injection.h"
 #include "parallel/flight_recorder.h"

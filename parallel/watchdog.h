@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/device.h"
+#include "engine/core/device.h"
 #include "parallel/flight_recorder.h"
 #include "parallel/replica.h"
 

@@ -1,7 +1,7 @@
 // WorkerThread (see parallel/worker_thread.h).
 #include "parallel/worker_thread.h"
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace ls {
 

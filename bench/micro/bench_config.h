@@ -10,7 +10,7 @@
 #include <functional>
 #include <vector>
 
-#include "engine/device.h"
+#include "engine/core/device.h"
 
 namespace ls::bench {
 

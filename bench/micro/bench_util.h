@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/data/sampler.h"
+#include "engine/model/data/sampler.h"
 
 namespace ls::bench {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/runtime.h"
-#include "engine/tensor.h"
+#include "engine/core/runtime.h"
+#include "engine/core/tensor.h"
 #include "parallel/worker_thread.h"
 
 namespace ls::bench {

@@ -14,8 +14,8 @@
 
 #include "bench/micro/bench_config.h"
 #include "bench/micro/bench_util.h"
-#include "engine/runtime.h"
-#include "engine/tensor.h"
+#include "engine/core/runtime.h"
+#include "engine/core/tensor.h"
 #include "ops/gemm.h"
 
 namespace ls::bench {

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "bench/micro/bench_config.h"
-#include "engine/runtime.h"
-#include "engine/tensor.h"
+#include "engine/core/runtime.h"
+#include "engine/core/tensor.h"
 
 namespace ls::bench {
 namespace {

@@ -5,7 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include "bench/micro/bench_util.h"
-#include "engine/runtime.h"
+#include "engine/core/runtime.h"
 #include "parallel/data_parallel.h"
 #include "ops/gemm.h"
 

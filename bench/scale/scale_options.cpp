@@ -9,7 +9,7 @@
 #include <map>
 #include <string_view>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace {
 

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/cli_values.h"
+#include "engine/core/cli_values.h"
 
-#include "engine/device.h"
+#include "engine/core/device.h"
 
 using UsageError = ls::cli::UsageError;
 

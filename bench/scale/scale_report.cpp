@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <fstream>
 
-#include "engine/error.h"
-#include "engine/json.h"
+#include "engine/core/error.h"
+#include "engine/core/json.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/device.h"
+#include "engine/core/device.h"
 #include "scale_options.h"
 #include "scale_run.h"
 

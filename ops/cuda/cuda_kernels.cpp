@@ -4,9 +4,9 @@
 // Thread-safety: stateless; cuBLAS handles are per thread (gemm.cu).
 #include "ops/cuda/cuda_kernels.h"
 
-#include "engine/cuda/cuda_runtime.h"
-#include "engine/cuda/cuda_stream_access.h"
-#include "engine/error.h"
+#include "engine/core/cuda/cuda_runtime.h"
+#include "engine/core/cuda/cuda_stream_access.h"
+#include "engine/core/error.h"
 
 namespace ls {
 namespace {

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "engine/cuda/cuda_check.h"
+#include "engine/core/cuda/cuda_check.h"
 
 namespace ls::cuda_ops {
 

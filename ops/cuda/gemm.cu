@@ -26,7 +26,7 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/runtime.h"
+#include "engine/core/runtime.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/cuda_launch.h"
 

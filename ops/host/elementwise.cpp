@@ -9,8 +9,8 @@
 #include <climits>
 #include <cmath>
 
-#include "engine/dtype.h"
-#include "engine/host/host_device.h"
+#include "engine/core/dtype.h"
+#include "engine/core/host/host_device.h"
 #include "ops/host/host_kernels.h"
 
 namespace ls {

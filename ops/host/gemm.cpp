@@ -8,8 +8,8 @@
 
 #include <algorithm>
 
-#include "engine/error.h"
-#include "engine/host/host_device.h"
+#include "engine/core/error.h"
+#include "engine/core/host/host_device.h"
 #include "ops/host/host_kernels.h"
 
 namespace ls {

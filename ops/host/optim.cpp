@@ -3,8 +3,8 @@
 // param, grad and the state buffers must be distinct, non-overlapping buffers.
 #include <cmath>
 
-#include "engine/error.h"
-#include "engine/host/host_device.h"
+#include "engine/core/error.h"
+#include "engine/core/host/host_device.h"
 #include "ops/host/host_kernels.h"
 
 namespace ls {

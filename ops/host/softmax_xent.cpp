@@ -10,8 +10,8 @@
 #include <cmath>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/host/host_device.h"
+#include "engine/core/error.h"
+#include "engine/core/host/host_device.h"
 #include "ops/host/host_kernels.h"
 
 namespace ls {

@@ -5,7 +5,7 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace ls {
 namespace {

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/host/host_device.h"
+#include "engine/core/error.h"
+#include "engine/core/host/host_device.h"
 #include "parallel/collective_checks.h"
 #include "parallel/host/host_reduce.h"
 

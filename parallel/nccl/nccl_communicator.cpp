@@ -50,10 +50,10 @@
 #include <utility>
 #include <vector>
 
-#include "engine/cuda/cuda_runtime.h"
-#include "engine/cuda/cuda_stream_access.h"
-#include "engine/device.h"
-#include "engine/error.h"
+#include "engine/core/cuda/cuda_runtime.h"
+#include "engine/core/cuda/cuda_stream_access.h"
+#include "engine/core/device.h"
+#include "engine/core/error.h"
 #include "parallel/collective_checks.h"
 #include "parallel/nccl/nccl_types.h"
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <string_view>
 
-#include "engine/dtype.h"
-#include "engine/error.h"
+#include "engine/core/dtype.h"
+#include "engine/core/error.h"
 #include "parallel/communicator.h"
 
 namespace ls {

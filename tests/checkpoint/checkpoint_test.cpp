@@ -2,7 +2,7 @@
 // layout and meta.json, repeated and replacing commits, corruption (checksum, size, missing
 // files, a dangling or garbage `latest`, strict meta.json), and a simulated crash at every crash
 // point, after which the previous checkpoint must load and the new one be absent or complete.
-#include "engine/checkpoint/checkpoint.h"
+#include "engine/model/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "engine/checkpoint/atomic_file.h"
-#include "engine/json_reader.h"
+#include "engine/model/checkpoint/atomic_file.h"
+#include "engine/core/json_reader.h"
 
 namespace ls::checkpoint {
 namespace {
@@ -271,7 +271,7 @@ TEST_F(CheckpointTest, RefusesBadMetaBeforeWritingAnything) {
   EXPECT_EQ(load_checkpoint((dir_ / "a" / "b").string()).meta.step, 8);
 }
 
-// Note [Checkpoint commit protocol] (engine/checkpoint/checkpoint.cpp): a crash at any point
+// Note [Checkpoint commit protocol] (engine/model/checkpoint/checkpoint.cpp): a crash at any point
 // before `latest` is renamed leaves the previous checkpoint current and loadable.
 class CrashTest : public CheckpointTest, public ::testing::WithParamInterface<CrashPoint> {};
 

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace ls::checkpoint::testing {
 

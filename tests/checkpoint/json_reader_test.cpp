@@ -1,7 +1,7 @@
 // Tests for ls::parse_json: valid documents (values, key order, escapes, UTF-8), exact number
 // conversions, every kind of malformed input (with the byte offset in the message), depth and
 // size bombs, huge numbers, and random mutations that must fail cleanly or parse.
-#include "engine/json_reader.h"
+#include "engine/core/json_reader.h"
 
 #include <gtest/gtest.h>
 

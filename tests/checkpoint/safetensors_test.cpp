@@ -2,7 +2,7 @@
 // tensors), golden files built by hand from the spec, a file written by the reference
 // implementation (Python safetensors 0.8.0), and every corrupt-file case, each through both the
 // file reader and the in-memory reader, with the file's name in the message.
-#include "engine/checkpoint/safetensors.h"
+#include "engine/model/checkpoint/safetensors.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Tests for ls::data::read_idx: exact round trips and every malformed-file case, each run on a
 // plain file and on the same bytes gzipped (parameterised), plus gzip-only corruption cases.
 // Each test writes its files into its own temporary directory, removed afterwards.
-#include "engine/data/idx.h"
+#include "engine/model/data/idx.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace ls::data {
 namespace {

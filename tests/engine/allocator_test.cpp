@@ -3,10 +3,10 @@
 
 #include <cstdlib>
 
-#include "engine/allocator.h"
-#include "engine/error.h"
-#include "engine/runtime.h"
-#include "engine/tensor.h"
+#include "engine/core/allocator.h"
+#include "engine/core/error.h"
+#include "engine/core/runtime.h"
+#include "engine/core/tensor.h"
 
 namespace ls {
 namespace {

@@ -1,8 +1,8 @@
 // Device-spec parsing and its errors.
 #include <gtest/gtest.h>
 
-#include "engine/device.h"
-#include "engine/error.h"
+#include "engine/core/device.h"
+#include "engine/core/error.h"
 
 namespace ls {
 namespace {

@@ -7,9 +7,9 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/error.h"
-#include "engine/host/host_device.h"
-#include "engine/runtime.h"
+#include "engine/core/error.h"
+#include "engine/core/host/host_device.h"
+#include "engine/core/runtime.h"
 
 namespace ls {
 namespace {

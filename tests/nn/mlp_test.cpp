@@ -5,12 +5,12 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/autograd.h"
-#include "engine/error.h"
-#include "engine/nn/functional.h"
-#include "engine/nn/module.h"
-#include "engine/nn/parameter_store.h"
-#include "engine/runtime.h"
+#include "engine/model/autograd.h"
+#include "engine/core/error.h"
+#include "engine/model/nn/functional.h"
+#include "engine/model/nn/module.h"
+#include "engine/model/nn/parameter_store.h"
+#include "engine/core/runtime.h"
 
 namespace ls::nn {
 namespace {

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/device.h"
-#include "engine/dtype.h"
-#include "engine/runtime.h"
-#include "engine/tensor.h"
+#include "engine/core/device.h"
+#include "engine/core/dtype.h"
+#include "engine/core/runtime.h"
+#include "engine/core/tensor.h"
 #include "ops/kernels.h"
 #include "tests/ops/op_test_util.h"
 

@@ -11,7 +11,7 @@
 #include <ostream>
 #include <tuple>
 
-#include "engine/host/host_device.h"
+#include "engine/core/host/host_device.h"
 #include "ops/bias.h"
 #include "ops/host/host_kernels.h"
 #include "ops/softmax_xent.h"

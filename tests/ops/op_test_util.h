@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/runtime.h"
-#include "engine/tensor.h"
+#include "engine/core/error.h"
+#include "engine/core/runtime.h"
+#include "engine/core/tensor.h"
 
 namespace ls::test {
 

@@ -1,7 +1,7 @@
 // The bucket planner: caps, the small first bucket, oversized parameters, order and coverage.
 #include <gtest/gtest.h>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "parallel/bucket_plan.h"
 
 namespace ls {

@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/checkpoint/checkpoint.h"
-#include "engine/data/sampler.h"
-#include "engine/error.h"
+#include "engine/model/checkpoint/checkpoint.h"
+#include "engine/model/data/sampler.h"
+#include "engine/core/error.h"
 #include "parallel/data_parallel.h"
 
 namespace ls {

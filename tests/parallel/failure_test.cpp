@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "parallel/data_parallel.h"
 #include "parallel/random_batch.h"
 

@@ -19,9 +19,9 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/host/host_device.h"
-#include "engine/runtime.h"
+#include "engine/core/error.h"
+#include "engine/core/host/host_device.h"
+#include "engine/core/runtime.h"
 #include "parallel/communicator.h"
 
 namespace ls {

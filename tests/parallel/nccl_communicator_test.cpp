@@ -21,11 +21,11 @@
 #include <thread>
 #include <vector>
 
-#include "engine/device.h"
-#include "engine/dtype.h"
-#include "engine/error.h"
-#include "engine/runtime.h"
-#include "engine/tensor.h"
+#include "engine/core/device.h"
+#include "engine/core/dtype.h"
+#include "engine/core/error.h"
+#include "engine/core/runtime.h"
+#include "engine/core/tensor.h"
 #include "parallel/communicator.h"
 
 namespace ls {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <random>
 
-#include "engine/data/sampler.h"
+#include "engine/model/data/sampler.h"
 
 namespace ls::testing {
 

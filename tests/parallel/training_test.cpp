@@ -8,10 +8,10 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/data/dataset.h"
-#include "engine/data/sampler.h"
-#include "engine/error.h"
-#include "engine/runtime.h"
+#include "engine/model/data/dataset.h"
+#include "engine/model/data/sampler.h"
+#include "engine/core/error.h"
+#include "engine/core/runtime.h"
 #include "parallel/data_parallel.h"
 #include "parallel/random_batch.h"
 

@@ -1,0 +1,45 @@
+// The per-device runtime: a backend's streams, events, memory and copies behind one interface.
+//
+// device_runtime(d) returns the process-wide runtime of device d, created on first use.
+// Backends: engine/core/host/ (worker-thread streams) and engine/core/cuda/ (CUDA streams). Code above this
+// layer never names a backend.
+// Thread-safety: device_runtime() and every method may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "engine/core/allocator.h"
+#include "engine/core/device.h"
+#include "engine/core/stream.h"
+
+namespace ls {
+
+class DeviceRuntime {
+ public:
+  virtual ~DeviceRuntime() = default;
+  virtual Device device() const = 0;
+  virtual std::unique_ptr<Stream> create_stream() = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+  // Copies `bytes` between any two places that are host memory or memory of this device, in
+  // stream order. Both buffers must stay valid until the stream has run the copy.
+  virtual void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) = 0;
+  virtual CachingAllocator& allocator() = 0;
+  // Makes this device current for the calling thread (cudaSetDevice; nothing on the host). Every
+  // thread that drives a device calls it first: CUDA's current device is per thread.
+  virtual void bind_current_thread() {}
+};
+
+DeviceRuntime& device_runtime(Device device);
+
+// Host devices: how many cores each one uses for its kernels (oneTBB arena size and GEMM
+// splits). Default 1, so N host devices use N cores and never oversubscribe the machine.
+// Must be set before the first host device is used; later calls are an error.
+void set_host_threads_per_device(int threads);
+int host_threads_per_device();
+
+// Backend factories, one per backend file that is compiled in.
+std::unique_ptr<DeviceRuntime> make_host_runtime(Device device);
+std::unique_ptr<DeviceRuntime> make_cuda_runtime(Device device);
+
+}  // namespace ls

@@ -1,0 +1,89 @@
+// Tape-based reverse-mode autograd over the ops.
+//
+// A Var is a value tensor plus, once backward reaches it, a gradient. Functions in
+// engine/model/nn/functional.h compute their outputs on the tape's stream and record a backward
+// closure; Tape::backward() runs the closures in reverse order. Gradients are accumulated: the
+// first contribution to an intermediate Var writes its gradient, later ones add to it; a
+// parameter's gradient is its view of the flat gradient buffer and is always added to, so the
+// caller zeroes that buffer once per step (or not, to accumulate micro-batches).
+// Parameter hooks: after the last recorded use of a parameter has been back-propagated, the
+// grad-ready hook fires with that parameter, in the order gradients become final. The data-
+// parallel Reducer uses it to start a bucket's all-reduce while backward goes on.
+// Everything is enqueued on the tape's stream; nothing here synchronizes.
+// Thread-safety: a Tape belongs to one thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/core/stream.h"
+#include "engine/core/tensor.h"
+
+namespace ls {
+
+struct Parameter;
+
+struct VarNode {
+  Tensor value;
+  Tensor grad;                  // undefined until backward reaches this Var
+  bool requires_grad = false;
+  bool grad_written = false;    // false: the next contribution writes rather than adds
+  Parameter* parameter = nullptr;
+  int pending_uses = 0;         // recorded uses not yet back-propagated (parameters only)
+};
+using Var = std::shared_ptr<VarNode>;
+
+class Tape {
+ public:
+  // With record == false (evaluation), functions compute outputs and record nothing.
+  explicit Tape(Stream& stream, bool record = true) : stream_(stream), record_(record) {}
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  Stream& stream() const { return stream_; }
+  bool recording() const { return record_; }
+
+  // A Var that needs no gradient (inputs, labels).
+  Var constant(Tensor value) const;
+  // The Var of a parameter: its value, with its gradient in the flat gradient buffer. The same
+  // Var is returned for every use of the parameter on this tape.
+  Var parameter(Parameter& parameter);
+  // A Var for a new output; requires a gradient when any input does and the tape records.
+  Var output(Tensor value, std::initializer_list<const Var*> inputs) const;
+
+  // Records `backward(dy)` for `output`, to run when backward reaches it with its gradient dy.
+  void record(const Var& output, std::vector<Var> inputs,
+              std::function<void(const Tensor& dy)> backward);
+
+  // Back-propagates from `root`, whose gradient is taken as given (`root_grad`); a loss whose
+  // gradient was computed in forward (fused softmax + cross-entropy) passes an undefined tensor.
+  void backward(const Var& root, const Tensor& root_grad = Tensor());
+
+  using GradReadyHook = std::function<void(Parameter&)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
+
+  // Drops every recorded closure and intermediate; parameters are untouched.
+  void clear();
+
+  // For backward closures: prepares v's gradient for a contribution and says whether to add to
+  // it (true) or write it (false). Allocates the gradient of an intermediate on first use.
+  static bool begin_grad(VarNode& v);
+
+ private:
+  struct Node {
+    Var output;
+    std::vector<Var> inputs;
+    std::function<void(const Tensor&)> backward;
+  };
+
+  Stream& stream_;
+  bool record_;
+  std::vector<Node> nodes_;
+  // One Var per parameter per tape, so a parameter used twice (tied weights) has one use count.
+  std::unordered_map<Parameter*, Var> parameter_vars_;
+  GradReadyHook grad_ready_hook_;
+};
+
+}  // namespace ls

@@ -1,0 +1,112 @@
+// Differentiable functions (see engine/model/nn/functional.h).
+// Every backward captures the Vars it needs by value, so their tensors live until it has run.
+#include "engine/model/nn/functional.h"
+
+#include "engine/core/error.h"
+#include "ops/activation.h"
+#include "ops/bias.h"
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+#include "ops/softmax_xent.h"
+
+namespace ls::nn {
+
+Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
+  const Tensor& w = weight->value;
+  LS_CHECK(x->value.ndim() == 2 && w.ndim() == 2 && x->value.dim(1) == w.dim(1), "linear: input ",
+           x->value.describe(), " does not fit weight ", w.describe(),
+           " (expected input [rows, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
+  Stream& stream = tape.stream();
+  Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
+  matmul(x->value, false, w, true, y, 1.0f, 0.0f, stream);
+  if (bias != nullptr) bias_add(y, (*bias)->value, stream);
+
+  Var b = bias != nullptr ? *bias : nullptr;
+  Var out = tape.output(std::move(y), {&x, &weight});
+  if (b) out->requires_grad = out->requires_grad || (tape.recording() && b->requires_grad);
+  std::vector<Var> inputs{x, weight};
+  if (b) inputs.push_back(b);
+  tape.record(out, inputs, [x, weight, b, &stream](const Tensor& dy) {
+    if (x->requires_grad) {  // dx = dy W
+      const bool add = Tape::begin_grad(*x);
+      matmul(dy, false, weight->value, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream);
+    }
+    if (weight->requires_grad) {  // dW = dy^T x
+      const bool add = Tape::begin_grad(*weight);
+      matmul(dy, true, x->value, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream);
+    }
+    if (b && b->requires_grad) bias_grad(dy, b->grad, Tape::begin_grad(*b), stream);
+  });
+  return out;
+}
+
+namespace {
+// Shared shape of relu and gelu: y = f(x), dx (+)= dy * f'(x).
+template <typename Forward, typename Backward>
+Var activation(Tape& tape, const Var& x, Forward forward, Backward backward) {
+  Stream& stream = tape.stream();
+  Tensor y = Tensor::empty(x->value.shape(), DType::kF32, x->value.device());
+  forward(x->value, y, stream);
+  Var out = tape.output(std::move(y), {&x});
+  tape.record(out, {x}, [x, backward, &stream](const Tensor& dy) {
+    if (!x->requires_grad) return;
+    const bool add = Tape::begin_grad(*x);
+    backward(x->value, dy, x->grad, add, stream);
+  });
+  return out;
+}
+}  // namespace
+
+Var relu(Tape& tape, const Var& x) {
+  return activation(tape, x, [](auto&... a) { ls::relu(a...); },
+                    [](auto&... a) { ls::relu_backward(a...); });
+}
+
+Var gelu(Tape& tape, const Var& x) {
+  return activation(tape, x, [](auto&... a) { ls::gelu(a...); },
+                    [](auto&... a) { ls::gelu_backward(a...); });
+}
+
+Var add(Tape& tape, const Var& a, const Var& b) {
+  LS_CHECK(a->value.shape() == b->value.shape(), "add: shapes differ: ", a->value.describe(),
+           " and ", b->value.describe());
+  Stream& stream = tape.stream();
+  Tensor y = Tensor::empty(a->value.shape(), DType::kF32, a->value.device());
+  ls::add(a->value, b->value, y, stream);
+  Var out = tape.output(std::move(y), {&a, &b});
+  tape.record(out, {a, b}, [a, b, &stream](const Tensor& dy) {
+    for (const Var& v : {a, b}) {
+      if (!v->requires_grad) continue;
+      if (Tape::begin_grad(*v)) {
+        axpy(1.0f, dy, v->grad, stream);
+      } else {
+        v->grad.copy_from(dy, stream);
+      }
+    }
+  });
+  return out;
+}
+
+Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels, float grad_scale) {
+  Stream& stream = tape.stream();
+  const Tensor& z = logits->value;
+  Tensor loss = Tensor::empty({1}, DType::kF32, z.device());
+  const bool need_grad = tape.recording() && logits->requires_grad;
+  Tensor dlogits = need_grad ? Tensor::empty(z.shape(), DType::kF32, z.device()) : Tensor();
+  softmax_xent(z, labels, loss, dlogits, grad_scale, stream);
+  Var out = tape.output(std::move(loss), {&logits});
+  tape.record(out, {logits}, [logits, dlogits, &stream](const Tensor&) {
+    // The gradient was computed in forward; the loss is the root, so no upstream factor.
+    if (!logits->grad.defined()) {  // first contribution: hand over the buffer, no copy
+      logits->grad = dlogits;
+      logits->grad_written = true;
+    } else if (Tape::begin_grad(*logits)) {
+      axpy(1.0f, dlogits, logits->grad, stream);
+    } else {
+      logits->grad.copy_from(dlogits, stream);
+    }
+  });
+  return out;
+}
+
+}  // namespace ls::nn

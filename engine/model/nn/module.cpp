@@ -1,0 +1,94 @@
+// Module, layers and the MLP builder (see engine/model/nn/module.h).
+#include "engine/model/nn/module.h"
+
+#include <cmath>
+
+#include "engine/core/error.h"
+#include "engine/model/nn/functional.h"
+
+namespace ls::nn {
+
+std::vector<Parameter*> Module::parameters() {
+  std::vector<Parameter*> out;
+  collect("", out);
+  return out;
+}
+
+int64_t Module::parameter_count() {
+  int64_t n = 0;
+  for (Parameter* p : parameters()) n += p->numel();
+  return n;
+}
+
+void Module::collect(const std::string& prefix, std::vector<Parameter*>& out) {
+  for (auto& p : parameters_) {
+    // Names are full paths once collected; the registered name is the last component.
+    const std::string leaf = p->name.substr(p->name.rfind('.') + 1);
+    p->name = prefix + leaf;
+    out.push_back(p.get());
+  }
+  for (auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+Parameter& Module::register_parameter(std::string name, Shape shape, Init init) {
+  LS_CHECK(!name.empty() && name.find('.') == std::string::npos, "parameter name '", name,
+           "' must be non-empty and contain no '.'");
+  for (int64_t d : shape) LS_CHECK(d > 0, "parameter '", name, "' has shape ", shape_str(shape));
+  auto p = std::make_unique<Parameter>();
+  p->name = std::move(name);
+  p->shape = std::move(shape);
+  p->init = init;
+  parameters_.push_back(std::move(p));
+  return *parameters_.back();
+}
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
+    : in_(in_features),
+      out_(out_features),
+      weight_(register_parameter("weight", {out_features, in_features},
+                                 Init::uniform(1.0f / std::sqrt(static_cast<float>(in_features))))),
+      bias_(bias ? &register_parameter(
+                       "bias", {out_features},
+                       Init::uniform(1.0f / std::sqrt(static_cast<float>(in_features))))
+                 : nullptr) {}
+
+Var Linear::forward(Tape& tape, const Var& input) {
+  Var w = tape.parameter(weight_);
+  if (bias_ == nullptr) return linear(tape, input, w, nullptr);
+  Var b = tape.parameter(*bias_);
+  return linear(tape, input, w, &b);
+}
+
+Var ReLU::forward(Tape& tape, const Var& input) { return relu(tape, input); }
+Var GELU::forward(Tape& tape, const Var& input) { return gelu(tape, input); }
+
+Sequential& Sequential::add(std::unique_ptr<Module> module) {
+  layers_.push_back(&register_module(std::to_string(layers_.size()), std::move(module)));
+  return *this;
+}
+
+Var Sequential::forward(Tape& tape, const Var& input) {
+  Var x = input;
+  for (Module* layer : layers_) x = layer->forward(tape, x);
+  return x;
+}
+
+std::unique_ptr<Sequential> mlp(const std::vector<int64_t>& widths, Activation activation) {
+  LS_CHECK(widths.size() >= 2, "mlp needs at least an input and an output width, got ",
+           widths.size(), " width(s)");
+  for (int64_t w : widths) LS_CHECK(w > 0, "mlp widths must be positive, got ", w);
+  auto model = std::make_unique<Sequential>();
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    model->add(std::make_unique<Linear>(widths[i], widths[i + 1]));
+    if (i + 2 < widths.size()) {
+      if (activation == Activation::kReLU) {
+        model->add(std::make_unique<ReLU>());
+      } else {
+        model->add(std::make_unique<GELU>());
+      }
+    }
+  }
+  return model;
+}
+
+}  // namespace ls::nn

@@ -1,0 +1,82 @@
+// Module: a piece of a model with registered parameters and child modules, and the layers the
+// MLP is built from (Linear, ReLU, GELU, Sequential).
+//
+// Building a model only declares parameters (name, shape, init); a ParameterStore then places
+// them all in one flat value buffer and one flat gradient buffer on a device (see
+// engine/model/nn/parameter_store.h). forward() must run on a tape whose stream is on that device.
+// Thread-safety: a Module is used by one thread (each replica owns its own copy).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model/autograd.h"
+#include "engine/model/nn/parameter.h"
+
+namespace ls::nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Var forward(Tape& tape, const Var& input) = 0;
+  // Every parameter of this module and its children, depth-first in registration order.
+  std::vector<Parameter*> parameters();
+  int64_t parameter_count();
+
+ protected:
+  Parameter& register_parameter(std::string name, Shape shape, Init init);
+  template <typename M>
+  M& register_module(std::string name, std::unique_ptr<M> module) {
+    M& ref = *module;
+    children_.push_back({std::move(name), std::move(module)});
+    return ref;
+  }
+
+ private:
+  void collect(const std::string& prefix, std::vector<Parameter*>& out);
+  std::vector<std::unique_ptr<Parameter>> parameters_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+};
+
+// y = x W^T + b with W [out, in]; PyTorch's default init: U(-1/sqrt(in), 1/sqrt(in)).
+class Linear final : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Var forward(Tape& tape, const Var& input) override;
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+ private:
+  int64_t in_, out_;
+  Parameter& weight_;
+  Parameter* bias_;
+};
+
+class ReLU final : public Module {
+ public:
+  Var forward(Tape& tape, const Var& input) override;
+};
+
+class GELU final : public Module {
+ public:
+  Var forward(Tape& tape, const Var& input) override;
+};
+
+class Sequential final : public Module {
+ public:
+  Sequential& add(std::unique_ptr<Module> module);  // named by position: "0", "1", ...
+  Var forward(Tape& tape, const Var& input) override;
+  size_t size() const { return layers_.size(); }
+
+ private:
+  std::vector<Module*> layers_;
+};
+
+enum class Activation { kReLU, kGELU };
+
+// Linear layers of the given widths with an activation between them, e.g. mlp({784, 256, 10}).
+std::unique_ptr<Sequential> mlp(const std::vector<int64_t>& widths,
+                                Activation activation = Activation::kReLU);
+
+}  // namespace ls::nn

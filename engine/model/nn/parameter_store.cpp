@@ -1,0 +1,79 @@
+// ParameterStore (see engine/model/nn/parameter_store.h).
+#include "engine/model/nn/parameter_store.h"
+
+#include <cmath>
+#include <random>
+
+#include "engine/core/error.h"
+#include "ops/elementwise.h"
+
+namespace ls::nn {
+namespace {
+
+// A portable uniform float in [0, 1) from 24 random bits: std::uniform_real_distribution's
+// algorithm is implementation-defined, and initial values must not depend on the C++ library.
+float unit_uniform(std::mt19937_64& rng) { return static_cast<float>(rng() >> 40) * 0x1p-24f; }
+
+void fill_init(const Init& init, std::span<float> out, std::mt19937_64& rng) {
+  switch (init.kind) {
+    case Init::Kind::kZeros: std::fill(out.begin(), out.end(), 0.0f); break;
+    case Init::Kind::kOnes: std::fill(out.begin(), out.end(), 1.0f); break;
+    case Init::Kind::kUniform:
+      for (float& x : out) x = (2.0f * unit_uniform(rng) - 1.0f) * init.scale;
+      break;
+    case Init::Kind::kNormal:  // Box-Muller, one value per pair of draws
+      for (float& x : out) {
+        const float u1 = 1.0f - unit_uniform(rng);  // (0, 1]: log is finite
+        const float u2 = unit_uniform(rng);
+        x = init.scale * std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
+      }
+      break;
+  }
+}
+
+}  // namespace
+
+std::vector<float> initial_values(const std::vector<Parameter*>& parameters, int64_t flat_size,
+                                  uint64_t seed) {
+  std::vector<float> values(static_cast<size_t>(flat_size), 0.0f);
+  std::mt19937_64 rng(seed);
+  for (const Parameter* p : parameters) {
+    fill_init(p->init, std::span<float>(values).subspan(static_cast<size_t>(p->offset),
+                                                          static_cast<size_t>(p->numel())),
+              rng);
+  }
+  return values;
+}
+
+ParameterStore::ParameterStore(Module& model, Device device, Stream& stream, uint64_t seed)
+    : parameters_(model.parameters()) {
+  LS_CHECK(!parameters_.empty(), "ParameterStore: the model has no parameters");
+  LS_CHECK(stream.device() == device, "ParameterStore: the stream is on ", stream.device().str(),
+           ", the parameters go to ", device.str());
+  int64_t offset = 0;
+  for (Parameter* p : parameters_) {
+    LS_CHECK(!p->value.defined(), "parameter '", p->name,
+             "' already lives in another ParameterStore; build one model per store");
+    p->offset = offset;
+    parameter_count_ += p->numel();
+    offset += (p->numel() + kAlignment - 1) / kAlignment * kAlignment;
+  }
+  values_ = Tensor::empty({offset}, DType::kF32, device);
+  grads_ = Tensor::empty({offset}, DType::kF32, device);
+  for (Parameter* p : parameters_) {
+    p->value = values_.view(p->offset, p->shape);
+    p->grad = grads_.view(p->offset, p->shape);
+  }
+  std::vector<float> init = initial_values(parameters_, offset, seed);
+  values_.copy_from_host_async(init.data(), init.size() * sizeof(float), stream);
+  fill(grads_, 0.0f, stream);
+  stream.synchronize();  // `init` must outlive the copy
+}
+
+void ParameterStore::zero_grad(Stream& stream) { fill(grads_, 0.0f, stream); }
+
+std::vector<float> ParameterStore::values_to_host(Stream& stream) const {
+  return values_.to_host_f32(stream);
+}
+
+}  // namespace ls::nn

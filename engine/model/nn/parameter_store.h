@@ -1,0 +1,49 @@
+// ParameterStore: puts every parameter of a model into ONE flat value buffer and every gradient
+// into ONE flat gradient buffer on a device; each Parameter's value and grad become views.
+//
+// One buffer each is what makes data parallelism cheap: the Reducer all-reduces views of the
+// gradient buffer in place (no packing copies), and an optimizer updates all parameters in one
+// fused pass. Each parameter starts at a multiple of kAlignment elements; the padding between
+// parameters is zero in both buffers and stays zero under SGD and AdamW.
+// Initial values depend only on the seed and the model's parameter list (drawn on the host in
+// registration order), so every device and backend starts from bitwise the same parameters.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/model/nn/module.h"
+
+namespace ls::nn {
+
+class ParameterStore {
+ public:
+  static constexpr int64_t kAlignment = 64;  // elements: 256 bytes, cuBLAS and AVX friendly
+
+  // Places the parameters, initialises them from `seed` and zeroes the gradients; synchronizes
+  // `stream` before returning.
+  ParameterStore(Module& model, Device device, Stream& stream, uint64_t seed);
+
+  const std::vector<Parameter*>& parameters() const { return parameters_; }
+  const Tensor& values() const { return values_; }
+  const Tensor& grads() const { return grads_; }
+  int64_t parameter_count() const { return parameter_count_; }  // without padding
+  Device device() const { return values_.device(); }
+
+  void zero_grad(Stream& stream);
+
+  // Host copies of all values, in flat-buffer order (synchronizes; for tests and checkpoints).
+  std::vector<float> values_to_host(Stream& stream) const;
+
+ private:
+  std::vector<Parameter*> parameters_;
+  Tensor values_;
+  Tensor grads_;
+  int64_t parameter_count_ = 0;
+};
+
+// The initial values of a model's parameters for a seed, laid out as in a ParameterStore.
+std::vector<float> initial_values(const std::vector<Parameter*>& parameters, int64_t flat_size,
+                                  uint64_t seed);
+
+}  // namespace ls::nn

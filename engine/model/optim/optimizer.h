@@ -1,0 +1,66 @@
+// Optimizers over a ParameterStore's flat buffers: one fused kernel call per step updates every
+// parameter (the flat layout makes the whole model one contiguous array).
+// State tensors (momentum, Adam moments) are flat buffers laid out like the parameters, so a
+// checkpoint can save them by name and the sharded optimizer can later split them by range.
+// step() is asynchronous on the given stream; it must be the stream the gradients were made on
+// (or one that waits for them).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/model/nn/parameter_store.h"
+#include "ops/kernels.h"
+
+namespace ls::optim {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual void step(Stream& stream) = 0;
+  virtual std::string name() const = 0;
+  // Named state buffers (e.g. {"exp_avg", m}), for checkpoints.
+  virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
+  int64_t steps_taken() const { return steps_; }
+  void set_steps_taken(int64_t steps) { steps_ = steps; }
+  virtual float learning_rate() const = 0;
+  virtual void set_learning_rate(float lr) = 0;
+
+ protected:
+  int64_t steps_ = 0;
+};
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(nn::ParameterStore& store, const SgdConfig& config, Stream& stream);
+  void step(Stream& stream) override;
+  std::string name() const override { return "sgd"; }
+  std::vector<std::pair<std::string, Tensor>> state() const override;
+  float learning_rate() const override { return config_.lr; }
+  void set_learning_rate(float lr) override { config_.lr = lr; }
+
+ private:
+  nn::ParameterStore& store_;
+  SgdConfig config_;
+  Tensor momentum_;  // undefined when momentum == 0
+};
+
+class AdamW final : public Optimizer {
+ public:
+  AdamW(nn::ParameterStore& store, const AdamWConfig& config, Stream& stream);
+  void step(Stream& stream) override;
+  std::string name() const override { return "adamw"; }
+  std::vector<std::pair<std::string, Tensor>> state() const override;
+  float learning_rate() const override { return config_.lr; }
+  void set_learning_rate(float lr) override { config_.lr = lr; }
+
+ private:
+  nn::ParameterStore& store_;
+  AdamWConfig config_;
+  Tensor exp_avg_;
+  Tensor exp_avg_sq_;
+};
+
+}  // namespace ls::optim
