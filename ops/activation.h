@@ -1,21 +1,68 @@
-// Activations on f32 tensors of equal element count (shapes may differ), through the stream's
-// kernel table. An output may be the same tensor as an input (in place), never a partial overlap.
+// Activations on f32 tensors of equal element count (shapes may differ). An output may be the
+// same tensor as an input (in place), never a partial overlap. Kernels: ops/host/activation.cpp,
+// ops/cuda/activation.cu.
 //
 // relu(x) = max(x, 0); relu_backward: dx (+)= dy * (x > 0).
 // gelu: tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); gelu_backward uses its exact
 // derivative. `accumulate` adds into dx instead of overwriting it. Asynchronous in stream order.
 #pragma once
 
-#include "engine/core/stream.h"
-#include "engine/core/tensor.h"
+#include <cstdint>
+
+#include "ops/op_check.h"
+#include "ops/op_table.h"
 
 namespace ls {
 
-void relu(const Tensor& x, const Tensor& y, Stream& stream);
-void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate,
-                   Stream& stream);
-void gelu(const Tensor& x, const Tensor& y, Stream& stream);
-void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate,
-                   Stream& stream);
+struct ActivationOps {
+  // y = max(x, 0)
+  void (*relu)(const float* x, float* y, int64_t n, Stream& stream) = nullptr;
+  // dx (+)= dy * (x > 0)
+  void (*relu_backward)(const float* x, const float* dy, float* dx, int64_t n, bool accumulate,
+                        Stream& stream) = nullptr;
+  // y = gelu(x), tanh form
+  void (*gelu)(const float* x, float* y, int64_t n, Stream& stream) = nullptr;
+  // dx (+)= dy * gelu'(x)
+  void (*gelu_backward)(const float* x, const float* dy, float* dx, int64_t n, bool accumulate,
+                        Stream& stream) = nullptr;
+};
+
+namespace detail {
+inline void check_activation(const char* op, const Tensor& x, const Tensor& y,
+                             const char* y_name, const Stream& stream) {
+  op_check::tensor(op, "x", x, DType::kF32, stream);
+  op_check::tensor(op, y_name, y, DType::kF32, stream);
+  op_check::same_numel(op, y_name, y, "x", x);
+}
+inline void check_activation_backward(const char* op, const Tensor& x, const Tensor& dy,
+                                      const Tensor& dx, const Stream& stream) {
+  check_activation(op, x, dy, "dy", stream);
+  check_activation(op, x, dx, "dx", stream);
+}
+}  // namespace detail
+
+inline void relu(const Tensor& x, const Tensor& y, Stream& stream) {
+  detail::check_activation("relu", x, y, "y", stream);
+  op_entry(&ActivationOps::relu, "relu", stream)(x.f32(), y.f32(), x.numel(), stream);
+}
+
+inline void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate,
+                          Stream& stream) {
+  detail::check_activation_backward("relu_backward", x, dy, dx, stream);
+  op_entry(&ActivationOps::relu_backward, "relu_backward", stream)(x.f32(), dy.f32(), dx.f32(),
+                                                                   x.numel(), accumulate, stream);
+}
+
+inline void gelu(const Tensor& x, const Tensor& y, Stream& stream) {
+  detail::check_activation("gelu", x, y, "y", stream);
+  op_entry(&ActivationOps::gelu, "gelu", stream)(x.f32(), y.f32(), x.numel(), stream);
+}
+
+inline void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate,
+                          Stream& stream) {
+  detail::check_activation_backward("gelu_backward", x, dy, dx, stream);
+  op_entry(&ActivationOps::gelu_backward, "gelu_backward", stream)(x.f32(), dy.f32(), dx.f32(),
+                                                                   x.numel(), accumulate, stream);
+}
 
 }  // namespace ls

@@ -1,4 +1,5 @@
-// Bias of a dense layer on 2-D f32 tensors [rows, cols], through the stream's kernel table.
+// Bias of a dense layer on 2-D f32 tensors [rows, cols]. Kernels: ops/host/bias.cpp,
+// ops/cuda/bias.cu.
 //
 // bias_add:  y[r, c] += bias[c]          (in place on y; bias is [cols])
 // bias_grad: dbias[c] (+)= sum_r dy[r, c] (rows summed in order: bitwise reproducible)
@@ -6,13 +7,47 @@
 // ls::Error at the call.
 #pragma once
 
-#include "engine/core/stream.h"
-#include "engine/core/tensor.h"
+#include <cstdint>
+
+#include "engine/core/error.h"
+#include "ops/op_check.h"
+#include "ops/op_table.h"
 
 namespace ls {
 
-void bias_add(const Tensor& y, const Tensor& bias, Stream& stream);
+struct BiasOps {
+  // y[r,c] += bias[c]
+  void (*bias_add)(float* y, const float* bias, int64_t rows, int64_t cols,
+                   Stream& stream) = nullptr;
+  // dbias[c] (+)= sum over r of dy[r,c], summed in row order.
+  void (*bias_grad)(const float* dy, float* dbias, int64_t rows, int64_t cols, bool accumulate,
+                    Stream& stream) = nullptr;
+};
+
+namespace detail {
+// `matrix` is f32 [rows, cols] and `vec` f32 [cols], both on the stream's device.
+inline void check_bias(const char* op, const char* matrix_name, const Tensor& matrix,
+                       const char* vec_name, const Tensor& vec, const Stream& stream) {
+  op_check::tensor(op, matrix_name, matrix, DType::kF32, stream);
+  op_check::tensor(op, vec_name, vec, DType::kF32, stream);
+  op_check::matrix(op, matrix_name, matrix, "[rows, cols]: reshape it to [-1, features]");
+  LS_CHECK(vec.ndim() == 1 && vec.dim(0) == matrix.dim(1), op, ": ", vec_name, " is ",
+           vec.describe(), "; expected [", matrix.dim(1), "], one value per column of ",
+           matrix_name, " (", matrix.describe(), ")");
+}
+}  // namespace detail
+
+inline void bias_add(const Tensor& y, const Tensor& bias, Stream& stream) {
+  detail::check_bias("bias_add", "y", y, "bias", bias, stream);
+  op_entry(&BiasOps::bias_add, "bias_add", stream)(y.f32(), bias.f32(), y.dim(0), y.dim(1),
+                                                   stream);
+}
+
 // accumulate: dbias += sum (gradient accumulation); otherwise dbias = sum.
-void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, Stream& stream);
+inline void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, Stream& stream) {
+  detail::check_bias("bias_grad", "dy", dy, "dbias", dbias, stream);
+  op_entry(&BiasOps::bias_grad, "bias_grad", stream)(dy.f32(), dbias.f32(), dy.dim(0), dy.dim(1),
+                                                     accumulate, stream);
+}
 
 }  // namespace ls

@@ -1,20 +1,91 @@
-// Element-wise utilities over whole tensors (shapes may differ; element counts must match),
-// through the stream's kernel table. An output may be the same tensor as an input, never a
-// partial overlap. Asynchronous in stream order; bad arguments raise ls::Error at the call.
+// Element-wise utilities over whole tensors (shapes may differ; element counts must match). An
+// output may be the same tensor as an input, never a partial overlap. Asynchronous in stream
+// order; bad arguments raise ls::Error at the call. Kernels: ops/host/elementwise.cpp,
+// ops/cuda/elementwise.cu.
 #pragma once
 
-#include "engine/core/stream.h"
-#include "engine/core/tensor.h"
+#include <cstdint>
+
+#include "engine/core/error.h"
+#include "ops/op_check.h"
+#include "ops/op_table.h"
 
 namespace ls {
 
-void count_nonfinite(const Tensor& x, const Tensor& count, Stream& stream);  // count: i32 [1]
-void fill(const Tensor& x, float value, Stream& stream);                        // x = value (f32)
-void scale(const Tensor& x, float alpha, Stream& stream);                       // x *= alpha (f32)
-void axpy(float alpha, const Tensor& x, const Tensor& y, Stream& stream);       // y += alpha x
-void add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream);  // out = a + b
+struct ElementwiseOps {
+  // x[i] = value
+  void (*fill)(float* x, int64_t n, float value, Stream& stream) = nullptr;
+  // x[i] *= alpha
+  void (*scale)(float* x, int64_t n, float alpha, Stream& stream) = nullptr;
+  // y[i] += alpha * x[i]
+  void (*axpy)(float alpha, const float* x, float* y, int64_t n, Stream& stream) = nullptr;
+  // out[i] = a[i] + b[i] (out may alias a or b)
+  void (*add)(const float* a, const float* b, float* out, int64_t n, Stream& stream) = nullptr;
+  // *count = number of NaN or +-Inf values among x[0..n) (saturating at INT32_MAX)
+  void (*count_nonfinite)(const float* x, int64_t n, int32_t* count, Stream& stream) = nullptr;
+  // y[i] = bf16(x[i]), round to nearest even, NaN stays NaN
+  void (*cast_f32_to_bf16)(const float* x, uint16_t* y, int64_t n, Stream& stream) = nullptr;
+  // y[i] = f32(x[i]), exact
+  void (*cast_bf16_to_f32)(const uint16_t* x, float* y, int64_t n, Stream& stream) = nullptr;
+};
+
+// count: i32 [1]
+inline void count_nonfinite(const Tensor& x, const Tensor& count, Stream& stream) {
+  op_check::tensor("count_nonfinite", "x", x, DType::kF32, stream);
+  op_check::tensor("count_nonfinite", "count", count, DType::kI32, stream);
+  op_check::scalar("count_nonfinite", "count", count);
+  op_entry(&ElementwiseOps::count_nonfinite, "count_nonfinite", stream)(x.f32(), x.numel(),
+                                                                        count.i32(), stream);
+}
+
+// x = value (f32)
+inline void fill(const Tensor& x, float value, Stream& stream) {
+  op_check::tensor("fill", "x", x, DType::kF32, stream);
+  op_entry(&ElementwiseOps::fill, "fill", stream)(x.f32(), x.numel(), value, stream);
+}
+
+// x *= alpha (f32)
+inline void scale(const Tensor& x, float alpha, Stream& stream) {
+  op_check::tensor("scale", "x", x, DType::kF32, stream);
+  op_entry(&ElementwiseOps::scale, "scale", stream)(x.f32(), x.numel(), alpha, stream);
+}
+
+// y += alpha x
+inline void axpy(float alpha, const Tensor& x, const Tensor& y, Stream& stream) {
+  op_check::tensor("axpy", "x", x, DType::kF32, stream);
+  op_check::tensor("axpy", "y", y, DType::kF32, stream);
+  op_check::same_numel("axpy", "y", y, "x", x);
+  op_entry(&ElementwiseOps::axpy, "axpy", stream)(alpha, x.f32(), y.f32(), x.numel(), stream);
+}
+
+// out = a + b
+inline void add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& stream) {
+  op_check::tensor("add", "a", a, DType::kF32, stream);
+  op_check::tensor("add", "b", b, DType::kF32, stream);
+  op_check::tensor("add", "out", out, DType::kF32, stream);
+  op_check::same_numel("add", "b", b, "a", a);
+  op_check::same_numel("add", "out", out, "a", a);
+  op_entry(&ElementwiseOps::add, "add", stream)(a.f32(), b.f32(), out.f32(), a.numel(), stream);
+}
+
 // dst = src converted by the tensors' dtypes: f32 -> bf16 (round to nearest even, NaN stays
 // NaN) or bf16 -> f32 (exact).
-void cast(const Tensor& src, const Tensor& dst, Stream& stream);
+inline void cast(const Tensor& src, const Tensor& dst, Stream& stream) {
+  LS_CHECK(src.defined() && dst.defined(), "cast: src and dst must both be defined tensors");
+  const bool to_bf16 = src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16;
+  const bool to_f32 = src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32;
+  LS_CHECK(to_bf16 || to_f32, "cast: src is ", src.describe(), " and dst is ", dst.describe(),
+           "; supported casts are f32 -> bf16 and bf16 -> f32 (use copy_from for same dtype)");
+  op_check::tensor("cast", "src", src, src.dtype(), stream);
+  op_check::tensor("cast", "dst", dst, dst.dtype(), stream);
+  op_check::same_numel("cast", "dst", dst, "src", src);
+  if (to_bf16) {
+    op_entry(&ElementwiseOps::cast_f32_to_bf16, "cast f32 -> bf16", stream)(
+        src.f32(), dst.bf16(), src.numel(), stream);
+  } else {
+    op_entry(&ElementwiseOps::cast_bf16_to_f32, "cast bf16 -> f32", stream)(
+        src.bf16(), dst.f32(), src.numel(), stream);
+  }
+}
 
 }  // namespace ls

@@ -1,4 +1,5 @@
-// Matrix multiply on 2-D f32 tensors (row-major, contiguous), through the stream's kernel table.
+// Matrix multiply on 2-D f32 tensors (row-major, contiguous). Kernels: ops/host/gemm.cpp
+// (CBLAS), ops/cuda/gemm.cu (cuBLAS).
 //
 // matmul: C = alpha * op(A) op(B) + beta * C, op(X) = X or X^T as trans_x says; op(a) must be
 // [m, k], op(b) [k, n] and c [m, n]. beta == 0 overwrites C (NaN in C does not propagate).
@@ -6,12 +7,74 @@
 // device. Bad arguments raise ls::Error at the call, naming the argument and its shape.
 #pragma once
 
-#include "engine/core/stream.h"
-#include "engine/core/tensor.h"
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "engine/core/error.h"
+#include "ops/op_check.h"
+#include "ops/op_table.h"
 
 namespace ls {
 
-void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
-            float alpha, float beta, Stream& stream);
+struct GemmOps {
+  // C[m,n] = alpha * op(A) * op(B) + beta * C, row-major; op(A) is m x k: A is m x k (lda >= k)
+  // or, transposed, k x m (lda >= m); likewise B. beta == 0 overwrites C.
+  void (*gemm)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+               int64_t ldc, Stream& stream) = nullptr;
+};
+
+namespace detail {
+struct GemmDims {
+  int64_t m, n, k;
+};
+
+// "op(a) is 784 x 128 (a is f32[128, 784] on host:0, trans_a=true)"
+inline std::string describe_gemm_operand(const char* name, const Tensor& t, bool trans,
+                                         int64_t rows, int64_t cols) {
+  return ls::detail::concat("op(", name, ") is ", rows, " x ", cols, " (", name, " is ",
+                            t.describe(), ", trans_", name, "=", trans ? "true" : "false", ")");
+}
+
+// The [m, n, k] of op(a) op(b); an ls::Error that says which flag would make shapes agree.
+inline GemmDims check_matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                             const Tensor& c, const Stream& stream) {
+  for (auto [name, t] : {std::pair{"a", &a}, {"b", &b}, {"c", &c}}) {
+    if (t->defined()) op_check::matrix("matmul", name, *t, "a 2-D f32 tensor: reshape it first");
+    op_check::tensor("matmul", name, *t, DType::kF32, stream);
+  }
+  const int64_t m = trans_a ? a.dim(1) : a.dim(0);
+  const int64_t k = trans_a ? a.dim(0) : a.dim(1);
+  const int64_t kb = trans_b ? b.dim(1) : b.dim(0);
+  const int64_t n = trans_b ? b.dim(0) : b.dim(1);
+  if (k != kb) {
+    // Suggest the flag that would make the shapes agree, the usual cause of this error.
+    const char* hint = "";
+    if (k == (trans_b ? b.dim(0) : b.dim(1))) {
+      hint = trans_b ? "; pass trans_b=false?" : "; pass trans_b=true?";
+    } else if ((trans_a ? a.dim(1) : a.dim(0)) == kb) {
+      hint = trans_a ? "; pass trans_a=false?" : "; pass trans_a=true?";
+    }
+    LS_THROW("matmul: inner dimensions differ: ", describe_gemm_operand("a", a, trans_a, m, k),
+             " and ", describe_gemm_operand("b", b, trans_b, kb, n), hint);
+  }
+  LS_CHECK(c.dim(0) == m && c.dim(1) == n, "matmul: c is ", c.describe(), "; expected [", m,
+           ", ", n, "] (rows of op(a) x columns of op(b)): ",
+           describe_gemm_operand("a", a, trans_a, m, k), ", ",
+           describe_gemm_operand("b", b, trans_b, k, n));
+  LS_CHECK(!op_check::overlaps(c, a) && !op_check::overlaps(c, b), "matmul: c (", c.describe(),
+           ") overlaps an input; write the product to a separate tensor");
+  return {m, n, k};
+}
+}  // namespace detail
+
+inline void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+                   float alpha, float beta, Stream& stream) {
+  const detail::GemmDims d = detail::check_matmul(a, trans_a, b, trans_b, c, stream);
+  op_entry(&GemmOps::gemm, "matmul", stream)(trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(),
+                                             a.dim(1), b.f32(), b.dim(1), beta, c.f32(), c.dim(1),
+                                             stream);
+}
 
 }  // namespace ls

@@ -1,23 +1,106 @@
-// One optimizer step over f32 tensors, fused into one pass, with PyTorch's semantics (SGD with
-// L2 weight decay and momentum; AdamW with decoupled weight decay, see ops/kernels.h).
-// param, grad and the state tensors must have the same element count and must not overlap; the
-// state (momentum_buf, m, v) must start at zero. Asynchronous in stream order; bad arguments or
-// hyper-parameters raise ls::Error at the call.
+// One optimizer step over f32 tensors, fused into one pass, with PyTorch's semantics, and the
+// optimizers' hyper-parameters with their one set of rules.
+//
+// sgd_step:   g = grad + wd * p; buf = momentum * buf + g (buf starts at 0); p -= lr * buf
+//             (momentum == 0: no buffer, p -= lr * g). L2 weight decay, as torch.optim.SGD.
+// adamw_step: step counted from 1; p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+//             p -= lr * (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps), as torch.optim.AdamW.
+// param, grad and the state tensors have the same element count and do not overlap; the state
+// (momentum_buf, m, v) starts at zero. Asynchronous in stream order; bad arguments or
+// hyper-parameters raise ls::Error at the call. Kernels: ops/host/optim.cpp, ops/cuda/optim.cu.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <utility>
 
-#include "engine/core/stream.h"
-#include "engine/core/tensor.h"
-#include "ops/kernels.h"
+#include "engine/core/error.h"
+#include "ops/op_check.h"
+#include "ops/op_table.h"
 
 namespace ls {
 
+struct SgdConfig {
+  float lr = 0.01f;
+  float momentum = 0.0f;      // 0 disables the momentum buffer
+  float weight_decay = 0.0f;  // L2 penalty added to the gradient (PyTorch SGD semantics)
+};
+
+struct AdamWConfig {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;  // decoupled: p *= 1 - lr * weight_decay (PyTorch AdamW semantics)
+};
+
+// The rules (PyTorch's): every value finite; lr, momentum, weight_decay, eps >= 0; betas in
+// [0, 1). `who` names the caller in the message ("sgd_step", "optimizer sgd").
+namespace detail {
+inline void check_hyper(const char* who, const char* name, float value, bool ok,
+                        const char* rule) {
+  LS_CHECK(ok && std::isfinite(value), who, ": ", name, " is ", value, "; it must be ", rule);
+}
+}  // namespace detail
+
+inline void check_config(const char* who, const SgdConfig& config) {
+  detail::check_hyper(who, "lr", config.lr, config.lr >= 0.0f, ">= 0");
+  detail::check_hyper(who, "momentum", config.momentum, config.momentum >= 0.0f,
+                      ">= 0 (0 disables momentum)");
+  detail::check_hyper(who, "weight_decay", config.weight_decay, config.weight_decay >= 0.0f,
+                      ">= 0");
+}
+
+inline void check_config(const char* who, const AdamWConfig& config) {
+  detail::check_hyper(who, "lr", config.lr, config.lr >= 0.0f, ">= 0");
+  detail::check_hyper(who, "beta1", config.beta1, config.beta1 >= 0.0f && config.beta1 < 1.0f,
+                      "in [0, 1)");
+  detail::check_hyper(who, "beta2", config.beta2, config.beta2 >= 0.0f && config.beta2 < 1.0f,
+                      "in [0, 1)");
+  detail::check_hyper(who, "eps", config.eps, config.eps >= 0.0f, ">= 0");
+  detail::check_hyper(who, "weight_decay", config.weight_decay, config.weight_decay >= 0.0f,
+                      ">= 0");
+}
+
+struct OptimOps {
+  // The SGD step above over n elements; momentum_buf is null when config.momentum == 0.
+  void (*sgd_step)(float* param, const float* grad, float* momentum_buf, int64_t n,
+                   const SgdConfig& config, Stream& stream) = nullptr;
+  // The AdamW step above over n elements; step >= 1.
+  void (*adamw_step)(float* param, const float* grad, float* m, float* v, int64_t n,
+                     const AdamWConfig& config, int64_t step, Stream& stream) = nullptr;
+};
+
 // momentum_buf may be undefined when config.momentum == 0 (it is then ignored).
-void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-              const SgdConfig& config, Stream& stream);
+inline void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                     const SgdConfig& config, Stream& stream) {
+  op_check::tensor("sgd_step", "param", param, DType::kF32, stream);
+  op_check::tensor("sgd_step", "grad", grad, DType::kF32, stream);
+  op_check::same_numel("sgd_step", "grad", grad, "param", param);
+  check_config("sgd_step", config);
+  float* buf = nullptr;
+  if (config.momentum != 0.0f) {
+    op_check::tensor("sgd_step", "momentum_buf", momentum_buf, DType::kF32, stream);
+    op_check::same_numel("sgd_step", "momentum_buf", momentum_buf, "param", param);
+    buf = momentum_buf.f32();
+  }
+  op_entry(&OptimOps::sgd_step, "sgd_step", stream)(param.f32(), grad.f32(), buf, param.numel(),
+                                                     config, stream);
+}
+
 // step counts from 1 (the first step is 1), as PyTorch's bias correction does.
-void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                const AdamWConfig& config, int64_t step, Stream& stream);
+inline void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                       const AdamWConfig& config, int64_t step, Stream& stream) {
+  op_check::tensor("adamw_step", "param", param, DType::kF32, stream);
+  for (auto [name, t] : {std::pair{"grad", &grad}, {"m", &m}, {"v", &v}}) {
+    op_check::tensor("adamw_step", name, *t, DType::kF32, stream);
+    op_check::same_numel("adamw_step", name, *t, "param", param);
+  }
+  check_config("adamw_step", config);
+  LS_CHECK(step >= 1, "adamw_step: step is ", step,
+           "; steps are counted from 1 (pass the number of steps taken, including this one)");
+  op_entry(&OptimOps::adamw_step, "adamw_step", stream)(param.f32(), grad.f32(), m.f32(), v.f32(),
+                                                         param.numel(), config, step, stream);
+}
 
 }  // namespace ls

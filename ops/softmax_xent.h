@@ -1,21 +1,75 @@
 // Softmax cross-entropy over the rows of f32 logits [rows, cols] with i32 class labels [rows].
+// Kernels: ops/host/softmax_xent.cpp, ops/cuda/softmax_xent.cu.
 //
 // softmax_xent: loss (f32 [1]) = mean over rows of -log softmax(logits[r])[labels[r]]; when
 // dlogits (f32 [rows, cols]) is defined, dlogits = (softmax(logits) - onehot(labels)) * grad_scale
 // (grad_scale = 1/rows gives the gradient of the mean). dlogits may be logits itself (in place).
 // count_correct: correct (i32 [1]) = rows whose first maximum is at the label.
 // Shapes are checked at the call; labels are read on the device, so a label outside [0, cols) is
-// an error raised by the stream (at its next synchronize()/check()). Asynchronous in stream order.
+// an error raised by the stream at its next synchronize()/check(), on every backend alike (CUDA
+// through the stream's DeviceFault, engine/core/device_fault.h). Asynchronous in stream order.
 #pragma once
 
-#include "engine/core/stream.h"
-#include "engine/core/tensor.h"
+#include <cstdint>
+
+#include "engine/core/error.h"
+#include "ops/op_check.h"
+#include "ops/op_table.h"
 
 namespace ls {
 
-void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss,
-                  const Tensor& dlogits, float grad_scale, Stream& stream);
-void count_correct(const Tensor& logits, const Tensor& labels, const Tensor& correct,
-                   Stream& stream);
+// The hint of the out-of-range label message, shared by both backends.
+inline constexpr const char* kLabelHint =
+    "labels must be class indices below the number of logits columns";
+
+struct SoftmaxXentOps {
+  // *loss = mean_r -log softmax(logits[r])[labels[r]]; dlogits (may be null, may be logits)
+  // = (softmax - onehot) * grad_scale. A label outside [0, cols) is raised by the stream.
+  void (*softmax_xent)(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                       float grad_scale, float* loss, float* dlogits, Stream& stream) = nullptr;
+  // *correct = rows whose argmax (first maximum on ties) is the label; bad labels as above.
+  void (*count_correct)(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                        int32_t* correct, Stream& stream) = nullptr;
+};
+
+namespace detail {
+inline void check_logits_labels(const char* op, const Tensor& logits, const Tensor& labels,
+                                const Stream& stream) {
+  op_check::tensor(op, "logits", logits, DType::kF32, stream);
+  op_check::tensor(op, "labels", labels, DType::kI32, stream);
+  LS_CHECK(logits.ndim() == 2 && logits.dim(0) > 0 && logits.dim(1) > 0, op, ": logits is ",
+           logits.describe(), "; expected a non-empty 2-D [rows, classes] tensor");
+  LS_CHECK(labels.ndim() == 1 && labels.dim(0) == logits.dim(0), op, ": labels is ",
+           labels.describe(), "; expected [", logits.dim(0), "], one class index per row of ",
+           "logits (", logits.describe(), ")");
+}
+}  // namespace detail
+
+inline void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss,
+                         const Tensor& dlogits, float grad_scale, Stream& stream) {
+  detail::check_logits_labels("softmax_xent", logits, labels, stream);
+  op_check::tensor("softmax_xent", "loss", loss, DType::kF32, stream);
+  op_check::scalar("softmax_xent", "loss", loss);
+  float* dlogits_data = nullptr;
+  if (dlogits.defined()) {
+    op_check::tensor("softmax_xent", "dlogits", dlogits, DType::kF32, stream);
+    LS_CHECK(dlogits.shape() == logits.shape(), "softmax_xent: dlogits is ", dlogits.describe(),
+             "; expected the shape of logits (", logits.describe(),
+             "), or an undefined Tensor for no gradient");
+    dlogits_data = dlogits.f32();
+  }
+  op_entry(&SoftmaxXentOps::softmax_xent, "softmax_xent", stream)(
+      logits.f32(), labels.i32(), logits.dim(0), logits.dim(1), grad_scale, loss.f32(),
+      dlogits_data, stream);
+}
+
+inline void count_correct(const Tensor& logits, const Tensor& labels, const Tensor& correct,
+                          Stream& stream) {
+  detail::check_logits_labels("count_correct", logits, labels, stream);
+  op_check::tensor("count_correct", "correct", correct, DType::kI32, stream);
+  op_check::scalar("count_correct", "correct", correct);
+  op_entry(&SoftmaxXentOps::count_correct, "count_correct", stream)(
+      logits.f32(), labels.i32(), logits.dim(0), logits.dim(1), correct.i32(), stream);
+}
 
 }  // namespace ls

@@ -1,5 +1,6 @@
-// Launch helpers shared by the ops/cuda/*.cu files (nvcc only): the block size, a grid size
-// for grid-stride loops, the grid-stride loop itself, and the post-launch check.
+// Launch helpers shared by the ops/cuda/*.cu files (nvcc only): CudaLaunch (the stream's device
+// current, its cudaStream_t), the block size, a grid size for grid-stride loops, the grid-stride
+// loop itself, the post-launch check and report_out_of_range (bad input seen on the device).
 // Every launch is followed by LS_CUDA_CHECK_LAUNCH(), which reports bad configurations at the
 // call site (asynchronous faults surface at the next synchronize or check of the stream).
 #pragma once
@@ -10,8 +11,39 @@
 #include <cstdint>
 
 #include "engine/core/cuda/cuda_check.h"
+#include "engine/core/cuda/cuda_runtime.h"
+#include "engine/core/cuda/cuda_stream_access.h"
+#include "engine/core/device_fault.h"
+#include "engine/core/error.h"
+#include "engine/core/stream.h"
 
 namespace ls::cuda_ops {
+
+// While a CudaLaunch lives, the stream's device is current; stream() is its cudaStream_t (an
+// error for a stream of another backend, or an aborted one).
+class CudaLaunch {
+ public:
+  explicit CudaLaunch(Stream& stream)
+      : stream_ref_(stream),
+        device_(checked_index(stream)),
+        guard_(device_),
+        stream_(cuda_stream_of(stream)) {}
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  DeviceFault* fault() const { return cuda_fault_of(stream_ref_); }
+
+ private:
+  static int checked_index(Stream& stream) {
+    LS_CHECK(stream.device().is_cuda(), "a CUDA kernel was given a stream of ",
+             stream.device().str(), "; call the op of ops/<family>.h, which picks the backend");
+    return stream.device().index;
+  }
+
+  Stream& stream_ref_;
+  int device_;
+  DeviceGuard guard_;
+  cudaStream_t stream_;
+};
 
 constexpr int kThreads = 256;
 // Enough blocks to fill any current GPU several times over; grid-stride loops cover the rest.
@@ -29,3 +61,22 @@ inline unsigned int grid_for(int64_t n, int threads = kThreads) {
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
 #define LS_CUDA_CHECK_LAUNCH() LS_CUDA_CHECK(cudaGetLastError())
+
+#ifdef __CUDACC__
+namespace ls::cuda_ops {
+// Records the first out-of-range value in the stream's fault record (first writer wins); the
+// stream raises it at its next synchronize(). `op`, `what` and `hint` are host string literals.
+__device__ inline void report_out_of_range(DeviceFault* fault, const char* op, const char* what,
+                                           const char* hint, int64_t index, int64_t value,
+                                           int64_t limit) {
+  if (atomicCAS(&fault->raised, 0, 1) != 0) return;
+  fault->op = op;
+  fault->what = what;
+  fault->hint = hint;
+  fault->index = index;
+  fault->value = value;
+  fault->limit = limit;
+  __threadfence_system();
+}
+}  // namespace ls::cuda_ops
+#endif

@@ -1,66 +1,13 @@
-// Elementwise CUDA kernels: bias add and its gradient, ReLU and GELU with their backward passes,
-// fill / scale / axpy / add, and f32 <-> bf16 casts. Semantics as in ops/kernels.h.
-// All launchers are asynchronous on `stream`, accept n == 0 (nothing is launched) and use
-// grid-stride loops over int64 indices. In-place use is allowed where ops/kernels.h allows it
-// (every element is read and written by the same thread). bias_grad is deterministic: one
-// thread per column sums the rows in order.
+// CUDA kernels of ops/elementwise.h: fill, scale, axpy, add, the non-finite count and the
+// f32 <-> bf16 casts. Asynchronous on the stream; n == 0 launches nothing (count_nonfinite still
+// zeroes its count); grid-stride loops over int64 indices.
 #include <cuda_runtime.h>
 
-#include "ops/cuda/cuda_kernels.h"
+#include "ops/elementwise.h"
 #include "ops/cuda/cuda_launch.h"
 
 namespace ls::cuda_ops {
 namespace {
-
-__global__ void bias_add_kernel(float* y, const float* bias, int64_t rows, int64_t cols) {
-  LS_GRID_STRIDE_LOOP(i, rows * cols) { y[i] += bias[i % cols]; }
-}
-
-// One thread per column, rows summed in order: the same result on every run.
-__global__ void bias_grad_kernel(const float* dy, float* dbias, int64_t rows, int64_t cols,
-                                 bool accumulate) {
-  LS_GRID_STRIDE_LOOP(c, cols) {
-    float sum = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) sum += dy[r * cols + c];
-    dbias[c] = accumulate ? dbias[c] + sum : sum;
-  }
-}
-
-__global__ void relu_kernel(const float* x, float* y, int64_t n) {
-  LS_GRID_STRIDE_LOOP(i, n) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
-}
-
-__global__ void relu_backward_kernel(const float* x, const float* dy, float* dx, int64_t n,
-                                     bool accumulate) {
-  LS_GRID_STRIDE_LOOP(i, n) {
-    const float g = x[i] > 0.0f ? dy[i] : 0.0f;
-    dx[i] = accumulate ? dx[i] + g : g;
-  }
-}
-
-constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluA = 0.044715f;
-
-__global__ void gelu_kernel(const float* x, float* y, int64_t n) {
-  LS_GRID_STRIDE_LOOP(i, n) {
-    const float v = x[i];
-    const float t = tanhf(kGeluC * (v + kGeluA * v * v * v));
-    y[i] = 0.5f * v * (1.0f + t);
-  }
-}
-
-// d/dx [0.5 x (1 + tanh u)], u = c (x + a x^3):
-//   0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 a x^2)
-__global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx, int64_t n,
-                                     bool accumulate) {
-  LS_GRID_STRIDE_LOOP(i, n) {
-    const float v = x[i];
-    const float t = tanhf(kGeluC * (v + kGeluA * v * v * v));
-    const float du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
-    const float g = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
-    dx[i] = accumulate ? dx[i] + g : g;
-  }
-}
 
 // Counts per block in shared memory, then one atomicAdd per block: integer sums are the same in
 // any order, so the result is exact and deterministic.
@@ -110,86 +57,72 @@ __global__ void cast_bf16_to_f32_kernel(const uint16_t* x, float* y, int64_t n) 
 
 }  // namespace
 
-void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
-  if (rows * cols == 0) return;
-  bias_add_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(y, bias, rows, cols);
-  LS_CUDA_CHECK_LAUNCH();
-}
-
-void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, bool accumulate,
-               cudaStream_t stream) {
-  if (cols == 0) return;
-  bias_grad_kernel<<<grid_for(cols), kThreads, 0, stream>>>(dy, dbias, rows, cols, accumulate);
-  LS_CUDA_CHECK_LAUNCH();
-}
-
-void relu(const float* x, float* y, int64_t n, cudaStream_t stream) {
+void fill(float* x, int64_t n, float value, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  relu_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  fill_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, value);
   LS_CUDA_CHECK_LAUNCH();
 }
 
-void relu_backward(const float* x, const float* dy, float* dx, int64_t n, bool accumulate,
-                   cudaStream_t stream) {
+void scale(float* x, int64_t n, float alpha, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  relu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, dy, dx, n, accumulate);
+  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, alpha);
   LS_CUDA_CHECK_LAUNCH();
 }
 
-void gelu(const float* x, float* y, int64_t n, cudaStream_t stream) {
+void axpy(float alpha, const float* x, float* y, int64_t n, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  gelu_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  axpy_kernel<<<grid_for(n), kThreads, 0, stream>>>(alpha, x, y, n);
   LS_CUDA_CHECK_LAUNCH();
 }
 
-void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool accumulate,
-                   cudaStream_t stream) {
+void add(const float* a, const float* b, float* out, int64_t n, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, dy, dx, n, accumulate);
+  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(a, b, out, n);
   LS_CUDA_CHECK_LAUNCH();
 }
 
-void count_nonfinite(const float* x, int64_t n, int32_t* count, cudaStream_t stream) {
+void count_nonfinite(const float* x, int64_t n, int32_t* count, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
   LS_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int32_t), stream));
   if (n == 0) return;
   count_nonfinite_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, count);
   LS_CUDA_CHECK_LAUNCH();
 }
 
-void fill(float* x, int64_t n, float value, cudaStream_t stream) {
-  if (n == 0) return;
-  fill_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, value);
-  LS_CUDA_CHECK_LAUNCH();
-}
-
-void scale(float* x, int64_t n, float alpha, cudaStream_t stream) {
-  if (n == 0) return;
-  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, alpha);
-  LS_CUDA_CHECK_LAUNCH();
-}
-
-void axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  axpy_kernel<<<grid_for(n), kThreads, 0, stream>>>(alpha, x, y, n);
-  LS_CUDA_CHECK_LAUNCH();
-}
-
-void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(a, b, out, n);
-  LS_CUDA_CHECK_LAUNCH();
-}
-
-void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {
+void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
   if (n == 0) return;
   cast_f32_to_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
   LS_CUDA_CHECK_LAUNCH();
 }
 
-void cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t stream) {
+void cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
   if (n == 0) return;
   cast_bf16_to_f32_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
   LS_CUDA_CHECK_LAUNCH();
 }
+
+const ElementwiseOps kCudaElementwise{
+    .fill = fill,
+    .scale = scale,
+    .axpy = axpy,
+    .add = add,
+    .count_nonfinite = count_nonfinite,
+    .cast_f32_to_bf16 = cast_f32_to_bf16,
+    .cast_bf16_to_f32 = cast_bf16_to_f32,
+};
+LS_REGISTER_OP_TABLE(ElementwiseOps, DeviceKind::kCuda, kCudaElementwise);
 
 }  // namespace ls::cuda_ops

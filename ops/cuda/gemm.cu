@@ -1,5 +1,5 @@
 // Row-major f32 GEMM on CUDA through cuBLAS (cublasSgemm, plain f32 math: no TF32, no atomics),
-// asynchronous on the caller's stream. Semantics as in ops/kernels.h.
+// asynchronous on the caller's stream: the CUDA kernel of ops/gemm.h.
 //
 // Note [Row-major GEMM through column-major cuBLAS]
 // A row-major matrix with leading dimension ld is, read column-major, its transpose with the
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "engine/core/runtime.h"
-#include "ops/cuda/cuda_kernels.h"
+#include "ops/gemm.h"
 #include "ops/cuda/cuda_launch.h"
 
 namespace ls::cuda_ops {
@@ -138,8 +138,10 @@ int checked_int(int64_t value, const char* name) {
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int device,
-          cudaStream_t stream) {
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  const int device = launch.device();
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) {
     if (beta == 1.0f) return;
@@ -160,5 +162,11 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
                               trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, cols, rows, inner, &alpha, b,
                               ld_b, a, ld_a, &beta, c, ld_c));
 }
+
+
+const GemmOps kCudaGemm{
+    .gemm = gemm,
+};
+LS_REGISTER_OP_TABLE(GemmOps, DeviceKind::kCuda, kCudaGemm);
 
 }  // namespace ls::cuda_ops

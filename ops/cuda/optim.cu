@@ -1,12 +1,12 @@
 // Optimizer steps on CUDA, elementwise and in place, with PyTorch's semantics as written in
-// ops/kernels.h: SGD with L2 weight decay and a momentum buffer that starts at 0; AdamW with
+// ops/optim.h: SGD with L2 weight decay and a momentum buffer that starts at 0; AdamW with
 // decoupled weight decay and bias correction for `step` counted from 1, in PyTorch's
 // arithmetic (bias corrections in double on the host). Asynchronous on `stream`.
 #include <cuda_runtime.h>
 
 #include <cmath>
 
-#include "ops/cuda/cuda_kernels.h"
+#include "ops/optim.h"
 #include "ops/cuda/cuda_launch.h"
 
 namespace ls::cuda_ops {
@@ -45,7 +45,9 @@ __global__ void adamw_step_kernel(float* param, const float* grad, float* m, flo
 }  // namespace
 
 void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
-              const SgdConfig& config, cudaStream_t stream) {
+              const SgdConfig& config, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
   LS_CHECK(config.momentum == 0.0f || momentum_buf != nullptr, "sgd_step: momentum ",
            config.momentum, " needs a momentum buffer");
   if (n == 0) return;
@@ -57,7 +59,9 @@ void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
 }
 
 void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
-                const AdamWConfig& config, int64_t step, cudaStream_t stream) {
+                const AdamWConfig& config, int64_t step, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
   LS_CHECK(step >= 1, "adamw_step: step is counted from 1, got ", step);
   if (n == 0) return;
   // Bias corrections in double on the host, as PyTorch computes them.
@@ -71,5 +75,12 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
       static_cast<float>(std::sqrt(bias_correction2)));
   LS_CUDA_CHECK_LAUNCH();
 }
+
+
+const OptimOps kCudaOptim{
+    .sgd_step = sgd_step,
+    .adamw_step = adamw_step,
+};
+LS_REGISTER_OP_TABLE(OptimOps, DeviceKind::kCuda, kCudaOptim);
 
 }  // namespace ls::cuda_ops

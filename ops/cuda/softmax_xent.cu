@@ -1,4 +1,5 @@
-// Softmax cross-entropy (mean loss + dlogits) and count_correct on CUDA; ops/kernels.h semantics.
+// Softmax cross-entropy (mean loss + dlogits) and count_correct on CUDA: the CUDA kernels of
+// ops/softmax_xent.h.
 //
 // Note [Deterministic softmax_xent without scratch memory]
 // One launch, no scratch: block 0 computes the mean loss alone (thread t sums the losses of rows
@@ -7,8 +8,9 @@
 // fixed order, so the result is bitwise the same on every run, and nothing is allocated in the
 // step. The loss block reads each row once more; for the class counts of classification heads
 // that is cheap. In place (dlogits == logits) the loss block runs first as a launch of its own.
-// A label outside [0, cols) cannot raise an error on the device: that row's loss and dlogits
-// are NaN, so *loss is NaN (the host kernel raises an error instead).
+// A label outside [0, cols) cannot raise an error on the device: the loss block records it in
+// the stream's DeviceFault (engine/core/device_fault.h), which the stream raises at its next
+// synchronize() with the host kernel's message; that row's loss and dlogits are NaN meanwhile.
 // count_correct is integer-only, so a per-block count added with atomicAdd is exact and
 // deterministic; the count is zeroed first in stream order.
 #include <cuda_runtime.h>
@@ -17,7 +19,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "ops/cuda/cuda_kernels.h"
+#include "ops/softmax_xent.h"
 #include "ops/cuda/cuda_launch.h"
 
 namespace ls::cuda_ops {
@@ -76,14 +78,19 @@ __device__ float row_loss(const float* x, int64_t cols, int32_t label) {
 // With `loss` set, block 0 computes the loss and rows start at block 1; without, every block is
 // a row (the in-place launch, see softmax_xent below).
 __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int64_t rows,
-                                    int64_t cols, float grad_scale, float* loss, float* dlogits) {
+                                    int64_t cols, float grad_scale, float* loss, float* dlogits,
+                                    DeviceFault* fault, const char* hint) {
   __shared__ double partials[kThreads];
   __shared__ float shared[kWarp];
   const int tid = static_cast<int>(threadIdx.x);
   if (loss != nullptr && blockIdx.x == 0) {
     double partial = 0.0;
-    for (int64_t r = tid; r < rows; r += kThreads)
+    for (int64_t r = tid; r < rows; r += kThreads) {
+      if (labels[r] < 0 || labels[r] >= cols) {
+        report_out_of_range(fault, "softmax_xent", "label", hint, r, labels[r], cols);
+      }
       partial += row_loss(logits + r * cols, cols, labels[r]);
+    }
     partials[tid] = partial;
     __syncthreads();
     for (int stride = kThreads / 2; stride > 0; stride /= 2) {
@@ -115,11 +122,15 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
 
 // One thread per row: argmax with the first maximum winning ties, as the host kernel does.
 __global__ void count_correct_kernel(const float* logits, const int32_t* labels, int64_t rows,
-                                     int64_t cols, int32_t* correct) {
+                                     int64_t cols, int32_t* correct, DeviceFault* fault,
+                                     const char* hint) {
   __shared__ int counts[kThreads];
   int count = 0;
   LS_GRID_STRIDE_LOOP(r, rows) {
     if (cols == 0) break;  // no class can match
+    if (labels[r] < 0 || labels[r] >= cols) {
+      report_out_of_range(fault, "count_correct", "label", hint, r, labels[r], cols);
+    }
     const float* x = logits + r * cols;
     float best_value = x[0];
     int64_t best = 0;
@@ -145,7 +156,9 @@ __global__ void count_correct_kernel(const float* logits, const int32_t* labels,
 // dlogits may be logits itself (ops/softmax_xent.h). Then the loss must read the rows before
 // they are overwritten: the loss block runs as its own launch first, in stream order.
 void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
-                  float grad_scale, float* loss, float* dlogits, cudaStream_t stream) {
+                  float grad_scale, float* loss, float* dlogits, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
   LS_CHECK(loss != nullptr, "softmax_xent: the loss pointer is null");
   LS_CHECK(rows < INT_MAX, "softmax_xent: ", rows, " rows is more than one launch handles (",
            INT_MAX - 1, "); split the batch");
@@ -156,24 +169,34 @@ void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int6
                        begin(logits) < begin(dlogits) + bytes;
   if (overlap) {
     softmax_xent_kernel<<<1, kThreads, 0, stream>>>(logits, labels, rows, cols, grad_scale, loss,
-                                                    nullptr);
+                                                    nullptr, launch.fault(), kLabelHint);
     LS_CUDA_CHECK_LAUNCH();
     softmax_xent_kernel<<<static_cast<unsigned int>(row_blocks), kThreads, 0, stream>>>(
-        logits, labels, rows, cols, grad_scale, nullptr, dlogits);
+        logits, labels, rows, cols, grad_scale, nullptr, dlogits, launch.fault(), kLabelHint);
   } else {
     softmax_xent_kernel<<<static_cast<unsigned int>(1 + row_blocks), kThreads, 0, stream>>>(
-        logits, labels, rows, cols, grad_scale, loss, dlogits);
+        logits, labels, rows, cols, grad_scale, loss, dlogits, launch.fault(), kLabelHint);
   }
   LS_CUDA_CHECK_LAUNCH();
 }
 
 void count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
-                   int32_t* correct, cudaStream_t stream) {
+                   int32_t* correct, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
   LS_CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(int32_t), stream));
   if (rows == 0) return;
   count_correct_kernel<<<grid_for(rows), kThreads, 0, stream>>>(logits, labels, rows, cols,
-                                                                correct);
+                                                                correct, launch.fault(),
+                                                                kLabelHint);
   LS_CUDA_CHECK_LAUNCH();
 }
+
+
+const SoftmaxXentOps kCudaSoftmaxXent{
+    .softmax_xent = softmax_xent,
+    .count_correct = count_correct,
+};
+LS_REGISTER_OP_TABLE(SoftmaxXentOps, DeviceKind::kCuda, kCudaSoftmaxXent);
 
 }  // namespace ls::cuda_ops

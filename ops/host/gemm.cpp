@@ -1,4 +1,4 @@
-// Host GEMM through CBLAS (OpenBLAS), plus host_kernels(), the host backend's kernel table.
+// Host GEMM through CBLAS (OpenBLAS), the host kernel of ops/gemm.h.
 // OpenBLAS is kept single-threaded: each host device owns its cores and splits a GEMM itself, by
 // rows of C over host_parallel_for, one cblas_sgemm per chunk, so N devices never oversubscribe
 // the machine. Chunk boundaries depend only on (m, threads), so results are reproducible for a
@@ -10,7 +10,8 @@
 
 #include "engine/core/error.h"
 #include "engine/core/host/host_device.h"
-#include "ops/host/host_kernels.h"
+#include "ops/gemm.h"
+#include "ops/host/host_ops.h"
 
 namespace ls {
 namespace {
@@ -49,11 +50,10 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
               static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
-}  // namespace
 
-void HostKernels::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                        const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                       float* c, int64_t ldc, Stream& stream) const {
+                       float* c, int64_t ldc, Stream& stream) {
   LS_ASSERT(m >= 0 && n >= 0 && k >= 0, "gemm sizes m=", m, " n=", n, " k=", k);
   if (m == 0 || n == 0) return;
   ensure_single_threaded_blas();
@@ -79,9 +79,10 @@ void HostKernels::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
   });
 }
 
-const Kernels& host_kernels() {
-  static const HostKernels kernels;
-  return kernels;
-}
+const GemmOps kHostGemm{
+    .gemm = gemm,
+};
+LS_REGISTER_OP_TABLE(GemmOps, DeviceKind::kHost, kHostGemm);
 
+}  // namespace
 }  // namespace ls

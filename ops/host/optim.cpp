@@ -1,11 +1,12 @@
 // Host optimizer steps, one fused pass over the parameters (PyTorch semantics, see
-// ops/kernels.h). Per-element and independent, so the result does not depend on the chunking.
+// ops/optim.h). Per-element and independent, so the result does not depend on the chunking.
 // param, grad and the state buffers must be distinct, non-overlapping buffers.
 #include <cmath>
 
 #include "engine/core/error.h"
 #include "engine/core/host/host_device.h"
-#include "ops/host/host_kernels.h"
+#include "ops/host/host_ops.h"
+#include "ops/optim.h"
 
 namespace ls {
 namespace {
@@ -48,10 +49,9 @@ void adamw_range(float* __restrict p, const float* __restrict g, float* __restri
   }
 }
 
-}  // namespace
 
-void HostKernels::sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
-                           const SgdConfig& config, Stream& stream) const {
+void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
+                           const SgdConfig& config, Stream& stream) {
   if (n <= 0) return;
   const SgdConfig cfg = config;
   if (cfg.momentum == 0.0f) {
@@ -70,8 +70,8 @@ void HostKernels::sgd_step(float* param, const float* grad, float* momentum_buf,
   });
 }
 
-void HostKernels::adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
-                             const AdamWConfig& config, int64_t step, Stream& stream) const {
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
+                             const AdamWConfig& config, int64_t step, Stream& stream) {
   LS_CHECK(step >= 1, "adamw_step: step is ", step, "; steps are counted from 1");
   if (n <= 0) return;
   // Bias corrections in double, as PyTorch computes them on the host.
@@ -92,4 +92,11 @@ void HostKernels::adamw_step(float* param, const float* grad, float* m, float* v
   });
 }
 
+const OptimOps kHostOptim{
+    .sgd_step = sgd_step,
+    .adamw_step = adamw_step,
+};
+LS_REGISTER_OP_TABLE(OptimOps, DeviceKind::kHost, kHostOptim);
+
+}  // namespace
 }  // namespace ls

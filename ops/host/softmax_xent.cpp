@@ -10,18 +10,21 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/core/device_fault.h"
 #include "engine/core/error.h"
 #include "engine/core/host/host_device.h"
-#include "ops/host/host_kernels.h"
+#include "ops/host/host_ops.h"
+#include "ops/softmax_xent.h"
 
 namespace ls {
 namespace {
 
+// The same message as the CUDA kernels' (engine/core/device_fault.h).
 void check_labels(const char* op, const int32_t* labels, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
-    LS_CHECK(labels[r] >= 0 && labels[r] < cols, op, ": label ", labels[r], " in row ", r,
-             " is outside [0, ", cols, "); labels must be class indices below the number of ",
-             "logits columns");
+    if (labels[r] < 0 || labels[r] >= cols) [[unlikely]] {
+      LS_THROW(describe_out_of_range(op, "label", r, labels[r], cols, kLabelHint));
+    }
   }
 }
 
@@ -49,11 +52,10 @@ float xent_row(const float* x, int32_t label, int64_t cols, float grad_scale, fl
 
 int64_t rows_grain(int64_t cols) { return std::max<int64_t>(1, kHostGrain / cols); }
 
-}  // namespace
 
-void HostKernels::softmax_xent(const float* logits, const int32_t* labels, int64_t rows,
+void softmax_xent(const float* logits, const int32_t* labels, int64_t rows,
                                int64_t cols, float grad_scale, float* loss, float* dlogits,
-                               Stream& stream) const {
+                               Stream& stream) {
   LS_ASSERT(rows > 0 && cols > 0, "softmax_xent sizes rows=", rows, " cols=", cols);
   host_enqueue(stream, [=] {
     check_labels("softmax_xent", labels, rows, cols);
@@ -73,10 +75,11 @@ void HostKernels::softmax_xent(const float* logits, const int32_t* labels, int64
   });
 }
 
-void HostKernels::count_correct(const float* logits, const int32_t* labels, int64_t rows,
-                                int64_t cols, int32_t* correct, Stream& stream) const {
+void count_correct(const float* logits, const int32_t* labels, int64_t rows,
+                                int64_t cols, int32_t* correct, Stream& stream) {
   LS_ASSERT(rows >= 0 && cols > 0, "count_correct sizes rows=", rows, " cols=", cols);
   host_enqueue(stream, [=] {
+    check_labels("count_correct", labels, rows, cols);
     // An integer count: the order chunks add up in does not change the result.
     std::atomic<int64_t> count{0};
     host_parallel_for(0, rows, rows_grain(cols),
@@ -95,4 +98,11 @@ void HostKernels::count_correct(const float* logits, const int32_t* labels, int6
   });
 }
 
+const SoftmaxXentOps kHostSoftmaxXent{
+    .softmax_xent = softmax_xent,
+    .count_correct = count_correct,
+};
+LS_REGISTER_OP_TABLE(SoftmaxXentOps, DeviceKind::kHost, kHostSoftmaxXent);
+
+}  // namespace
 }  // namespace ls

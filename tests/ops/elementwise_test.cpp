@@ -15,7 +15,7 @@
 #include "engine/core/dtype.h"
 #include "ops/activation.h"
 #include "ops/bias.h"
-#include "ops/host/host_kernels.h"
+#include "ops/host/host_ops.h"
 #include "tests/ops/op_test_util.h"
 
 namespace ls::test {

@@ -13,7 +13,7 @@
 
 #include "engine/core/host/host_device.h"
 #include "ops/bias.h"
-#include "ops/host/host_kernels.h"
+#include "ops/host/host_ops.h"
 #include "ops/softmax_xent.h"
 #include "tests/ops/op_test_util.h"
 

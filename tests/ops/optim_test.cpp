@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "ops/host/host_kernels.h"
+#include "ops/host/host_ops.h"
 #include "tests/ops/op_test_util.h"
 
 namespace ls::test {

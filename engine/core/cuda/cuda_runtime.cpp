@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <new>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "engine/core/cuda/cuda_check.h"
 #include "engine/core/cuda/cuda_stream_access.h"
 #include "engine/core/device.h"
+#include "engine/core/device_fault.h"
 #include "engine/core/runtime.h"
 
 namespace ls {
@@ -147,11 +149,19 @@ class CudaStream final : public Stream {
       : device_(device), aborted_(std::make_shared<std::atomic<bool>>(false)) {
     DeviceGuard guard(device_.index);
     LS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // Mapped host memory the stream's kernels record bad input in (engine/core/device_fault.h);
+    // allocated here, once, never in a step.
+    void* fault = nullptr;
+    LS_CUDA_CHECK(cudaHostAlloc(&fault, sizeof(DeviceFault),
+                                cudaHostAllocMapped | cudaHostAllocPortable));
+    fault_ = new (fault) DeviceFault{};
   }
   // cudaStreamDestroy returns at once; pending work still runs and the stream is freed after.
+  // The fault record is freed after the stream's work has finished (cudaFreeHost synchronizes).
   ~CudaStream() override {
     DeviceGuard guard(device_.index, std::nothrow);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (fault_ != nullptr) cudaFreeHost(fault_);
   }
 
   Device device() const override { return device_; }
@@ -179,6 +189,7 @@ class CudaStream final : public Stream {
     DeviceGuard guard(device_.index);
     poll_until_done([this] { return cudaStreamQuery(stream_); }, aborted_.get(),
                     "stream synchronize", device_);
+    raise_device_fault();
   }
 
   void check() override {
@@ -188,7 +199,10 @@ class CudaStream final : public Stream {
     if (status != cudaSuccess && status != cudaErrorNotReady) {
       LS_THROW("stream on ", device_.str(), " failed: ", detail::describe_cuda_error(status));
     }
+    if (status == cudaSuccess) raise_device_fault();  // idle: the record is complete
   }
+
+  DeviceFault* fault() const { return fault_; }
 
   // CUDA cannot cancel enqueued kernels: abort ends every wait on this stream (and on events
   // recorded on it) with an error, and refuses new work, so the owning thread unwinds.
@@ -206,9 +220,19 @@ class CudaStream final : public Stream {
     }
   }
 
+  // Raises, once, the bad input a kernel recorded (call only when the stream is idle).
+  void raise_device_fault() {
+    if (fault_->raised == 0) return;
+    const DeviceFault found = *fault_;
+    *fault_ = DeviceFault{};
+    LS_THROW(describe_out_of_range(found.op, found.what, found.index, found.value, found.limit,
+                                   found.hint));
+  }
+
   Device device_;
   cudaStream_t stream_ = nullptr;
   AbortFlag aborted_;
+  DeviceFault* fault_ = nullptr;  // mapped host memory, written by kernels
 };
 
 // Returns null when the device is out of memory, so that the caching allocator can release its
@@ -334,6 +358,13 @@ cudaStream_t cuda_stream_of(Stream& stream) {
   LS_CHECK(cuda_stream != nullptr, "expected a CUDA stream, got a stream of ",
            stream.device().str());
   return cuda_stream->handle();
+}
+
+DeviceFault* cuda_fault_of(Stream& stream) {
+  auto* cuda_stream = dynamic_cast<CudaStream*>(&stream);
+  LS_CHECK(cuda_stream != nullptr, "expected a CUDA stream, got a stream of ",
+           stream.device().str());
+  return cuda_stream->fault();
 }
 
 cudaEvent_t cuda_event_of(const Event& event) {

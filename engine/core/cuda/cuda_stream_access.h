@@ -6,11 +6,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include "engine/core/device_fault.h"
 #include "engine/core/stream.h"
 
 namespace ls {
 
 cudaStream_t cuda_stream_of(Stream& stream);
 cudaEvent_t cuda_event_of(const Event& event);
+// The stream's fault record, which its kernels may write (engine/core/device_fault.h).
+DeviceFault* cuda_fault_of(Stream& stream);
 
 }  // namespace ls

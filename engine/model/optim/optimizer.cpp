@@ -1,8 +1,6 @@
 // SGD and AdamW over flat buffers (see engine/model/optim/optimizer.h).
 #include "engine/model/optim/optimizer.h"
 
-#include <cmath>
-
 #include "engine/core/error.h"
 #include "ops/elementwise.h"
 #include "ops/optim.h"
@@ -14,17 +12,11 @@ Tensor zeros_like(const Tensor& t, Stream& stream) {
   fill(z, 0.0f, stream);
   return z;
 }
-void check_hyper(bool ok, const char* what, float value, const char* expected) {
-  LS_CHECK(ok && std::isfinite(value), "optimizer: ", what, " = ", value, " is invalid; expected ",
-           expected);
-}
 }  // namespace
 
 Sgd::Sgd(nn::ParameterStore& store, const SgdConfig& config, Stream& stream)
     : store_(store), config_(config) {
-  check_hyper(config.lr > 0, "lr", config.lr, "> 0");
-  check_hyper(config.momentum >= 0 && config.momentum < 1, "momentum", config.momentum, "in [0, 1)");
-  check_hyper(config.weight_decay >= 0, "weight_decay", config.weight_decay, ">= 0");
+  check_config("optimizer sgd", config);  // the rules of ops/optim.h, checked up front
   if (config.momentum > 0) momentum_ = zeros_like(store.values(), stream);
 }
 
@@ -40,11 +32,7 @@ std::vector<std::pair<std::string, Tensor>> Sgd::state() const {
 
 AdamW::AdamW(nn::ParameterStore& store, const AdamWConfig& config, Stream& stream)
     : store_(store), config_(config) {
-  check_hyper(config.lr > 0, "lr", config.lr, "> 0");
-  check_hyper(config.beta1 >= 0 && config.beta1 < 1, "beta1", config.beta1, "in [0, 1)");
-  check_hyper(config.beta2 >= 0 && config.beta2 < 1, "beta2", config.beta2, "in [0, 1)");
-  check_hyper(config.eps > 0, "eps", config.eps, "> 0");
-  check_hyper(config.weight_decay >= 0, "weight_decay", config.weight_decay, ">= 0");
+  check_config("optimizer adamw", config);
   exp_avg_ = zeros_like(store.values(), stream);
   exp_avg_sq_ = zeros_like(store.values(), stream);
 }

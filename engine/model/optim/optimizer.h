@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/model/nn/parameter_store.h"
-#include "ops/kernels.h"
+#include "ops/optim.h"
 
 namespace ls::optim {
 

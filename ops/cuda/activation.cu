@@ -1,0 +1,92 @@
+// CUDA kernels of ops/activation.h: relu and gelu (tanh form), forward and backward.
+// Asynchronous on the stream; n == 0 launches nothing; grid-stride loops over int64 indices.
+// In place is allowed: every element is read and written by the same thread.
+#include <cuda_runtime.h>
+
+#include "ops/activation.h"
+#include "ops/cuda/cuda_launch.h"
+
+namespace ls::cuda_ops {
+namespace {
+
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+__global__ void relu_kernel(const float* x, float* y, int64_t n) {
+  LS_GRID_STRIDE_LOOP(i, n) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
+}
+
+__global__ void relu_backward_kernel(const float* x, const float* dy, float* dx, int64_t n,
+                                     bool accumulate) {
+  LS_GRID_STRIDE_LOOP(i, n) {
+    const float g = x[i] > 0.0f ? dy[i] : 0.0f;
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
+__global__ void gelu_kernel(const float* x, float* y, int64_t n) {
+  LS_GRID_STRIDE_LOOP(i, n) {
+    const float v = x[i];
+    const float t = tanhf(kGeluC * (v + kGeluA * v * v * v));
+    y[i] = 0.5f * v * (1.0f + t);
+  }
+}
+
+// d/dx [0.5 x (1 + tanh u)], u = c (x + a x^3):
+//   0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 a x^2)
+__global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx, int64_t n,
+                                     bool accumulate) {
+  LS_GRID_STRIDE_LOOP(i, n) {
+    const float v = x[i];
+    const float t = tanhf(kGeluC * (v + kGeluA * v * v * v));
+    const float du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
+    const float g = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
+}  // namespace
+
+void relu(const float* x, float* y, int64_t n, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  if (n == 0) return;
+  relu_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+void relu_backward(const float* x, const float* dy, float* dx, int64_t n, bool accumulate,
+                   Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  if (n == 0) return;
+  relu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, dy, dx, n, accumulate);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+void gelu(const float* x, float* y, int64_t n, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  if (n == 0) return;
+  gelu_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool accumulate,
+                   Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  if (n == 0) return;
+  gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, dy, dx, n, accumulate);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+const ActivationOps kCudaActivation{
+    .relu = relu,
+    .relu_backward = relu_backward,
+    .gelu = gelu,
+    .gelu_backward = gelu_backward,
+};
+LS_REGISTER_OP_TABLE(ActivationOps, DeviceKind::kCuda, kCudaActivation);
+
+}  // namespace ls::cuda_ops

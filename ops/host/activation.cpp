@@ -1,0 +1,81 @@
+// Host kernels of ops/activation.h: relu and gelu, forward and backward. Each enqueues one task
+// split over host_parallel_for; every element is computed independently. The inner loops are
+// plain indexed loops so the compiler vectorises them (in-place use is allowed).
+#include <cmath>
+
+#include "ops/activation.h"
+#include "ops/host/host_ops.h"
+
+namespace ls {
+namespace {
+
+// GELU, tanh form, and its exact derivative:
+//   u = s (x + a x^3), t = tanh(u), gelu = 0.5 x (1 + t),
+//   gelu' = 0.5 (1 + t) + 0.5 x (1 - t^2) s (1 + 3 a x^2).
+constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+inline float gelu_value(float x) {
+  const float t = std::tanh(kGeluS * (x + kGeluA * x * x * x));
+  return 0.5f * x * (1.0f + t);
+}
+
+inline float gelu_grad(float x) {
+  const float x2 = x * x;
+  const float t = std::tanh(kGeluS * (x + kGeluA * x2 * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluS * (1.0f + 3.0f * kGeluA * x2);
+}
+
+void relu(const float* x, float* y, int64_t n, Stream& stream) {
+  enqueue_map(stream, n, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float v = x[i];
+      y[i] = v > 0.0f ? v : 0.0f;
+    }
+  });
+}
+
+void relu_backward(const float* x, const float* dy, float* dx, int64_t n,
+                                bool accumulate, Stream& stream) {
+  enqueue_map(stream, n, [=](int64_t b, int64_t e) {
+    if (accumulate) {
+      for (int64_t i = b; i < e; ++i) {
+        const float g = dy[i];  // loaded unconditionally so the select vectorises
+        dx[i] += x[i] > 0.0f ? g : 0.0f;
+      }
+    } else {
+      for (int64_t i = b; i < e; ++i) {
+        const float g = dy[i];
+        dx[i] = x[i] > 0.0f ? g : 0.0f;
+      }
+    }
+  });
+}
+
+void gelu(const float* x, float* y, int64_t n, Stream& stream) {
+  enqueue_map(stream, n, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = gelu_value(x[i]);
+  });
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n,
+                                bool accumulate, Stream& stream) {
+  enqueue_map(stream, n, [=](int64_t b, int64_t e) {
+    if (accumulate) {
+      for (int64_t i = b; i < e; ++i) dx[i] += dy[i] * gelu_grad(x[i]);
+    } else {
+      for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * gelu_grad(x[i]);
+    }
+  });
+}
+
+const ActivationOps kHostActivation{
+    .relu = relu,
+    .relu_backward = relu_backward,
+    .gelu = gelu,
+    .gelu_backward = gelu_backward,
+};
+LS_REGISTER_OP_TABLE(ActivationOps, DeviceKind::kHost, kHostActivation);
+
+}  // namespace
+}  // namespace ls

@@ -1,0 +1,56 @@
+// Backend tables for op families, and how a checked op finds its kernel.
+//
+// Each op family header (ops/activation.h, ...) declares a table: a struct of function pointers,
+// one slot per kernel, each with a one-line contract. A backend fills the slots it implements in
+// its own file (ops/host/<family>.cpp, ops/cuda/<family>.cu) and registers the table with
+// LS_REGISTER_OP_TABLE; a slot left null, or a backend with no table (CUDA in a build without the
+// toolkit), makes the op raise "not supported on this backend" instead of crashing.
+// op_entry(&Table::slot, "op", stream) returns the kernel of the stream's backend.
+// Thread-safety: tables register during static initialisation; lookups are lock-free after.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <typeindex>
+
+#include "engine/core/device.h"
+#include "engine/core/stream.h"
+
+namespace ls {
+
+inline constexpr int kDeviceKindCount = 2;  // DeviceKind::kHost, DeviceKind::kCuda
+
+namespace detail {
+// The process-wide registry, keyed by the table's type: one copy, in lockstep_ops.
+bool register_op_table(std::type_index table, DeviceKind kind, const void* entries);
+const void* find_op_table(std::type_index table, DeviceKind kind);
+[[noreturn]] void throw_unsupported_op(const char* op, Device device);
+}  // namespace detail
+
+template <typename Table>
+bool register_op_table(DeviceKind kind, const Table* entries) {
+  return detail::register_op_table(std::type_index(typeid(Table)), kind, entries);
+}
+
+// The table `kind` registered for this family, or null.
+template <typename Table>
+const Table* find_op_table(DeviceKind kind) {
+  return static_cast<const Table*>(detail::find_op_table(std::type_index(typeid(Table)), kind));
+}
+
+// The kernel in `slot` for the stream's backend; "<op> is not supported on <device>" if absent.
+template <typename Table, typename Fn>
+Fn op_entry(Fn Table::*slot, const char* op, const Stream& stream) {
+  const Table* table = find_op_table<Table>(stream.device().kind);
+  if (table == nullptr || table->*slot == nullptr) detail::throw_unsupported_op(op, stream.device());
+  return table->*slot;
+}
+
+}  // namespace ls
+
+#define LS_OP_TABLE_CONCAT_(a, b) a##b
+#define LS_OP_TABLE_CONCAT(a, b) LS_OP_TABLE_CONCAT_(a, b)
+// In a backend file, at namespace scope: LS_REGISTER_OP_TABLE(ActivationOps, DeviceKind::kHost, kTable);
+#define LS_REGISTER_OP_TABLE(Table, kind, entries)                                    \
+  [[maybe_unused]] static const bool LS_OP_TABLE_CONCAT(ls_op_table_registered_, __LINE__) = \
+      ::ls::register_op_table<Table>(kind, &(entries))
