@@ -1,7 +1,8 @@
 # Fails when a library file includes a header of a layer above its own.
 #   cmake -DROOT=<source dir> -P cmake/CheckLayers.cmake
 # Layers, lowest first: engine/core <- ops <- engine/model <- parallel. A file may include its own
-# layer and the ones below; nothing in the library includes bench/, examples/ or tests/.
+# layer and the ones below; nothing in the library includes bench/, examples/ or tests/; and
+# examples/ include no library header but <lockstep/lockstep.h>.
 # Only quoted project includes ("engine/...", "ops/...", "parallel/...") are checked.
 set(layers engine/core ops engine/model parallel)
 set(violations "")
@@ -35,6 +36,15 @@ foreach(layer IN LISTS layers)
     endforeach()
   endforeach()
   math(EXPR level "${level} + 1")
+endforeach()
+# examples/ embed lockstep as an outside application would: the public header only.
+file(GLOB example_files "${ROOT}/examples/*.cpp" "${ROOT}/examples/*.h" "${ROOT}/examples/consumer/*.cpp")
+foreach(file IN LISTS example_files)
+  file(STRINGS "${file}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"(engine|ops|parallel)/")
+  foreach(line IN LISTS includes)
+    file(RELATIVE_PATH rel "${ROOT}" "${file}")
+    string(APPEND violations "  ${rel} (an example) includes an internal header: ${line}\n")
+  endforeach()
 endforeach()
 if(violations)
   message(FATAL_ERROR "#includes against the layer direction engine/core <- ops <- engine/model "

@@ -1,7 +1,7 @@
 # Installs the library, its headers and a CMake package, so that an outside project can do
 #   find_package(lockstep CONFIG REQUIRED)  and link  lockstep::lockstep.
-# Headers install under include/lockstep/ keeping the source layout (engine/, ops/, parallel/);
-# <lockstep/lockstep.h> includes the public ones.
+# The public headers install under include/lockstep/ keeping the source layout; <lockstep/lockstep.h>
+# includes them all.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -9,9 +9,17 @@ install(TARGETS lockstep lockstep_core lockstep_ops lockstep_model lockstep_para
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(dir engine ops parallel)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lockstep/${dir}
-          FILES_MATCHING PATTERN "*.h")
+# The public headers, and only they (include/lockstep/lockstep.h lists what each is for). The
+# ctest consumer_package builds a project against this install, so a public header that
+# includes an internal one fails there.
+set(LOCKSTEP_PUBLIC_HEADERS
+  engine/core/allocator.h engine/core/device.h engine/core/dtype.h engine/core/error.h
+  engine/core/json.h engine/core/stream.h engine/core/tensor.h
+  engine/model/data/dataset.h engine/model/data/sampler.h
+  parallel/buckets.h parallel/data_parallel.h)
+foreach(header IN LISTS LOCKSTEP_PUBLIC_HEADERS)
+  get_filename_component(dir ${header} DIRECTORY)
+  install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lockstep/${dir})
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/include/lockstep/lockstep.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lockstep)
 

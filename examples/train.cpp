@@ -10,12 +10,7 @@
 
 #include <lockstep/lockstep.h>
 
-#include "engine/model/checkpoint/checkpoint.h"
-#include "engine/model/data/dataset.h"
-#include "engine/model/data/sampler.h"
-#include "engine/core/json.h"
-#include "parallel/data_parallel.h"
-#include "train_options.h"
+#include "examples/train_options.h"
 
 namespace {
 
@@ -42,13 +37,7 @@ struct RunSummary {
   ls::EvalResult test;
 };
 
-RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices) {
-  ls::data::Dataset train = ls::data::load_fashion_mnist(o.data_dir, ls::data::Split::kTrain);
-  ls::data::Dataset test = ls::data::load_fashion_mnist(o.data_dir, ls::data::Split::kTest);
-
-  std::vector<int64_t> widths{train.features};
-  widths.insert(widths.end(), o.hidden.begin(), o.hidden.end());
-  widths.push_back(train.classes);
+ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
   ls::DataParallelOptions options;
   options.seed = o.seed;
   options.accumulate = static_cast<int>(o.accumulate);
@@ -60,38 +49,46 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices) {
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   };
-  ls::DataParallel trainer(devices, ls::mlp_factory(widths),
-                           ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}),
-                           options);
+  return options;
+}
 
-  ls::data::Sampler sampler(train.count, o.seed);
-  ls::data::BatchIterator batches(train, sampler, o.batch);
-  const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * batches.batches_per_epoch();
-  int64_t first_step = 1;
-  if (o.resume && ls::checkpoint::latest_checkpoint(o.checkpoint_dir)) {
-    const ls::TrainingPosition position = trainer.load(o.checkpoint_dir);
-    sampler.set_epoch(position.epoch);
-    batches.seek(position.epoch, position.batch_index);
-    first_step = trainer.steps_taken() + 1;
-    std::printf("resumed from %s at step %lld\n", o.checkpoint_dir.c_str(),
-                static_cast<long long>(trainer.steps_taken()));
-  } else if (o.resume) {
+// With --resume and a checkpoint in --checkpoint-dir: restores the trainer and the data position
+// from it. Returns the first step to run.
+int64_t resume_if_asked(const TrainOptions& o, ls::DataParallel& trainer, ls::data::Sampler& sampler,
+                        ls::data::BatchIterator& batches) {
+  if (!o.resume) return 1;
+  if (!ls::latest_checkpoint(o.checkpoint_dir)) {
     std::printf("no checkpoint in %s yet: starting from step 1\n", o.checkpoint_dir.c_str());
+    return 1;
   }
-  auto save = [&] {
-    const std::string path = trainer.save(o.checkpoint_dir, {sampler.epoch(), batches.position()});
-    std::printf("checkpoint: %s\n", path.c_str());
-  };
-  std::printf("training mlp (%lld parameters) on %s: %lld steps of global batch %lld, %s lr %g,"
-              " %zu gradient bucket(s)\n",
-              static_cast<long long>(trainer.parameter_count()), ls::devices_str(devices).c_str(), static_cast<long long>(total_steps),
-              static_cast<long long>(o.batch), o.optimizer.c_str(), static_cast<double>(o.lr),
-              trainer.buckets().size());
+  const ls::TrainingPosition position = trainer.load(o.checkpoint_dir);
+  sampler.set_epoch(position.epoch);
+  batches.seek(position.epoch, position.batch_index);
+  std::printf("resumed from %s at step %lld\n", o.checkpoint_dir.c_str(),
+              static_cast<long long>(trainer.steps_taken()));
+  return trainer.steps_taken() + 1;
+}
 
-  RunSummary summary;
-  summary.widths = widths;
-  summary.params = trainer.parameter_count();
-  std::deque<float> recent_losses;
+// The mean of the last (up to) 100 losses of steps that were not skipped.
+class RecentLoss {
+ public:
+  void add(float loss) {
+    losses_.push_back(loss);
+    if (losses_.size() > 100) losses_.pop_front();
+  }
+  double mean() const {
+    if (losses_.empty()) return std::numeric_limits<double>::quiet_NaN();
+    return std::accumulate(losses_.begin(), losses_.end(), 0.0) / static_cast<double>(losses_.size());
+  }
+
+ private:
+  std::deque<float> losses_;
+};
+
+// Steps first_step..total_steps, logging and checkpointing as the options say.
+void train_steps(const TrainOptions& o, ls::DataParallel& trainer, ls::data::Sampler& sampler,
+                 ls::data::BatchIterator& batches, int64_t first_step, int64_t total_steps,
+                 RecentLoss& recent) {
   ls::data::Batch batch;
   const Clock::time_point start = Clock::now();
   for (int64_t step = first_step; step <= total_steps; ++step) {
@@ -101,35 +98,61 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices) {
       batches.next(batch);
     }
     const ls::StepResult result = trainer.step(batch);
-    const float loss = result.loss;
     if (result.skipped) {
       std::printf("step %lld skipped: non-finite loss or gradients (%lld skipped so far)\n",
                   static_cast<long long>(step), static_cast<long long>(trainer.skipped_steps()));
     } else {
-      recent_losses.push_back(loss);
+      recent.add(result.loss);
     }
-    if (recent_losses.size() > 100) recent_losses.pop_front();
     if (o.log_every > 0 && (step % o.log_every == 0 || step == total_steps)) {
       const double elapsed = seconds_since(start);
       const double rate = static_cast<double>((step - first_step + 1) * o.batch) / elapsed;
       std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s  ETA %s\n",
                   static_cast<long long>(step), static_cast<long long>(total_steps),
-                  static_cast<long long>(sampler.epoch() + 1), static_cast<double>(loss), rate,
+                  static_cast<long long>(sampler.epoch() + 1), static_cast<double>(result.loss), rate,
                   format_eta(elapsed / static_cast<double>(step) *
                              static_cast<double>(total_steps - step)).c_str());
       std::fflush(stdout);
     }
     const bool checkpoint_due = o.checkpoint_every > 0 && step % o.checkpoint_every == 0;
-    if (!o.checkpoint_dir.empty() && (checkpoint_due || step == total_steps)) save();
+    if (!o.checkpoint_dir.empty() && (checkpoint_due || step == total_steps)) {
+      const std::string path = trainer.save(o.checkpoint_dir, {sampler.epoch(), batches.position()});
+      std::printf("checkpoint: %s\n", path.c_str());
+    }
   }
+}
+
+RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices) {
+  ls::data::Dataset train = ls::data::load_fashion_mnist(o.data_dir, ls::data::Split::kTrain);
+  ls::data::Dataset test = ls::data::load_fashion_mnist(o.data_dir, ls::data::Split::kTest);
+  std::vector<int64_t> widths{train.features};
+  widths.insert(widths.end(), o.hidden.begin(), o.hidden.end());
+  widths.push_back(train.classes);
+  ls::DataParallel trainer(devices, ls::mlp_factory(widths),
+                           ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}),
+                           data_parallel_options(o));
+
+  ls::data::Sampler sampler(train.count, o.seed);
+  ls::data::BatchIterator batches(train, sampler, o.batch);
+  const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * batches.batches_per_epoch();
+  const int64_t first_step = resume_if_asked(o, trainer, sampler, batches);
+  std::printf("training mlp (%lld parameters) on %s: %lld steps of global batch %lld, %s lr %g,"
+              " %zu gradient bucket(s)\n",
+              static_cast<long long>(trainer.parameter_count()), ls::devices_str(devices).c_str(),
+              static_cast<long long>(total_steps), static_cast<long long>(o.batch),
+              o.optimizer.c_str(), static_cast<double>(o.lr), trainer.buckets().size());
+
+  RecentLoss recent;
+  const Clock::time_point start = Clock::now();
+  train_steps(o, trainer, sampler, batches, first_step, total_steps, recent);
+  RunSummary summary;
+  summary.widths = widths;
+  summary.params = trainer.parameter_count();
   summary.train_seconds = seconds_since(start);
   summary.steps = total_steps;
   summary.steps_run = total_steps - first_step + 1;
   summary.skipped_steps = trainer.skipped_steps();
-  summary.final_loss = recent_losses.empty()
-                           ? std::numeric_limits<double>::quiet_NaN()
-                           : std::accumulate(recent_losses.begin(), recent_losses.end(), 0.0) /
-                                 static_cast<double>(recent_losses.size());
+  summary.final_loss = recent.mean();
   summary.test = trainer.evaluate(test, 1000);
   return summary;
 }

@@ -1,6 +1,6 @@
 // Parser for lockstep-train's flags (see train_options.h). Every flag but --help, --resume and
 // --uneven-shards takes one value: `--flag value` or `--flag=value`.
-#include "train_options.h"
+#include "examples/train_options.h"
 
 #include <charconv>
 #include <cmath>

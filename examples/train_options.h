@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/cli_values.h"
+#include "examples/cli_values.h"
 
 using UsageError = ls::cli::UsageError;
 

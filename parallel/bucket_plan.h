@@ -12,24 +12,15 @@
 #include <cstdint>
 #include <vector>
 
-namespace ls {
+#include "parallel/buckets.h"
 
-struct BucketOptions {
-  int64_t cap_bytes = 25ll << 20;
-  int64_t first_bucket_bytes = 1ll << 20;
-};
+namespace ls {
 
 // A parameter's place in the flat buffer: [offset, offset + extent) elements, where the extent
 // includes the alignment padding up to the next parameter.
 struct ParameterExtent {
   int64_t offset = 0;
   int64_t extent = 0;
-};
-
-struct Bucket {
-  int64_t offset = 0;           // first element in the flat buffer
-  int64_t count = 0;            // elements
-  std::vector<int> parameters;  // indices into the extents, in the order they were added
 };
 
 // `extents` must be in registration order, ascending, contiguous and non-empty.

@@ -1,4 +1,4 @@
-// DataParallel::save and DataParallel::load (see parallel/data_parallel.h): flat device buffers
+// DataParallel's save and load (see parallel/data_parallel.h), and latest_checkpoint: flat device buffers
 // <-> per-parameter safetensors tensors, through engine/checkpoint's crash-safe commit.
 // Replica 0's buffers are saved (every replica holds bitwise the same values); a load writes the
 // same host bytes into every replica, so they stay bitwise equal.
@@ -6,7 +6,7 @@
 
 #include "engine/model/checkpoint/checkpoint.h"
 #include "engine/core/error.h"
-#include "parallel/data_parallel.h"
+#include "parallel/data_parallel_impl.h"
 
 namespace ls {
 namespace {
@@ -48,8 +48,12 @@ std::string model_description(const std::vector<Parameter*>& parameters) {
 
 }  // namespace
 
-std::string DataParallel::save(const std::string& dir, const TrainingPosition& position) {
-  LS_CHECK(failure_.empty(), "cannot save: a replica failed earlier (", failure_, ")");
+std::optional<std::string> latest_checkpoint(const std::string& dir) {
+  return checkpoint::latest_checkpoint(dir);
+}
+
+std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosition& position) {
+  check_usable("save");
   HostState state = run_on<HostState>(0, [](Replica& r) {
     HostState s;
     s.parameters = r.store().parameters();
@@ -81,8 +85,8 @@ std::string DataParallel::save(const std::string& dir, const TrainingPosition& p
   return checkpoint::commit_checkpoint(dir, meta, model, optimizer);
 }
 
-TrainingPosition DataParallel::load(const std::string& dir) {
-  LS_CHECK(failure_.empty(), "cannot load: a replica failed earlier (", failure_, ")");
+TrainingPosition DataParallel::Impl::load(const std::string& dir) {
+  check_usable("load");
   const checkpoint::LoadedCheckpoint loaded = checkpoint::load_checkpoint(dir);
   HostState state = run_on<HostState>(0, [](Replica& r) {
     HostState s;

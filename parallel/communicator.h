@@ -62,6 +62,10 @@ class Communicator {
   virtual void group_start() = 0;
   virtual void group_end() = 0;
   virtual void abort() = 0;
+
+  // Names the next collective in diagnostics ("bucket 3", "loss"): backends ignore it, the
+  // flight recorder keeps it, decorators pass it on.
+  virtual void label_next(std::string /*label*/) {}
 };
 
 // Makes one communicator per device, together (host devices: the in-process host clique;

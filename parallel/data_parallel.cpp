@@ -1,31 +1,87 @@
-// DataParallel (see parallel/data_parallel.h).
+// DataParallel (see parallel/data_parallel.h) and its Impl (parallel/data_parallel_impl.h):
+// construction, the step, evaluation, and run_on_all with its failure handling.
 #include "parallel/data_parallel.h"
 
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <numeric>
 
-#include "engine/core/error.h"
 #include "engine/core/runtime.h"
+#include "engine/model/nn/module.h"
+#include "engine/model/optim/optimizer.h"
+#include "parallel/data_parallel_impl.h"
 
 namespace ls {
 
+// ---- the public class: the implementation's methods ------------------------------------------
+
 DataParallel::DataParallel(std::vector<Device> devices, ModelFactory model,
                            OptimizerFactory optimizer, DataParallelOptions options)
-    : devices_(std::move(devices)), options_(options) {
+    : DataParallel(std::move(devices), std::move(model), std::move(optimizer), std::move(options),
+                   EngineHooks{}) {}
+
+DataParallel::DataParallel(std::vector<Device> devices, ModelFactory model,
+                           OptimizerFactory optimizer, DataParallelOptions options,
+                           const EngineHooks& hooks)
+    : impl_(std::make_unique<Impl>(std::move(devices), model, optimizer, std::move(options),
+                                   hooks)) {}
+
+DataParallel::~DataParallel() = default;
+
+StepResult DataParallel::step(const data::Batch& batch) { return impl_->step(batch); }
+EvalResult DataParallel::evaluate(const data::Dataset& dataset, int64_t batch_size) {
+  return impl_->evaluate(dataset, batch_size);
+}
+int DataParallel::size() const { return impl_->size(); }
+const std::vector<Device>& DataParallel::devices() const { return impl_->devices(); }
+int64_t DataParallel::steps_taken() const { return impl_->steps_taken(); }
+int64_t DataParallel::skipped_steps() const { return impl_->skipped_steps(); }
+int64_t DataParallel::parameter_count() const { return impl_->parameter_count(); }
+const std::vector<Bucket>& DataParallel::buckets() const { return impl_->buckets(); }
+std::string DataParallel::save(const std::string& dir, const TrainingPosition& position) {
+  return impl_->save(dir, position);
+}
+TrainingPosition DataParallel::load(const std::string& dir) { return impl_->load(dir); }
+std::vector<float> DataParallel::parameters(int replica) { return impl_->parameters(replica); }
+BucketTimeline DataParallel::last_timeline(int replica) { return impl_->last_timeline(replica); }
+AllocatorStats DataParallel::allocator_stats(int replica) const {
+  return impl_->allocator_stats(replica);
+}
+
+// ---- construction and tear-down ------------------------------------------------------------
+
+DataParallel::Impl::Impl(std::vector<Device> devices, const ModelFactory& model,
+                         const OptimizerFactory& optimizer, DataParallelOptions options,
+                         const EngineHooks& hooks)
+    : devices_(std::move(devices)), options_(std::move(options)) {
   LS_CHECK(!devices_.empty(), "DataParallel needs at least one device");
   LS_CHECK(options_.accumulate >= 1, "accumulate must be >= 1 micro-batch, got ",
            options_.accumulate);
-  LS_CHECK(model != nullptr && optimizer != nullptr, "DataParallel needs a model and an optimizer factory");
+  LS_CHECK(model != nullptr && optimizer != nullptr,
+           "DataParallel needs a model and an optimizer factory");
   LS_CHECK(options_.collective_timeout.count() > 0, "collective timeout must be positive");
   LS_CHECK(options_.max_consecutive_skips >= 1, "max_consecutive_skips must be >= 1");
+  build_replicas(model, optimizer, hooks);
+  try {
+    run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
+  } catch (...) {
+    destroy_replicas();
+    throw;
+  }
+  buckets_ = replicas_[0]->reducer().buckets();
+  parameter_count_ = replicas_[0]->store().parameter_count();
+}
+
+void DataParallel::Impl::build_replicas(const ModelFactory& model,
+                                        const OptimizerFactory& optimizer,
+                                        const EngineHooks& hooks) {
   // The watchdog acts at collective_timeout; the communicators' own timeout is a backstop for
   // waits the watchdog cannot see, so it is set later than the watchdog's.
   CommunicatorOptions comm_options;
   comm_options.timeout = 2 * options_.collective_timeout + std::chrono::seconds(1);
-  std::vector<std::unique_ptr<Communicator>> raw = make_communicators(devices_, comm_options);
+  std::vector<std::unique_ptr<Communicator>> backends = make_communicators(devices_, comm_options);
   auto checker = std::make_shared<DesyncChecker>(size());
-  std::vector<std::unique_ptr<RecordingCommunicator>> comms;
-  for (auto& comm : raw) comms.push_back(std::make_unique<RecordingCommunicator>(std::move(comm), checker));
   replicas_.resize(devices_.size());
   for (size_t r = 0; r < devices_.size(); ++r) {
     threads_.push_back(std::make_unique<WorkerThread>("replica " + std::to_string(r) + " on " +
@@ -35,8 +91,12 @@ DataParallel::DataParallel(std::vector<Device> devices, ModelFactory model,
   std::vector<std::future<void>> built;
   for (size_t r = 0; r < devices_.size(); ++r) {
     built.push_back(threads_[r]->post([&, r] {
+      auto recorder = std::make_unique<RecordingCommunicator>(std::move(backends[r]), checker);
+      RecordingCommunicator& recorder_ref = *recorder;
+      std::unique_ptr<Communicator> comm = std::move(recorder);
+      if (hooks.wrap_communicator) comm = hooks.wrap_communicator(std::move(comm), static_cast<int>(r));
       replicas_[r] = std::make_unique<Replica>(static_cast<int>(r), devices_[r], model, optimizer,
-                                               std::move(comms[r]), options_.buckets,
+                                               std::move(comm), recorder_ref, options_.buckets,
                                                options_.seed);
     }));
   }
@@ -54,22 +114,11 @@ DataParallel::DataParallel(std::vector<Device> devices, ModelFactory model,
     destroy_replicas();
     std::rethrow_exception(first);
   }
-  try {
-    run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
-  } catch (...) {
-    destroy_replicas();
-    throw;
-  }
-  buckets_ = replicas_[0]->reducer().buckets();
-  parameter_count_ = replicas_[0]->store().parameter_count();
 }
 
-DataParallel::~DataParallel() {
-  // Replicas are destroyed on their own threads, then the threads are joined.
-  destroy_replicas();
-}
+DataParallel::Impl::~Impl() { destroy_replicas(); }
 
-void DataParallel::destroy_replicas() {
+void DataParallel::Impl::destroy_replicas() {
   std::vector<std::future<void>> done;
   for (size_t r = 0; r < threads_.size(); ++r) {
     done.push_back(threads_[r]->post([this, r] { replicas_[r].reset(); }));
@@ -77,13 +126,21 @@ void DataParallel::destroy_replicas() {
   for (auto& f : done) f.wait();
 }
 
-void DataParallel::abort_all() {
+void DataParallel::Impl::abort_all() {
   for (auto& replica : replicas_) {
     if (replica) replica->abort();
   }
 }
 
-std::vector<ReplicaProgress> DataParallel::progress() const {
+void DataParallel::Impl::drain_all() {
+  std::vector<std::future<void>> drained;
+  for (size_t r = 0; r < replicas_.size(); ++r) {
+    drained.push_back(threads_[r]->post([this, r] { replicas_[r]->drain(); }));
+  }
+  for (auto& d : drained) d.wait();
+}
+
+std::vector<ReplicaProgress> DataParallel::Impl::progress() const {
   std::vector<ReplicaProgress> out;
   for (const auto& replica : replicas_) {
     out.push_back({replica->rank(), replica->device(), replica->phase(), steps_ + 1,
@@ -92,7 +149,10 @@ std::vector<ReplicaProgress> DataParallel::progress() const {
   return out;
 }
 
+// ---- running a job on every replica ----------------------------------------------------------
+
 namespace {
+
 std::string describe_exception(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -105,22 +165,34 @@ std::string describe_exception(const std::exception_ptr& error) {
     return "unknown exception";
   }
 }
+
+// The kind of a replica's error; anything not an ls::Error came from user code (a model or a
+// factory) and is reported as internal.
+ErrorKind kind_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return e.kind();
+  } catch (...) {
+    return ErrorKind::kInternal;
+  }
+}
+
 }  // namespace
 
-void DataParallel::run_on_all(const std::function<void(Replica&)>& job, const char* what) {
-  LS_CHECK(failure_.empty(), "this DataParallel cannot be used after a replica failed (",
-           failure_, "); destroy it and build a new one");
-  struct Failure {
-    int replica = -1;
-    std::exception_ptr error;
-    Phase phase = Phase::kIdle;
-  };
+void DataParallel::Impl::check_usable(const char* what) const {
+  LS_CHECK(failure_.empty(), "cannot ", what, ": a replica failed earlier (", failure_,
+           "); destroy this DataParallel and build a new one");
+}
+
+void DataParallel::Impl::run_on_all(const std::function<void(Replica&)>& job, const char* what) {
+  check_usable(what);
   std::mutex mutex;
   Failure first;
   std::atomic<bool> failed{false};
-  std::vector<std::future<void>> done;
+  std::vector<std::future<void>> jobs;
   for (size_t r = 0; r < replicas_.size(); ++r) {
-    done.push_back(threads_[r]->post([&, r] {
+    jobs.push_back(threads_[r]->post([&, r] {
       try {
         job(*replicas_[r]);
       } catch (...) {
@@ -132,9 +204,19 @@ void DataParallel::run_on_all(const std::function<void(Replica&)>& job, const ch
       }
     }));
   }
-  // Wait for everyone, watching. The first failure aborts all replicas, so that none stays
-  // blocked in a collective waiting for the one that failed; a collective that waits too long
-  // makes the watchdog abort them all with its report.
+  const std::string stuck = watch(jobs, failed, what);
+  if (!failed && stuck.empty()) return;
+  // A failed job may have left work on its streams that reads the caller's memory (the batch
+  // being uploaded): let every stream finish or skip it before the caller gets control back.
+  drain_all();
+  fail(first, stuck, what);
+}
+
+std::string DataParallel::Impl::watch(std::vector<std::future<void>>& jobs,
+                                      const std::atomic<bool>& failed, const char* what) {
+  // The first failure aborts all replicas, so that none stays blocked in a collective waiting
+  // for the one that failed; a collective that waits too long makes the watchdog abort them
+  // all with its report.
   using Clock = std::chrono::steady_clock;
   constexpr auto kPoll = std::chrono::milliseconds(10);
   constexpr auto kWatchEvery = std::chrono::milliseconds(100);
@@ -143,8 +225,9 @@ void DataParallel::run_on_all(const std::function<void(Replica&)>& job, const ch
   bool aborted = false;
   Clock::time_point next_watch = Clock::now() + kWatchEvery;
   Clock::time_point next_beat = Clock::now() + options_.heartbeat_interval;
-  for (auto& f : done) {
-    while (f.wait_for(kPoll) != std::future_status::ready) {
+  const bool beating = options_.heartbeat && options_.heartbeat_interval.count() > 0;
+  for (auto& job : jobs) {
+    while (job.wait_for(kPoll) != std::future_status::ready) {
       if (aborted) continue;
       if (failed) {
         abort_all();
@@ -152,9 +235,9 @@ void DataParallel::run_on_all(const std::function<void(Replica&)>& job, const ch
         continue;
       }
       const Clock::time_point now = Clock::now();
-      const bool beat = options_.heartbeat && options_.heartbeat_interval.count() > 0 && now >= next_beat;
+      const bool beat = beating && now >= next_beat;
       if (now < next_watch && !beat) continue;
-      // Nothing may leave this loop while jobs still run: they reference this frame.
+      // Nothing may leave this loop while jobs still run: they reference the caller's frame.
       try {
         std::vector<ReplicaProgress> where = progress();
         if (beat) {
@@ -175,27 +258,32 @@ void DataParallel::run_on_all(const std::function<void(Replica&)>& job, const ch
       next_watch = now + kWatchEvery;
     }
   }
-  if (!failed && stuck.empty()) return;
-  if (!aborted) abort_all();
-  // A failed job may have left work on its streams that reads the caller's memory (the batch
-  // being uploaded): let every stream finish or skip it before the caller gets control back.
-  std::vector<std::future<void>> drained;
-  for (size_t r = 0; r < replicas_.size(); ++r) {
-    drained.push_back(threads_[r]->post([this, r] { replicas_[r]->drain(); }));
-  }
-  for (auto& d : drained) d.wait();
+  if ((failed || !stuck.empty()) && !aborted) abort_all();
+  return stuck;
+}
+
+void DataParallel::Impl::fail(const Failure& first, const std::string& stuck, const char* what) {
   if (!stuck.empty()) {
     failure_ = std::string(what) + " " + std::to_string(steps_ + 1) + ": " + stuck;
+    failure_kind_ = ErrorKind::kTimeout;
   } else {
     failure_ = "replica " + std::to_string(first.replica) + " on " +
                devices_[static_cast<size_t>(first.replica)].str() + " failed in " + what +
                " (step " + std::to_string(steps_ + 1) + ", " + phase_name(first.phase) +
                "): " + describe_exception(first.error);
+    failure_kind_ = kind_of(first.error);
   }
-  LS_THROW(failure_);
+  LS_THROW_AS(failure_kind_, failure_);
 }
 
-std::vector<int64_t> DataParallel::shard_rows(int64_t global_rows) const {
+void DataParallel::Impl::check_replica(int replica) const {
+  LS_CHECK(replica >= 0 && replica < size(), "replica ", replica, " does not exist (", size(),
+           " replicas)");
+}
+
+// ---- the step and evaluation -----------------------------------------------------------------
+
+std::vector<int64_t> DataParallel::Impl::shard_rows(int64_t global_rows) const {
   const int64_t n = size();
   LS_CHECK(global_rows % n == 0 || options_.allow_uneven_shards, "global batch ", global_rows,
            " does not divide by the ", n, " devices; use a multiple of ", n,
@@ -208,7 +296,7 @@ std::vector<int64_t> DataParallel::shard_rows(int64_t global_rows) const {
   return rows;
 }
 
-StepResult DataParallel::step(const data::Batch& batch) {
+StepResult DataParallel::Impl::step(const data::Batch& batch) {
   LS_CHECK(batch.size > 0 && static_cast<int64_t>(batch.labels.size()) == batch.size &&
                batch.images.size() % static_cast<size_t>(batch.size) == 0,
            "malformed batch: ", batch.size, " examples, ", batch.labels.size(), " labels, ",
@@ -216,15 +304,13 @@ StepResult DataParallel::step(const data::Batch& batch) {
   const int64_t features = static_cast<int64_t>(batch.images.size()) / batch.size;
   const std::vector<int64_t> rows = shard_rows(batch.size);
   std::vector<StepOutcome> outcomes(rows.size());
-  const int64_t step_number = steps_ + 1;
   run_on_all(
       [&](Replica& replica) {
         const int r = replica.rank();
         const int64_t begin = std::accumulate(rows.begin(), rows.begin() + r, int64_t{0});
         Shard shard{batch.images.data() + begin * features, batch.labels.data() + begin,
                     rows[static_cast<size_t>(r)], features};
-        outcomes[static_cast<size_t>(r)] =
-            replica.step(shard, batch.size, options_.accumulate, step_number, options_.fault);
+        outcomes[static_cast<size_t>(r)] = replica.step(shard, batch.size, options_.accumulate);
       },
       "step");
   ++steps_;
@@ -241,12 +327,13 @@ StepResult DataParallel::step(const data::Batch& batch) {
                std::to_string(steps_) + ") had non-finite loss or gradients (last: loss " +
                std::to_string(result.loss) + ", " + std::to_string(outcome.nonfinite) +
                " non-finite gradient values); lower the learning rate or check the data";
-    LS_THROW(failure_);
+    failure_kind_ = ErrorKind::kNonFinite;
+    LS_THROW_AS(failure_kind_, failure_);
   }
   return result;
 }
 
-EvalResult DataParallel::evaluate(const data::Dataset& dataset, int64_t batch_size) {
+EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t batch_size) {
   LS_CHECK(batch_size > 0, "evaluate: batch size must be positive, got ", batch_size);
   LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
   std::vector<EvalCounts> counts(replicas_.size());
@@ -273,35 +360,37 @@ EvalResult DataParallel::evaluate(const data::Dataset& dataset, int64_t batch_si
   return result;
 }
 
-std::vector<float> DataParallel::parameters(int replica) {
+std::vector<float> DataParallel::Impl::parameters(int replica) {
   return run_on<std::vector<float>>(
       replica, [](Replica& r) { return r.store().values_to_host(r.compute_stream()); });
 }
 
-Reducer::Timeline DataParallel::last_timeline(int replica) {
-  return run_on<Reducer::Timeline>(replica, [](Replica& r) { return r.last_timeline(); });
+BucketTimeline DataParallel::Impl::last_timeline(int replica) {
+  return run_on<BucketTimeline>(replica, [](Replica& r) { return r.last_timeline(); });
 }
 
-AllocatorStats DataParallel::allocator_stats(int replica) const {
-  LS_CHECK(replica >= 0 && replica < size(), "replica ", replica, " does not exist");
+AllocatorStats DataParallel::Impl::allocator_stats(int replica) const {
+  check_replica(replica);
   return device_runtime(devices_[static_cast<size_t>(replica)]).allocator().stats();
 }
+
+// ---- factories -------------------------------------------------------------------------------
 
 OptimizerFactory make_optimizer_factory(const OptimizerSpec& spec) {
   LS_CHECK(spec.kind == "adamw" || spec.kind == "sgd", "unknown optimizer '", spec.kind,
            "'; use adamw or sgd");
-  return [spec](nn::ParameterStore& store, Stream& stream) -> std::unique_ptr<optim::Optimizer> {
+  return [spec](const Tensor& params, Stream& stream) -> std::unique_ptr<optim::Optimizer> {
     if (spec.kind == "adamw") {
       AdamWConfig config;
       config.lr = spec.lr;
       config.weight_decay = spec.weight_decay;
-      return std::make_unique<optim::AdamW>(store, config, stream);
+      return std::make_unique<optim::AdamW>(params, config, stream);
     }
     SgdConfig config;
     config.lr = spec.lr;
     config.momentum = spec.momentum;
     config.weight_decay = spec.weight_decay;
-    return std::make_unique<optim::Sgd>(store, config, stream);
+    return std::make_unique<optim::Sgd>(params, config, stream);
   };
 }
 

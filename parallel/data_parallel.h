@@ -1,4 +1,4 @@
-// DataParallel: the object an application holds to train one model on several devices.
+// DataParallel: the object an application holds to train one model on several devices (public).
 //
 // One Replica per device, each on its own long-lived thread that owns the device, its streams,
 // its model copy and optimizer. Communicators are made together up front; replica 0's initial
@@ -7,29 +7,62 @@
 // once and returns the global mean loss. One device is the same code path with N = 1.
 // Failure: when a replica throws, every replica is aborted (communicators and streams), no
 // thread is left blocked, and step() throws one ls::Error naming the replica, its device, the
-// step, the phase and the original message. The object is unusable afterwards (destroy it).
-// Hangs: a watchdog reports where every replica is when one waits in a collective longer than
-// collective_timeout, then aborts all and throws that report. Desyncs (replicas issuing
-// different collectives) are caught before they reach the backend. Non-finite loss or gradients
-// skip the step on every replica alike; max_consecutive_skips skipped steps in a row are an error.
-// Thread-safety: call from one thread at a time.
+// step, the phase and the original message, with the original's kind(). The object is unusable
+// afterwards (destroy it). Hangs: a watchdog reports where every replica is when one waits in a
+// collective longer than collective_timeout, then aborts all and throws that report (kind
+// timeout). Desyncs (replicas issuing different collectives) are caught before they reach the
+// backend (kind desync). Non-finite loss or gradients skip the step on every replica alike;
+// max_consecutive_skips skipped steps in a row are an error (kind non_finite).
+// Thread-safety: call from one thread at a time. The implementation is private
+// (parallel/data_parallel_impl.h); this header includes only public headers.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/core/allocator.h"
+#include "engine/core/device.h"
+#include "engine/core/tensor.h"
 #include "engine/model/data/dataset.h"
-#include "engine/core/error.h"
 #include "engine/model/data/sampler.h"
-#include "engine/model/optim/optimizer.h"
-#include "parallel/replica.h"
-#include "parallel/watchdog.h"
-#include "parallel/worker_thread.h"
+#include "parallel/buckets.h"
 
 namespace ls {
+
+namespace nn {
+class Module;
+}  // namespace nn
+namespace optim {
+class Optimizer;
+}  // namespace optim
+struct EngineHooks;  // seams for tests and tools: parallel/engine_hooks.h
+
+// Builds one replica's model; called once on each replica's thread (current_replica() tells
+// which). The optimizer factory builds an optimizer for the replica's flat parameter buffer
+// (its state sized like it, zeroed on the stream).
+using ModelFactory = std::function<std::unique_ptr<nn::Module>()>;
+using OptimizerFactory =
+    std::function<std::unique_ptr<optim::Optimizer>(const Tensor& params, Stream& stream)>;
+
+// Factories for the common cases.
+struct OptimizerSpec {
+  std::string kind = "adamw";  // "adamw" or "sgd"
+  float lr = 1e-3f;
+  float momentum = 0.0f;       // sgd
+  float weight_decay = 0.01f;  // adamw: decoupled; sgd: L2
+};
+OptimizerFactory make_optimizer_factory(const OptimizerSpec& spec);
+// Linear layers of these widths with ReLU between them, e.g. {784, 256, 10}.
+ModelFactory mlp_factory(std::vector<int64_t> widths);
+
+// The rank of the replica whose thread calls it (model factories and model code may use it),
+// or -1 on any other thread.
+int current_replica();
 
 struct DataParallelOptions {
   BucketOptions buckets;
@@ -43,7 +76,6 @@ struct DataParallelOptions {
   // with where every replica is: shows a live run is live.
   std::chrono::milliseconds heartbeat_interval{0};
   std::function<void(const std::string&)> heartbeat;
-  FaultInjection fault;              // tests: inject one fault (parallel/fault_injection.h)
 };
 
 struct StepResult {
@@ -68,6 +100,9 @@ class DataParallel {
  public:
   DataParallel(std::vector<Device> devices, ModelFactory model, OptimizerFactory optimizer,
                DataParallelOptions options = {});
+  // The same, with seams (communicator decorators) that tests and tools fill in.
+  DataParallel(std::vector<Device> devices, ModelFactory model, OptimizerFactory optimizer,
+               DataParallelOptions options, const EngineHooks& hooks);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -76,68 +111,37 @@ class DataParallel {
   // Splits the data set across the replicas and combines their counts.
   EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
 
-  int size() const { return static_cast<int>(devices_.size()); }
-  const std::vector<Device>& devices() const { return devices_; }
-  int64_t steps_taken() const { return steps_; }
-  int64_t skipped_steps() const { return skipped_total_; }
-  int64_t parameter_count() const { return parameter_count_; }
-  const std::vector<Bucket>& buckets() const { return buckets_; }
-  // Checkpoints (parallel/checkpointing.cpp): DIR/step-NNNNNN/{model,optimizer}.safetensors +
-  // meta.json, committed atomically, DIR/latest naming the newest. Parameters are saved under
-  // their module paths ("0.weight"), optimizer state as "<parameter>.<state>" ("0.weight.exp_avg"),
-  // so PyTorch's safetensors reads them. save() returns the committed directory; load() takes
-  // DIR (follows `latest`) or a step directory, checks every tensor's name, dtype and shape
-  // against this model and optimizer, restores all replicas and the step count, and returns the
-  // data position to continue from.
+  int size() const;
+  const std::vector<Device>& devices() const;
+  int64_t steps_taken() const;
+  int64_t skipped_steps() const;
+  int64_t parameter_count() const;
+  const std::vector<Bucket>& buckets() const;
+
+  // Checkpoints: DIR/step-NNNNNN/{model,optimizer}.safetensors + meta.json, committed
+  // atomically, DIR/latest naming the newest. Parameters are saved under their module paths
+  // ("0.weight"), optimizer state as "<parameter>.<state>" ("0.weight.exp_avg"), so PyTorch's
+  // safetensors reads them. save() returns the committed directory; load() takes DIR (follows
+  // `latest`) or a step directory, checks every tensor's name, dtype and shape against this model
+  // and optimizer, restores all replicas and the step count, and returns the data position to
+  // continue from. File and disk errors are of kind io.
   std::string save(const std::string& dir, const TrainingPosition& position = {});
   TrainingPosition load(const std::string& dir);
 
   // A host copy of replica r's flat parameter buffer (synchronizes that replica).
   std::vector<float> parameters(int replica);
   // Replica r's timeline of the last step (bucket all-reduces and end of backward).
-  Reducer::Timeline last_timeline(int replica);
+  BucketTimeline last_timeline(int replica);
   AllocatorStats allocator_stats(int replica) const;
 
+  class Impl;
+
  private:
-  // Runs job(replica) on every replica's thread and waits; on any failure aborts all replicas
-  // and throws the first failure, described (see the class comment).
-  void run_on_all(const std::function<void(Replica&)>& job, const char* what);
-  // Runs job on replica r's thread and returns its result (for reads and checkpoints).
-  template <typename T>
-  T run_on(int replica, const std::function<T(Replica&)>& job) {
-    LS_CHECK(replica >= 0 && replica < size(), "replica ", replica, " does not exist (", size(),
-             " replicas)");
-    T out{};
-    threads_[static_cast<size_t>(replica)]
-        ->post([&] { out = job(*replicas_[static_cast<size_t>(replica)]); })
-        .get();
-    return out;
-  }
-  std::vector<int64_t> shard_rows(int64_t global_rows) const;
-  std::vector<ReplicaProgress> progress() const;
-  void abort_all();
-  void destroy_replicas();  // each on its own thread
-
-  std::vector<Device> devices_;
-  DataParallelOptions options_;
-  std::vector<std::unique_ptr<WorkerThread>> threads_;
-  std::vector<std::unique_ptr<Replica>> replicas_;
-  std::vector<Bucket> buckets_;
-  int64_t parameter_count_ = 0;
-  int64_t steps_ = 0;
-  int64_t skipped_total_ = 0;
-  int consecutive_skips_ = 0;
-  std::string failure_;  // set once a replica has failed; every later call throws it
+  std::unique_ptr<Impl> impl_;
 };
 
-// Factories for the common cases.
-struct OptimizerSpec {
-  std::string kind = "adamw";  // "adamw" or "sgd"
-  float lr = 1e-3f;
-  float momentum = 0.0f;       // sgd
-  float weight_decay = 0.01f;  // adamw: decoupled; sgd: L2
-};
-OptimizerFactory make_optimizer_factory(const OptimizerSpec& spec);
-ModelFactory mlp_factory(std::vector<int64_t> widths);
+// The step directory DIR/latest names, or nullopt when DIR holds no checkpoint yet; a broken
+// `latest` is an ls::Error (kind io), never a silent fresh start.
+std::optional<std::string> latest_checkpoint(const std::string& dir);
 
 }  // namespace ls

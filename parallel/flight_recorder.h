@@ -86,7 +86,7 @@ class RecordingCommunicator final : public Communicator {
   void abort() override { inner_->abort(); }
 
   // Names the next collective in the record ("bucket 3"); cleared by the call.
-  void label_next(std::string label) { next_label_ = std::move(label); }
+  void label_next(std::string label) override { next_label_ = std::move(label); }
 
   int64_t issued() const;
   // The recorded collectives, oldest first, with their started/completed state queried now.

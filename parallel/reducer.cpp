@@ -14,19 +14,20 @@ namespace ls {
 // replica (same model), hence so is the collective order. Unused parameters never fire the hook;
 // finish() launches their buckets last, in order, so every rank still issues every bucket.
 
-Reducer::Reducer(nn::ParameterStore& store, RecordingCommunicator& comm, Stream& compute,
-                 Stream& comm_stream, const BucketOptions& options)
-    : store_(store), comm_(comm), compute_(compute), comm_stream_(comm_stream) {
-  const auto& params = store.parameters();
-  std::vector<ParameterExtent> extents;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const int64_t end = i + 1 < params.size() ? params[i + 1]->offset : store.grads().numel();
-    extents.push_back({params[i]->offset, end - params[i]->offset});
-  }
+Reducer::Reducer(const Tensor& flat_grads, const std::vector<ParameterExtent>& extents,
+                 Communicator& comm, Stream& compute, Stream& comm_stream,
+                 const BucketOptions& options)
+    : flat_grads_(flat_grads), comm_(comm), compute_(compute), comm_stream_(comm_stream) {
+  LS_CHECK(flat_grads.defined() && flat_grads.dtype() == DType::kF32,
+           "Reducer: the gradient buffer must be a defined f32 tensor");
+  LS_CHECK(!extents.empty() && extents.back().offset + extents.back().extent <= flat_grads.numel(),
+           "Reducer: the parameter extents run past the gradient buffer (", flat_grads.describe(),
+           ")");
   buckets_ = plan_buckets(extents, sizeof(float), options);
-  DeviceRuntime& runtime = device_runtime(store.device());
+  bucket_of_.resize(extents.size());
+  DeviceRuntime& runtime = device_runtime(flat_grads.device());
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    for (int p : buckets_[b].parameters) bucket_of_[params[static_cast<size_t>(p)]] = b;
+    for (int p : buckets_[b].parameters) bucket_of_[static_cast<size_t>(p)] = b;
     grads_ready_.push_back(runtime.create_event());
     start_.push_back(runtime.create_event());
     end_.push_back(runtime.create_event());
@@ -36,19 +37,19 @@ Reducer::Reducer(nn::ParameterStore& store, RecordingCommunicator& comm, Stream&
   pending_.resize(buckets_.size());
 }
 
-void Reducer::begin(FaultInjection::Kind fault) {
-  fault_ = fault;
+void Reducer::begin() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     pending_[b] = static_cast<int>(buckets_[b].parameters.size());
   }
   next_launch_ = 0;
 }
 
-void Reducer::on_grad_ready(Parameter& parameter) {
-  auto it = bucket_of_.find(&parameter);
-  LS_ASSERT(it != bucket_of_.end(), "gradient of '", parameter.name, "' is in no bucket");
-  LS_ASSERT(pending_[it->second] > 0, "gradient of '", parameter.name, "' reported twice");
-  --pending_[it->second];
+void Reducer::on_grad_ready(int index) {
+  LS_ASSERT(index >= 0 && static_cast<size_t>(index) < bucket_of_.size(), "gradient of parameter ",
+            index, " is in no bucket");
+  const size_t bucket = bucket_of_[static_cast<size_t>(index)];
+  LS_ASSERT(pending_[bucket] > 0, "gradient of parameter ", index, " reported twice");
+  --pending_[bucket];
   launch_ready_buckets();
 }
 
@@ -62,9 +63,8 @@ void Reducer::launch(size_t b) {
   compute_.record(*grads_ready_[b]);
   comm_stream_.wait(*grads_ready_[b]);
   comm_stream_.record(*start_[b]);
-  float* grads = store_.grads().f32() + bucket.offset;
-  size_t count = static_cast<size_t>(bucket.count);
-  if (b == 0 && fault_ == FaultInjection::Kind::kWrongCount) --count;
+  float* grads = flat_grads_.f32() + bucket.offset;
+  const auto count = static_cast<size_t>(bucket.count);
   comm_.label_next("bucket " + std::to_string(b));
   comm_.all_reduce(grads, grads, count, DType::kF32, ReduceOp::kSum, comm_stream_);
   comm_stream_.record(*end_[b]);

@@ -2,8 +2,6 @@
 #include "parallel/replica.h"
 
 #include <cmath>
-#include <limits>
-#include <thread>
 
 #include "engine/core/error.h"
 #include "engine/model/nn/functional.h"
@@ -29,14 +27,25 @@ const char* phase_name(Phase phase) {
 
 namespace {
 thread_local int t_current_replica = -1;
+
+// Where each parameter's gradient lies in the flat buffer, padding included.
+std::vector<ParameterExtent> parameter_extents(const nn::ParameterStore& store) {
+  const auto& params = store.parameters();
+  std::vector<ParameterExtent> extents;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t end = i + 1 < params.size() ? params[i + 1]->offset : store.grads().numel();
+    extents.push_back({params[i]->offset, end - params[i]->offset});
+  }
+  return extents;
+}
 }  // namespace
 
 int current_replica() { return t_current_replica; }
 
 Replica::Replica(int rank, Device device, const ModelFactory& model,
-                 const OptimizerFactory& optimizer, std::unique_ptr<RecordingCommunicator> comm,
-                 const BucketOptions& buckets, uint64_t seed)
-    : rank_(rank), device_(device), comm_(std::move(comm)) {
+                 const OptimizerFactory& optimizer, std::unique_ptr<Communicator> comm,
+                 RecordingCommunicator& recorder, const BucketOptions& buckets, uint64_t seed)
+    : rank_(rank), device_(device), comm_(std::move(comm)), recorder_(recorder) {
   t_current_replica = rank;
   DeviceRuntime& runtime = device_runtime(device);
   runtime.bind_current_thread();
@@ -46,9 +55,10 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   model_ = model();
   LS_CHECK(model_ != nullptr, "the model factory returned no model");
   store_ = std::make_unique<nn::ParameterStore>(*model_, device, *compute_, seed);
-  optimizer_ = optimizer(*store_, *compute_);
+  optimizer_ = optimizer(store_->values(), *compute_);
   LS_CHECK(optimizer_ != nullptr, "the optimizer factory returned no optimizer");
-  reducer_ = std::make_unique<Reducer>(*store_, *comm_, *compute_, *comm_stream_, buckets);
+  reducer_ = std::make_unique<Reducer>(store_->grads(), parameter_extents(*store_), *comm_,
+                                       *compute_, *comm_stream_, buckets);
   loss_sum_ = Tensor::empty({1}, DType::kF32, device);
   nonfinite_ = Tensor::empty({1}, DType::kI32, device);
   compute_->synchronize();
@@ -92,8 +102,7 @@ void Replica::upload(const Shard& shard) {
   labels_.copy_from_host_async(shard.labels, labels_.nbytes(), *compute_);
 }
 
-void Replica::forward_backward(const Shard& shard, int64_t global_rows, int accumulate,
-                               bool fault_here, const FaultInjection& fault) {
+void Replica::forward_backward(const Shard& shard, int64_t global_rows, int accumulate) {
   Stream& stream = *compute_;
   const float grad_scale = 1.0f / static_cast<float>(global_rows);
   for (int m = 0; m < accumulate; ++m) {
@@ -103,44 +112,32 @@ void Replica::forward_backward(const Shard& shard, int64_t global_rows, int accu
     Tensor x = images_.view(begin * shard.features, {end - begin, shard.features});
     Tensor y = labels_.view(begin, {end - begin});
     phase_ = Phase::kForward;
-    LS_CHECK(!(fault_here && fault.kind == FaultInjection::Kind::kThrowInForward),
-             "injected fault: exception in forward");
-    if (fault_here && fault.kind == FaultInjection::Kind::kStall) std::this_thread::sleep_for(fault.stall);
     Tape tape(stream);
     if (m + 1 == accumulate) {  // the all-reduce follows the last micro-batch only
-      tape.set_grad_ready_hook([this](Parameter& p) { reducer_->on_grad_ready(p); });
+      tape.set_grad_ready_hook([this](Parameter& p) { reducer_->on_grad_ready(p.index); });
     }
     Var loss = nn::cross_entropy(tape, model_->forward(tape, tape.constant(x)), y, grad_scale);
     axpy(static_cast<float>(end - begin), loss->value, loss_sum_, stream);  // mean -> sum
     phase_ = Phase::kBackward;
-    LS_CHECK(!(fault_here && fault.kind == FaultInjection::Kind::kThrowInBackward),
-             "injected fault: exception in backward");
     tape.backward(loss);
   }
 }
 
-StepOutcome Replica::step(const Shard& shard, int64_t global_rows, int accumulate, int64_t step,
-                          const FaultInjection& fault) {
+StepOutcome Replica::step(const Shard& shard, int64_t global_rows, int accumulate) {
   LS_ASSERT(shard.rows >= accumulate && accumulate >= 1);
-  const bool fault_here = fault.replica == rank_ && fault.step == step;
   Stream& stream = *compute_;
   upload(shard);
-  if (fault_here && fault.kind == FaultInjection::Kind::kNaN) {
-    fill(images_, std::numeric_limits<float>::quiet_NaN(), stream);
-  }
   stream.record(*step_start_);
   store_->zero_grad(stream);
   fill(loss_sum_, 0.0f, stream);
-  reducer_->begin(fault_here ? fault.kind : FaultInjection::Kind::kNone);
-  forward_backward(shard, global_rows, accumulate, fault_here, fault);
+  reducer_->begin();
+  forward_backward(shard, global_rows, accumulate);
 
   phase_ = Phase::kReduce;
   reducer_->finish();
   // The loss sum rides on the compute stream, after the gradients (the same order everywhere).
-  if (!(fault_here && fault.kind == FaultInjection::Kind::kSkipCollective)) {
-    comm_->label_next("loss");
-    comm_->all_reduce(loss_sum_.data(), loss_sum_.data(), 1, DType::kF32, ReduceOp::kSum, stream);
-  }
+  comm_->label_next("loss");
+  comm_->all_reduce(loss_sum_.data(), loss_sum_.data(), 1, DType::kF32, ReduceOp::kSum, stream);
   count_nonfinite(store_->grads(), nonfinite_, stream);
   loss_sum_.copy_to_host_async(&loss_sum_host_, sizeof loss_sum_host_, stream);
   nonfinite_.copy_to_host_async(&nonfinite_host_, sizeof nonfinite_host_, stream);
@@ -151,7 +148,7 @@ StepOutcome Replica::step(const Shard& shard, int64_t global_rows, int accumulat
   outcome.skipped = nonfinite_host_ != 0 || !std::isfinite(loss_sum_host_);
   if (!outcome.skipped) {
     phase_ = Phase::kOptimizer;
-    optimizer_->step(stream);
+    optimizer_->step(store_->values(), store_->grads(), stream);
     stream.synchronize();
   }
   phase_ = Phase::kIdle;

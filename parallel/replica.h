@@ -20,23 +20,15 @@
 #include "engine/model/nn/parameter_store.h"
 #include "engine/model/optim/optimizer.h"
 #include "parallel/communicator.h"
-#include "parallel/fault_injection.h"
+#include "parallel/data_parallel.h"
 #include "parallel/flight_recorder.h"
 #include "parallel/reducer.h"
 
 namespace ls {
 
-using ModelFactory = std::function<std::unique_ptr<nn::Module>()>;
-using OptimizerFactory =
-    std::function<std::unique_ptr<optim::Optimizer>(nn::ParameterStore&, Stream&)>;
-
 // Where a replica is, for error messages and (later) the watchdog.
 enum class Phase { kIdle, kSetup, kUpload, kForward, kBackward, kReduce, kOptimizer, kEvaluate };
 const char* phase_name(Phase phase);
-
-// The rank of the replica whose thread calls it (model factories and model code may use it),
-// or -1 on any other thread.
-int current_replica();
 
 // A replica's rows of the global batch, in host memory owned by the caller.
 struct Shard {
@@ -60,17 +52,17 @@ struct EvalCounts {
 
 class Replica {
  public:
+  // `comm` is the replica's communicator chain (decorators, if any, around `recorder`, the
+  // flight recorder it owns, around the backend); `recorder` is read by the watchdog.
   Replica(int rank, Device device, const ModelFactory& model, const OptimizerFactory& optimizer,
-          std::unique_ptr<RecordingCommunicator> comm, const BucketOptions& buckets,
-          uint64_t seed);
+          std::unique_ptr<Communicator> comm, RecordingCommunicator& recorder,
+          const BucketOptions& buckets, uint64_t seed);
   ~Replica();
 
   // Makes every replica start from rank 0's parameters (a collective: all replicas call it).
   void broadcast_parameters();
-  // Step `step` (1-based) on this replica's shard; `fault` applies when it names this replica
-  // and step.
-  StepOutcome step(const Shard& shard, int64_t global_rows, int accumulate, int64_t step,
-                   const FaultInjection& fault);
+  // One step on this replica's shard of a global batch of `global_rows` rows.
+  StepOutcome step(const Shard& shard, int64_t global_rows, int accumulate);
   EvalCounts evaluate(const Shard& rows, int64_t batch_size);
 
   int rank() const { return rank_; }
@@ -78,7 +70,7 @@ class Replica {
   Phase phase() const { return phase_.load(); }
   nn::ParameterStore& store() { return *store_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
-  RecordingCommunicator& communicator() { return *comm_; }
+  RecordingCommunicator& communicator() { return recorder_; }
   const Reducer& reducer() const { return *reducer_; }
   Stream& compute_stream() { return *compute_; }
   // The last step's timeline, relative to its start (valid after step() returned).
@@ -92,8 +84,7 @@ class Replica {
  private:
   void upload(const Shard& shard);
   // Forward and backward of the shard's micro-batches; adds each one's loss sum to loss_sum_.
-  void forward_backward(const Shard& shard, int64_t global_rows, int accumulate, bool fault_here,
-                        const FaultInjection& fault);
+  void forward_backward(const Shard& shard, int64_t global_rows, int accumulate);
 
   int rank_;
   Device device_;
@@ -103,7 +94,8 @@ class Replica {
   std::unique_ptr<nn::Module> model_;
   std::unique_ptr<nn::ParameterStore> store_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  std::unique_ptr<RecordingCommunicator> comm_;
+  std::unique_ptr<Communicator> comm_;
+  RecordingCommunicator& recorder_;  // inside comm_
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<Event> step_start_;
   Tensor images_, labels_;  // device copies of the shard, reused across steps

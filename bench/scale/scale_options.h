@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/cli_values.h"
+#include "examples/cli_values.h"
 
 #include "engine/core/device.h"
 

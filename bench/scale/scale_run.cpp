@@ -25,7 +25,7 @@ struct CommTimes {
   double total_ms = 0;    // all-reduce time summed over buckets
 };
 
-CommTimes comm_times(const ls::Reducer::Timeline& t) {
+CommTimes comm_times(const ls::BucketTimeline& t) {
   CommTimes c;
   if (t.bucket_end_ms.empty()) return c;
   const double last_end = *std::max_element(t.bucket_end_ms.begin(), t.bucket_end_ms.end());

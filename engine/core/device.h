@@ -42,6 +42,12 @@ CudaAvailability cuda_availability();
 // Whether this build of lockstep contains the CUDA backend.
 bool built_with_cuda();
 
+// Host devices: how many cores each one uses for its kernels (oneTBB arena size and GEMM
+// splits). Default 1, so N host devices use N cores and never oversubscribe the machine.
+// Must be set before the first host device is used; later calls are an error.
+void set_host_threads_per_device(int threads);
+int host_threads_per_device();
+
 std::vector<Device> parse_devices(std::string_view spec);
 std::string devices_str(const std::vector<Device>& devices);  // "host:0,host:1"
 

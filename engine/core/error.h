@@ -3,7 +3,8 @@
 // LS_CHECK(cond, parts...)  a user error (kind usage): the message names the bad value and says
 //                           how to fix it.
 // LS_CHECK_AS(kind, cond, parts...), LS_THROW_AS(kind, parts...): the same with another kind
-//                           (io for files and the disk, timeout, desync, non_finite, aborted).
+//                           (timeout, desync, non_finite, aborted); LS_CHECK_IO / LS_THROW_IO
+//                           for files and the disk (kind io).
 // LS_ASSERT(cond, parts...) an internal invariant (kind internal); failing it is a lockstep bug.
 // Callers branch on Error::kind(), never on the message text.
 // LS_CUDA_CHECK / LS_NCCL_CHECK / LS_CUBLAS_CHECK live in engine/core/cuda/cuda_check.h (and nccl_check.h) and are built on
@@ -80,6 +81,9 @@ std::string concat(Parts&&... parts) {
     }                                        \
   } while (0)
 #define LS_CHECK(cond, ...) LS_CHECK_AS(::ls::ErrorKind::kUsage, cond, __VA_ARGS__)
+// Files and the disk: missing, unreadable, corrupt, full.
+#define LS_CHECK_IO(cond, ...) LS_CHECK_AS(::ls::ErrorKind::kIo, cond, __VA_ARGS__)
+#define LS_THROW_IO(...) LS_THROW_AS(::ls::ErrorKind::kIo, __VA_ARGS__)
 
 #define LS_ASSERT(cond, ...)                                                                  \
   do {                                                                                        \

@@ -26,7 +26,7 @@ std::string_view json_kind_name(JsonValue::Kind kind) {
 namespace {
 
 void check_kind(const JsonValue& v, JsonValue::Kind want) {
-  LS_CHECK(v.kind() == want, "byte ", v.offset(), ": expected ", json_kind_name(want), ", got ",
+  LS_CHECK_IO(v.kind() == want, "byte ", v.offset(), ": expected ", json_kind_name(want), ", got ",
            json_kind_name(v.kind()));
 }
 
@@ -69,7 +69,7 @@ int64_t JsonValue::as_int64() const {
   int64_t out = 0;
   const char* end = text_.data() + text_.size();
   auto [ptr, ec] = std::from_chars(text_.data(), end, out);
-  LS_CHECK(is_integer_literal(text_) && ec == std::errc() && ptr == end, "byte ", offset_,
+  LS_CHECK_IO(is_integer_literal(text_) && ec == std::errc() && ptr == end, "byte ", offset_,
            ": expected an integer that fits in 64 bits, got ", text_);
   return out;
 }
@@ -79,7 +79,7 @@ uint64_t JsonValue::as_uint64() const {
   uint64_t out = 0;
   const char* end = text_.data() + text_.size();
   auto [ptr, ec] = std::from_chars(text_.data(), end, out);  // rejects a leading '-'
-  LS_CHECK(is_integer_literal(text_) && ec == std::errc() && ptr == end, "byte ", offset_,
+  LS_CHECK_IO(is_integer_literal(text_) && ec == std::errc() && ptr == end, "byte ", offset_,
            ": expected a non-negative integer that fits in 64 bits, got ", text_);
   return out;
 }
@@ -89,7 +89,7 @@ double JsonValue::as_double() const {
   double out = 0;
   const char* end = text_.data() + text_.size();
   auto [ptr, ec] = std::from_chars(text_.data(), end, out);
-  LS_CHECK(ec == std::errc() && ptr == end, "byte ", offset_, ": number ", text_,
+  LS_CHECK_IO(ec == std::errc() && ptr == end, "byte ", offset_, ": number ", text_,
            " is out of the range of a double");
   return out;
 }
@@ -159,7 +159,7 @@ class JsonParser {
  private:
   template <typename... Parts>
   [[noreturn]] void fail_at(size_t pos, Parts&&... parts) {
-    LS_THROW(source_, ": byte ", pos, ": ", std::forward<Parts>(parts)...);
+    LS_THROW_IO(source_, ": byte ", pos, ": ", std::forward<Parts>(parts)...);
   }
 
   bool consume(char c) {

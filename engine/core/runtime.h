@@ -32,11 +32,7 @@ class DeviceRuntime {
 
 DeviceRuntime& device_runtime(Device device);
 
-// Host devices: how many cores each one uses for its kernels (oneTBB arena size and GEMM
-// splits). Default 1, so N host devices use N cores and never oversubscribe the machine.
-// Must be set before the first host device is used; later calls are an error.
-void set_host_threads_per_device(int threads);
-int host_threads_per_device();
+// set_host_threads_per_device / host_threads_per_device: engine/core/device.h.
 
 // Backend factories, one per backend file that is compiled in.
 std::unique_ptr<DeviceRuntime> make_host_runtime(Device device);

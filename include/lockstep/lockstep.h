@@ -1,16 +1,19 @@
-// lockstep's public header: everything an application needs to build a model and train it.
+// lockstep's public header: everything an application needs to train a model data-parallel on
+// every device of a machine. Only the headers below are installed; everything else is internal.
+//   devices, dtypes, tensors, errors: engine/core/{device,dtype,tensor,stream,allocator,error}.h
+//   data sets and batches:            engine/model/data/{dataset,sampler}.h
+//   DataParallel, model and optimizer factories, checkpoints: parallel/data_parallel.h
+//   writing JSON reports:             engine/core/json.h
 #pragma once
 
-#include "engine/model/autograd.h"
-#include "engine/model/data/dataset.h"
-#include "engine/model/data/sampler.h"
+#include "engine/core/allocator.h"
 #include "engine/core/device.h"
+#include "engine/core/dtype.h"
 #include "engine/core/error.h"
-#include "engine/model/nn/functional.h"
-#include "engine/model/nn/module.h"
-#include "engine/model/nn/parameter_store.h"
-#include "engine/model/optim/optimizer.h"
-#include "engine/core/runtime.h"
+#include "engine/core/json.h"
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
+#include "engine/model/data/dataset.h"
+#include "engine/model/data/sampler.h"
+#include "parallel/buckets.h"
 #include "parallel/data_parallel.h"

@@ -5,44 +5,62 @@
 // thread left blocked and the DataParallel destroyable.
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include <gtest/gtest.h>
 
 #include "engine/core/error.h"
 #include "parallel/data_parallel.h"
+#include "parallel/fault_injection.h"
 #include "parallel/random_batch.h"
 
 namespace ls {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Kind = FaultInjection::Kind;
+using Kind = testing::Fault::Kind;
+using testing::Fault;
 
 using testing::random_batch;
 
-DataParallelOptions with_fault(Kind kind, int replica, int64_t step) {
+Fault with_fault(Kind kind, int replica, int64_t step) { return {kind, replica, step, {}}; }
+
+DataParallelOptions quick_timeout() {
   DataParallelOptions options;
-  options.fault = {kind, replica, step, std::chrono::milliseconds(0)};
   options.collective_timeout = std::chrono::milliseconds(500);
   return options;
 }
 
+// A 16-32-10 MLP on `devices` host devices with `fault` injected (tests/parallel/fault_injection.h).
+std::unique_ptr<DataParallel> faulty_run(const Fault& fault, int devices,
+                                         const DataParallelOptions& options = quick_timeout(),
+                                         std::vector<int64_t> widths = {16, 32, 10}) {
+  return std::make_unique<DataParallel>(
+      parse_devices("host:" + std::to_string(devices)),
+      testing::with_fault(mlp_factory(std::move(widths)), fault), make_optimizer_factory({}),
+      options, testing::with_fault(fault));
+}
+
 // Runs steps until one throws; returns its message and checks the failure and the tear-down
 // together took less than `limit`.
-std::string failure_of(const DataParallelOptions& options, int devices = 2,
-                       double limit_s = 2.0) {
+// When `kind` is given, the error must be of that kind.
+std::string failure_of(const Fault& fault, int devices = 2, double limit_s = 2.0,
+                       std::optional<ErrorKind> kind = std::nullopt) {
   const Clock::time_point start = Clock::now();
   std::string message;
   {
-    DataParallel dp(parse_devices("host:" + std::to_string(devices)), mlp_factory({16, 32, 10}),
-                    make_optimizer_factory({}), options);
+    std::unique_ptr<DataParallel> run = faulty_run(fault, devices);
+    DataParallel& dp = *run;
     const data::Batch batch = random_batch(8, 16, 1);
     for (int s = 0; s < 5 && message.empty(); ++s) {
       try {
         dp.step(batch);
       } catch (const Error& e) {
         message = e.what();
+        if (kind) {
+          EXPECT_EQ(std::string(error_kind_name(e.kind())), error_kind_name(*kind)) << message;
+        }
       }
     }
     EXPECT_FALSE(message.empty()) << "no step failed";
@@ -70,7 +88,7 @@ TEST(Failure, ExceptionInBackwardNamesReplicaStepAndPhase) {
 }
 
 TEST(Failure, MissingCollectiveTimesOutWithAReportOfEveryReplica) {
-  const std::string m = failure_of(with_fault(Kind::kSkipCollective, 1, 2), 2, 2.5);
+  const std::string m = failure_of(with_fault(Kind::kSkipCollective, 1, 2), 2, 2.5, ErrorKind::kTimeout);
   expect_contains(m, "collective timeout (0.5 s)");
   expect_contains(m, "replica 0 (host:0) waits in all_reduce #");
   expect_contains(m, "(loss, 4 B)");
@@ -78,9 +96,9 @@ TEST(Failure, MissingCollectiveTimesOutWithAReportOfEveryReplica) {
 }
 
 TEST(Failure, ReplicaStuckInItsOwnCodeIsNamedWithItsPhase) {
-  DataParallelOptions options = with_fault(Kind::kStall, 1, 2);
-  options.fault.stall = std::chrono::milliseconds(1200);
-  const std::string m = failure_of(options, 2, 3.0);
+  Fault stall = with_fault(Kind::kStall, 1, 2);
+  stall.stall = std::chrono::milliseconds(1200);
+  const std::string m = failure_of(stall, 2, 3.0, ErrorKind::kTimeout);
   expect_contains(m, "collective timeout");
   expect_contains(m, "replica 0 (host:0) waits in all_reduce #");
   expect_contains(m, "replica 1 (host:1) never issued #");
@@ -88,7 +106,7 @@ TEST(Failure, ReplicaStuckInItsOwnCodeIsNamedWithItsPhase) {
 }
 
 TEST(Failure, MismatchedCollectiveSizesAreADesyncNotAHang) {
-  const std::string m = failure_of(with_fault(Kind::kWrongCount, 1, 2));
+  const std::string m = failure_of(with_fault(Kind::kWrongCount, 1, 2), 2, 2.0, ErrorKind::kDesync);
   expect_contains(m, "collective desync at #");
   expect_contains(m, "bucket 0");
   // Both fingerprints, one element apart.
@@ -97,8 +115,8 @@ TEST(Failure, MismatchedCollectiveSizesAreADesyncNotAHang) {
 }
 
 TEST(Failure, NaNOnOneReplicaSkipsTheStepOnEveryReplica) {
-  DataParallel dp(parse_devices("host:2"), mlp_factory({16, 32, 10}), make_optimizer_factory({}),
-                  with_fault(Kind::kNaN, 1, 2));
+  std::unique_ptr<DataParallel> run = faulty_run(with_fault(Kind::kNaN, 1, 2), 2);
+  DataParallel& dp = *run;
   const data::Batch batch = random_batch(8, 16, 1);
   EXPECT_FALSE(dp.step(batch).skipped);
   const std::vector<float> before = dp.parameters(0);
@@ -123,20 +141,21 @@ TEST(Failure, ARunOfNonFiniteStepsIsAnError) {
     dp.step(batch);
     FAIL() << "the third skipped step in a row did not fail";
   } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kNonFinite);
     expect_contains(e.what(), "3 steps in a row");
     expect_contains(e.what(), "non-finite");
   }
 }
 
 TEST(Failure, HeartbeatReportsWhereAReplicaIs) {
-  DataParallelOptions options = with_fault(Kind::kStall, 0, 1);
-  options.fault.stall = std::chrono::milliseconds(300);
+  Fault stall = with_fault(Kind::kStall, 0, 1);
+  stall.stall = std::chrono::milliseconds(300);
+  DataParallelOptions options;
   options.collective_timeout = std::chrono::seconds(5);
   options.heartbeat_interval = std::chrono::milliseconds(50);
   std::vector<std::string> beats;
   options.heartbeat = [&](const std::string& line) { beats.push_back(line); };
-  DataParallel dp(parse_devices("host:2"), mlp_factory({16, 10}), make_optimizer_factory({}), options);
-  dp.step(random_batch(8, 16, 1));
+  faulty_run(stall, 2, options, {16, 10})->step(random_batch(8, 16, 1));
   ASSERT_FALSE(beats.empty());
   expect_contains(beats.back(), "heartbeat: step 1");
   expect_contains(beats.back(), "replica 0 (host:0)");

@@ -105,7 +105,7 @@ TEST(DataParallel, FirstBucketAllReduceStartsBeforeBackwardEnds) {
   const data::Batch batch = random_batch(128, 784, 5);
   for (int s = 0; s < 3; ++s) {
     dp.step(batch);
-    const Reducer::Timeline t = dp.last_timeline(0);
+    const BucketTimeline t = dp.last_timeline(0);
     EXPECT_LT(t.bucket_start_ms[0], t.backward_end_ms) << "step " << s << ": bucket 0 ran "
         << t.bucket_start_ms[0] << ".." << t.bucket_end_ms[0] << " ms, bucket 1 " << t.bucket_start_ms[1]
         << ".." << t.bucket_end_ms[1] << ", backward ended at " << t.backward_end_ms;

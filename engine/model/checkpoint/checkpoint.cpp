@@ -92,12 +92,12 @@ class MetaReader {
     JsonLimits limits;
     limits.max_bytes = kMaxMetaBytes;
     const JsonValue root = parse_json(text, source_, limits);
-    LS_CHECK(root.is_object(), source_, ": expected a JSON object, got ", json_kind_name(root.kind()));
+    LS_CHECK_IO(root.is_object(), source_, ": expected a JSON object, got ", json_kind_name(root.kind()));
     // Format and version first: a newer file must say so, not fail on a field it added.
-    LS_CHECK(string_field(root, "format") == kFormat, source_, ": not a lockstep checkpoint (format '",
+    LS_CHECK_IO(string_field(root, "format") == kFormat, source_, ": not a lockstep checkpoint (format '",
              string_field(root, "format"), "', expected '", kFormat, "')");
     const int64_t version = int_field(root, "format_version");
-    LS_CHECK(version == kCheckpointFormatVersion, source_, ": unknown format version ", version,
+    LS_CHECK_IO(version == kCheckpointFormatVersion, source_, ": unknown format version ", version,
              " (this build reads version ", kCheckpointFormatVersion,
              "); load it with the lockstep that wrote it");
     only_fields(root, {"format", "format_version", "step", "seed", "epoch", "batch_index", "model",
@@ -105,7 +105,7 @@ class MetaReader {
     MetaFile out;
     CheckpointMeta& m = out.meta;
     m.step = int_field(root, "step");
-    LS_CHECK(m.step >= 0, source_, ": step ", m.step, " is negative");
+    LS_CHECK_IO(m.step >= 0, source_, ": step ", m.step, " is negative");
     m.seed = seed_field(root);
     m.epoch = int_field(root, "epoch");
     m.batch_index = int_field(root, "batch_index");
@@ -113,7 +113,7 @@ class MetaReader {
     m.optimizer = string_field(root, "optimizer");
     m.optimizer_steps = int_field(root, "optimizer_steps");
     for (const auto& [key, value] : field(root, "extra", JsonValue::Kind::kObject).members()) {
-      LS_CHECK(value.is_string(), source_, ": byte ", value.offset(), ": extra '", key,
+      LS_CHECK_IO(value.is_string(), source_, ": byte ", value.offset(), ": extra '", key,
                "' must be a string, got ", json_kind_name(value.kind()));
       m.extra.emplace(key, value.as_string());
     }
@@ -127,8 +127,8 @@ class MetaReader {
  private:
   const JsonValue& field(const JsonValue& obj, std::string_view key, JsonValue::Kind kind) {
     const JsonValue* v = obj.find(key);
-    LS_CHECK(v != nullptr, source_, ": byte ", obj.offset(), ": missing field '", key, "'");
-    LS_CHECK(v->kind() == kind, source_, ": byte ", v->offset(), ": field '", key, "' must be ",
+    LS_CHECK_IO(v != nullptr, source_, ": byte ", obj.offset(), ": missing field '", key, "'");
+    LS_CHECK_IO(v->kind() == kind, source_, ": byte ", v->offset(), ": field '", key, "' must be ",
              json_kind_name(kind), ", got ", json_kind_name(v->kind()));
     return *v;
   }
@@ -142,7 +142,7 @@ class MetaReader {
     try {
       return v.as_int64();
     } catch (const Error& e) {
-      LS_THROW(source_, ": field '", key, "': ", e.message());
+      LS_THROW_IO(source_, ": field '", key, "': ", e.message());
     }
   }
 
@@ -150,7 +150,7 @@ class MetaReader {
     const std::string& text = string_field(obj, "seed");
     uint64_t seed = 0;
     auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), seed);
-    LS_CHECK(!text.empty() && ec == std::errc() && ptr == text.data() + text.size(), source_,
+    LS_CHECK_IO(!text.empty() && ec == std::errc() && ptr == text.data() + text.size(), source_,
              ": field 'seed' must be a decimal 64-bit unsigned integer in a string, got '", text, "'");
     return seed;
   }
@@ -159,7 +159,7 @@ class MetaReader {
     for (const auto& [key, value] : obj.members()) {
       bool known = false;
       for (std::string_view a : allowed) known = known || key == a;
-      LS_CHECK(known, source_, ": byte ", value.offset(), ": unknown field '", key, "'");
+      LS_CHECK_IO(known, source_, ": byte ", value.offset(), ": unknown field '", key, "'");
     }
   }
 
@@ -168,7 +168,7 @@ class MetaReader {
     only_fields(rec, {"bytes", "crc32"});
     const int64_t bytes = int_field(rec, "bytes");
     const int64_t crc = int_field(rec, "crc32");
-    LS_CHECK(bytes >= 0 && crc >= 0 && crc <= 0xffffffffll, source_, ": files.", name,
+    LS_CHECK_IO(bytes >= 0 && crc >= 0 && crc <= 0xffffffffll, source_, ": files.", name,
              ": bytes ", bytes, " or crc32 ", crc, " out of range");
     return {static_cast<uint64_t>(bytes), static_cast<uint32_t>(crc)};
   }
@@ -219,7 +219,7 @@ void install(const std::string& dir, const std::string& temp, const std::string&
   if (fs::exists(target, ec)) {
     if (latest_name_or_none(dir) == name) {
       // `latest` names it: swap atomically, so a crash never leaves `latest` dangling.
-      LS_CHECK(::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0,
+      LS_CHECK_IO(::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0,
                "cannot replace checkpoint '", target, "', which ", join(dir, kLatestFile),
                " names: renameat2(RENAME_EXCHANGE) failed: ", std::strerror(errno),
                "; commit a different step or remove it first");
@@ -229,17 +229,17 @@ void install(const std::string& dir, const std::string& temp, const std::string&
     }
     // Not the current checkpoint: left by a crash after its rename, or by an earlier run.
     fs::remove_all(target, ec);
-    LS_CHECK(!ec, "cannot remove the old '", target, "' to replace it: ", ec.message());
+    LS_CHECK_IO(!ec, "cannot remove the old '", target, "' to replace it: ", ec.message());
     fsync_dir(dir);
   }
-  LS_CHECK(::rename(temp.c_str(), target.c_str()) == 0, "cannot rename '", temp, "' to '", target,
+  LS_CHECK_IO(::rename(temp.c_str(), target.c_str()) == 0, "cannot rename '", temp, "' to '", target,
            "': ", std::strerror(errno));
 }
 
 FileRecord record_of(const std::string& path) {
   std::error_code ec;
   const uint64_t bytes = fs::file_size(path, ec);
-  LS_CHECK(!ec, "cannot read the size of '", path, "': ", ec.message());
+  LS_CHECK_IO(!ec, "cannot read the size of '", path, "': ", ec.message());
   return {bytes, crc32_of_file(path)};
 }
 
@@ -256,7 +256,7 @@ void write_temp_dir(const std::string& temp, const CheckpointMeta& meta,
   try {
     MetaReader(kMetaFile).parse(meta_text);
   } catch (const Error& e) {
-    LS_THROW("cannot commit checkpoint: its meta.json would not load back (", e.message(),
+    LS_THROW_IO("cannot commit checkpoint: its meta.json would not load back (", e.message(),
              "); fix the CheckpointMeta strings");
   }
   write_file_atomic(join(temp, kMetaFile), meta_text);
@@ -267,26 +267,26 @@ std::string resolve_step_dir(const std::string& path) {
   std::error_code ec;
   if (fs::exists(join(path, kMetaFile), ec)) return path;
   if (fs::exists(join(path, kLatestFile), ec)) return *latest_checkpoint(path);
-  LS_THROW("no checkpoint at '", path, "': it holds neither meta.json (a step directory) nor ",
+  LS_THROW_IO("no checkpoint at '", path, "': it holds neither meta.json (a step directory) nor ",
            "latest (a checkpoint directory)");
 }
 
 SafetensorsFile load_verified(const std::string& path, const FileRecord& rec, const std::string& meta) {
   std::error_code ec;
   const auto status = fs::status(path, ec);
-  LS_CHECK(status.type() != fs::file_type::not_found, path, ": missing (", meta,
+  LS_CHECK_IO(status.type() != fs::file_type::not_found, path, ": missing (", meta,
            " lists it): the checkpoint is incomplete");
-  LS_CHECK(fs::is_regular_file(status), path, ": not a regular file");
+  LS_CHECK_IO(fs::is_regular_file(status), path, ": not a regular file");
   const uint64_t size = fs::file_size(path, ec);
-  LS_CHECK(!ec, path, ": cannot read its size: ", ec.message());
-  LS_CHECK(size == rec.bytes, path, ": size mismatch: ", meta, " says ", rec.bytes,
+  LS_CHECK_IO(!ec, path, ": cannot read its size: ", ec.message());
+  LS_CHECK_IO(size == rec.bytes, path, ": size mismatch: ", meta, " says ", rec.bytes,
            " bytes, the file has ", size, " (truncated or replaced)");
   std::vector<std::byte> bytes = read_file_bytes(path, rec.bytes);
   const uint32_t crc = crc32_of(bytes);
   if (crc != rec.crc32) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "crc32 %08x, the file has %08x", rec.crc32, crc);
-    LS_THROW(path, ": checksum mismatch: ", meta, " says ", buf, " (the file is corrupt)");
+    LS_THROW_IO(path, ": checksum mismatch: ", meta, " says ", buf, " (the file is corrupt)");
   }
   return read_safetensors_from_memory(std::move(bytes), path);
 }
@@ -294,7 +294,7 @@ SafetensorsFile load_verified(const std::string& path, const FileRecord& rec, co
 }  // namespace
 
 std::string checkpoint_step_name(int64_t step) {
-  LS_CHECK(step >= 0, "checkpoint step ", step, " is negative");
+  LS_CHECK_IO(step >= 0, "checkpoint step ", step, " is negative");
   char buf[32];
   std::snprintf(buf, sizeof buf, "step-%06lld", static_cast<long long>(step));
   return buf;
@@ -318,7 +318,7 @@ std::string commit_checkpoint(const std::string& dir, const CheckpointMeta& meta
   const std::string name = checkpoint_step_name(meta.step);
   std::error_code ec;
   const bool created = fs::create_directories(dir, ec);
-  LS_CHECK(!ec, "cannot create checkpoint directory '", dir, "': ", ec.message());
+  LS_CHECK_IO(!ec, "cannot create checkpoint directory '", dir, "': ", ec.message());
   if (created) {  // make DIR's own entry durable
     fs::path abs = fs::absolute(dir);
     if (!abs.has_filename()) abs = abs.parent_path();  // "DIR/"
@@ -328,7 +328,7 @@ std::string commit_checkpoint(const std::string& dir, const CheckpointMeta& meta
   const std::string temp = join(dir, ".tmp-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(temp, ec);
   fs::create_directory(temp, ec);
-  LS_CHECK(!ec, "cannot create '", temp, "': ", ec.message());
+  LS_CHECK_IO(!ec, "cannot create '", temp, "': ", ec.message());
 
   try {
     write_temp_dir(temp, meta, model, optimizer);
@@ -358,10 +358,10 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   const std::vector<std::byte> bytes = read_file_bytes(path, kMaxLatestBytes);
   std::string_view name(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   if (name.ends_with('\n')) name.remove_suffix(1);
-  LS_CHECK(is_step_name(name), path, ": expected a checkpoint name like step-000040, got '",
+  LS_CHECK_IO(is_step_name(name), path, ": expected a checkpoint name like step-000040, got '",
            std::string(name.substr(0, 64)), "' (corrupt file?)");
   const std::string step_dir = join(dir, name);
-  LS_CHECK(fs::is_directory(step_dir, ec), path, " names '", name,
+  LS_CHECK_IO(fs::is_directory(step_dir, ec), path, " names '", name,
            "', which does not exist: the checkpoint was deleted or moved");
   return step_dir;
 }
@@ -375,7 +375,7 @@ LoadedCheckpoint load_checkpoint(const std::string& dir_or_step_dir) {
       std::string_view(reinterpret_cast<const char*>(text.data()), text.size()));
   const std::string dir_name = fs::path(out.path).filename().string();
   if (is_step_name(dir_name)) {
-    LS_CHECK(dir_name == checkpoint_step_name(parsed.meta.step), meta_path, ": step ",
+    LS_CHECK_IO(dir_name == checkpoint_step_name(parsed.meta.step), meta_path, ": step ",
              parsed.meta.step, " does not match its directory name '", dir_name, "'");
   }
   out.meta = std::move(parsed.meta);

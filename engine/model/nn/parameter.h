@@ -24,6 +24,7 @@ struct Parameter {
   Shape shape;
   Init init;
   int64_t offset = 0;  // elements from the start of the flat buffers
+  int index = -1;      // position in ParameterStore::parameters()
   Tensor value;        // view of ParameterStore::values()
   Tensor grad;         // view of ParameterStore::grads()
 

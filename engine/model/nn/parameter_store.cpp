@@ -51,10 +51,12 @@ ParameterStore::ParameterStore(Module& model, Device device, Stream& stream, uin
   LS_CHECK(stream.device() == device, "ParameterStore: the stream is on ", stream.device().str(),
            ", the parameters go to ", device.str());
   int64_t offset = 0;
-  for (Parameter* p : parameters_) {
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    Parameter* p = parameters_[i];
     LS_CHECK(!p->value.defined(), "parameter '", p->name,
              "' already lives in another ParameterStore; build one model per store");
     p->offset = offset;
+    p->index = static_cast<int>(i);
     parameter_count_ += p->numel();
     offset += (p->numel() + kAlignment - 1) / kAlignment * kAlignment;
   }

@@ -14,14 +14,13 @@ Tensor zeros_like(const Tensor& t, Stream& stream) {
 }
 }  // namespace
 
-Sgd::Sgd(nn::ParameterStore& store, const SgdConfig& config, Stream& stream)
-    : store_(store), config_(config) {
+Sgd::Sgd(const Tensor& params, const SgdConfig& config, Stream& stream) : config_(config) {
   check_config("optimizer sgd", config);  // the rules of ops/optim.h, checked up front
-  if (config.momentum > 0) momentum_ = zeros_like(store.values(), stream);
+  if (config.momentum > 0) momentum_ = zeros_like(params, stream);
 }
 
-void Sgd::step(Stream& stream) {
-  sgd_step(store_.values(), store_.grads(), momentum_, config_, stream);
+void Sgd::step(const Tensor& params, const Tensor& grads, Stream& stream) {
+  sgd_step(params, grads, momentum_, config_, stream);
   ++steps_;
 }
 
@@ -30,16 +29,15 @@ std::vector<std::pair<std::string, Tensor>> Sgd::state() const {
   return {{"momentum_buffer", momentum_}};
 }
 
-AdamW::AdamW(nn::ParameterStore& store, const AdamWConfig& config, Stream& stream)
-    : store_(store), config_(config) {
+AdamW::AdamW(const Tensor& params, const AdamWConfig& config, Stream& stream) : config_(config) {
   check_config("optimizer adamw", config);
-  exp_avg_ = zeros_like(store.values(), stream);
-  exp_avg_sq_ = zeros_like(store.values(), stream);
+  exp_avg_ = zeros_like(params, stream);
+  exp_avg_sq_ = zeros_like(params, stream);
 }
 
-void AdamW::step(Stream& stream) {
+void AdamW::step(const Tensor& params, const Tensor& grads, Stream& stream) {
   ++steps_;
-  adamw_step(store_.values(), store_.grads(), exp_avg_, exp_avg_sq_, config_, steps_, stream);
+  adamw_step(params, grads, exp_avg_, exp_avg_sq_, config_, steps_, stream);
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state() const {

@@ -2,6 +2,9 @@
 // parameter (the flat layout makes the whole model one contiguous array).
 // State tensors (momentum, Adam moments) are flat buffers laid out like the parameters, so a
 // checkpoint can save them by name and the sharded optimizer can later split them by range.
+// The flat buffers are passed in (the replica owns them in its ParameterStore): the optimizer is
+// built for a parameter buffer of a given size and steps whatever buffers of that size it is
+// handed, so where the gradients come from (the Reducer's all-reduced buffer) reads from the call.
 // step() is asynchronous on the given stream; it must be the stream the gradients were made on
 // (or one that waits for them).
 #pragma once
@@ -11,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/model/nn/parameter_store.h"
+#include "engine/core/tensor.h"
 #include "ops/optim.h"
 
 namespace ls::optim {
@@ -19,7 +22,8 @@ namespace ls::optim {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  virtual void step(Stream& stream) = 0;
+  // One update of `params` (the flat parameter buffer) with `grads` (the flat gradients).
+  virtual void step(const Tensor& params, const Tensor& grads, Stream& stream) = 0;
   virtual std::string name() const = 0;
   // Named state buffers (e.g. {"exp_avg", m}), for checkpoints.
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
@@ -34,30 +38,30 @@ class Optimizer {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(nn::ParameterStore& store, const SgdConfig& config, Stream& stream);
-  void step(Stream& stream) override;
+  // State is sized and placed like `params`, zero-initialised on `stream`.
+  Sgd(const Tensor& params, const SgdConfig& config, Stream& stream);
+  void step(const Tensor& params, const Tensor& grads, Stream& stream) override;
   std::string name() const override { return "sgd"; }
   std::vector<std::pair<std::string, Tensor>> state() const override;
   float learning_rate() const override { return config_.lr; }
   void set_learning_rate(float lr) override { config_.lr = lr; }
 
  private:
-  nn::ParameterStore& store_;
   SgdConfig config_;
   Tensor momentum_;  // undefined when momentum == 0
 };
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(nn::ParameterStore& store, const AdamWConfig& config, Stream& stream);
-  void step(Stream& stream) override;
+  // State is sized and placed like `params`, zero-initialised on `stream`.
+  AdamW(const Tensor& params, const AdamWConfig& config, Stream& stream);
+  void step(const Tensor& params, const Tensor& grads, Stream& stream) override;
   std::string name() const override { return "adamw"; }
   std::vector<std::pair<std::string, Tensor>> state() const override;
   float learning_rate() const override { return config_.lr; }
   void set_learning_rate(float lr) override { config_.lr = lr; }
 
  private:
-  nn::ParameterStore& store_;
   AdamWConfig config_;
   Tensor exp_avg_;
   Tensor exp_avg_sq_;

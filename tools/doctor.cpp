@@ -12,6 +12,7 @@
 
 #include <lockstep/lockstep.h>
 
+#include "engine/core/runtime.h"
 #include "engine/core/system_info.h"
 #include "parallel/communicator.h"
 

@@ -1,0 +1,97 @@
+// DataParallel's implementation (internal; the public class is parallel/data_parallel.h).
+//
+// Impl owns the replica threads and replicas and runs every job on all of them together
+// (run_on_all): post the job to every thread, watch them (failure, watchdog, heartbeat), abort all
+// on the first failure or hang, drain every stream, and raise one error that names where it
+// happened. Checkpoints live in parallel/checkpointing.cpp.
+// Thread-safety: one calling thread at a time, like the public class.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "parallel/data_parallel.h"
+#include "parallel/engine_hooks.h"
+#include "parallel/replica.h"
+#include "parallel/watchdog.h"
+#include "parallel/worker_thread.h"
+
+namespace ls {
+
+class DataParallel::Impl {
+ public:
+  Impl(std::vector<Device> devices, const ModelFactory& model, const OptimizerFactory& optimizer,
+       DataParallelOptions options, const EngineHooks& hooks);
+  ~Impl();  // replicas are destroyed on their own threads, then the threads are joined
+
+  StepResult step(const data::Batch& batch);
+  EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
+  std::string save(const std::string& dir, const TrainingPosition& position);
+  TrainingPosition load(const std::string& dir);
+  std::vector<float> parameters(int replica);
+  BucketTimeline last_timeline(int replica);
+  AllocatorStats allocator_stats(int replica) const;
+
+  int size() const { return static_cast<int>(devices_.size()); }
+  const std::vector<Device>& devices() const { return devices_; }
+  int64_t steps_taken() const { return steps_; }
+  int64_t skipped_steps() const { return skipped_total_; }
+  int64_t parameter_count() const { return parameter_count_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+ private:
+  // The first replica job that threw, and where.
+  struct Failure {
+    int replica = -1;
+    std::exception_ptr error;
+    Phase phase = Phase::kIdle;
+  };
+
+  void build_replicas(const ModelFactory& model, const OptimizerFactory& optimizer,
+                      const EngineHooks& hooks);
+  // Runs job(replica) on every replica's thread and waits; on any failure aborts all replicas
+  // and throws the first failure, described (see the class comment of DataParallel).
+  void run_on_all(const std::function<void(Replica&)>& job, const char* what);
+  // Waits for every job, aborting all replicas at the first failure or when the watchdog finds
+  // a collective past its timeout (returns its report then, else "").
+  std::string watch(std::vector<std::future<void>>& jobs, const std::atomic<bool>& failed,
+                    const char* what);
+  // Raises the run's failure (and keeps it: every later call raises it too).
+  [[noreturn]] void fail(const Failure& first, const std::string& stuck, const char* what);
+  // Runs job on replica r's thread and returns its result (for reads and checkpoints).
+  template <typename T>
+  T run_on(int replica, const std::function<T(Replica&)>& job) {
+    check_replica(replica);
+    T out{};
+    threads_[static_cast<size_t>(replica)]
+        ->post([&] { out = job(*replicas_[static_cast<size_t>(replica)]); })
+        .get();
+    return out;
+  }
+  void check_replica(int replica) const;
+  void check_usable(const char* what) const;
+  std::vector<int64_t> shard_rows(int64_t global_rows) const;
+  std::vector<ReplicaProgress> progress() const;
+  void abort_all();
+  void drain_all();         // each on its own thread; after it no stream reads caller memory
+  void destroy_replicas();  // each on its own thread
+
+  std::vector<Device> devices_;
+  DataParallelOptions options_;
+  std::vector<std::unique_ptr<WorkerThread>> threads_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::vector<Bucket> buckets_;
+  int64_t parameter_count_ = 0;
+  int64_t steps_ = 0;
+  int64_t skipped_total_ = 0;
+  int consecutive_skips_ = 0;
+  std::string failure_;  // set once a replica has failed; every later call raises it
+  ErrorKind failure_kind_ = ErrorKind::kInternal;
+};
+
+}  // namespace ls
