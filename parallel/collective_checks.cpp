@@ -20,7 +20,7 @@ const void* advance(const void* ptr, size_t bytes) {
 
 }  // namespace
 
-void check_collective(const CollectiveCall& c, int rank, int size, Device device,
+void check_collective(const CollectiveDesc& c, int rank, int size, Device device,
                       const Stream& stream) {
   const char* name = collective_name(c.kind).data();  // the names are NUL-terminated literals
   LS_CHECK(c.dtype == DType::kF32 || c.dtype == DType::kBF16, name, ": dtype ",

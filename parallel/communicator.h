@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,14 +25,9 @@
 #include "engine/core/device.h"
 #include "engine/core/dtype.h"
 #include "engine/core/stream.h"
+#include "parallel/collective.h"
 
 namespace ls {
-
-enum class ReduceOp { kSum, kAvg, kMax };
-std::string_view reduce_op_name(ReduceOp op);
-
-enum class CollectiveKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
-std::string_view collective_name(CollectiveKind kind);
 
 struct CommunicatorOptions {
   // How long a rank may wait for its peers in one collective before the clique is aborted with
@@ -67,6 +63,43 @@ class Communicator {
   // flight recorder keeps it, decorators pass it on.
   virtual void label_next(std::string /*label*/) {}
 };
+
+// A Communicator whose four collectives are one: each builds its CollectiveDesc (seq 0, no
+// label) and hands it to issue(). The backends and the decorators (RecordingCommunicator) derive
+// from it, so every collective takes one path through each of them.
+class DescribedCommunicator : public Communicator {
+ public:
+  void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                  Stream& stream) final {
+    issue(CollectiveDesc::all_reduce(send, recv, count, dtype, op), stream);
+  }
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
+                      Stream& stream) final {
+    issue(CollectiveDesc::reduce_scatter(send, recv, recv_count, dtype, op), stream);
+  }
+  void all_gather(const void* send, void* recv, size_t send_count, DType dtype,
+                  Stream& stream) final {
+    issue(CollectiveDesc::all_gather(send, recv, send_count, dtype), stream);
+  }
+  void broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
+                 Stream& stream) final {
+    issue(CollectiveDesc::broadcast(send, recv, count, dtype, root), stream);
+  }
+
+ protected:
+  // Enqueues the collective `desc` describes on `stream` (same contract as the four above).
+  virtual void issue(CollectiveDesc desc, Stream& stream) = 0;
+};
+
+// Calls the collective `desc` describes on `comm`, through the method of its kind: how a
+// decorator hands a call on to the communicator it wraps.
+void issue_collective(Communicator& comm, const CollectiveDesc& desc, Stream& stream);
+
+// The rules for the devices of one clique, checked before anything is made (so a bad list fails
+// alike with and without a GPU): at least one device, valid indices, each device once, one kind
+// for all (`kind` when given: the backend's), and a positive timeout. `who` starts each message.
+void check_clique_devices(const std::vector<Device>& devices, const CommunicatorOptions& options,
+                          std::string_view who, std::optional<DeviceKind> kind = std::nullopt);
 
 // Makes one communicator per device, together (host devices: the in-process host clique;
 // CUDA devices: one NCCL communicator each, initialised in one group). Mixed kinds are an error.

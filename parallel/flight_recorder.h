@@ -18,34 +18,25 @@
 #include <unordered_map>
 #include <vector>
 
+#include "parallel/collective.h"
 #include "parallel/communicator.h"
 
 namespace ls {
 
-struct CollectiveFingerprint {
-  CollectiveKind kind = CollectiveKind::kAllReduce;
-  DType dtype = DType::kF32;
-  size_t count = 0;
-  ReduceOp op = ReduceOp::kSum;
-  int root = -1;
-  bool operator==(const CollectiveFingerprint&) const = default;
-  std::string str() const;  // "all_reduce(f32, count=1000, sum)"
-};
-
-// Compares the fingerprints of collective #k across replicas as each replica issues it.
-// A mismatch raises an ls::Error in the issuing thread, before the backend is called, naming both
-// replicas and both fingerprints, instead of a hang or a silent corruption.
+// Compares collective #k across replicas as each replica issues it (same_collective on the
+// descriptors). A mismatch raises an ls::Error of kind kDesync in the issuing thread, before the
+// backend is called, naming both replicas and both collectives, instead of a hang or a silent
+// corruption.
 class DesyncChecker {
  public:
   explicit DesyncChecker(int replicas) : replicas_(replicas) {}
-  void check(int64_t sequence, int replica, const CollectiveFingerprint& fingerprint,
-             const std::string& label);
+  // `desc.seq` is the collective's number on `replica`.
+  void check(int replica, const CollectiveDesc& desc);
 
  private:
   struct Seen {
-    CollectiveFingerprint fingerprint;
+    CollectiveDesc desc;
     int replica = 0;
-    std::string label;
     int count = 0;
   };
   int replicas_;
@@ -54,15 +45,13 @@ class DesyncChecker {
 };
 
 struct CollectiveRecord {
-  int64_t sequence = 0;  // 1-based, per replica
-  CollectiveFingerprint fingerprint;
-  std::string label;     // e.g. "bucket 3", "parameter broadcast"
+  CollectiveDesc desc;  // seq (1-based, per replica) and label ("bucket 3") set
   std::chrono::steady_clock::time_point enqueued{};
   bool started = false;    // the stream has reached it (it waits for peers or runs)
   bool completed = false;
 };
 
-class RecordingCommunicator final : public Communicator {
+class RecordingCommunicator final : public DescribedCommunicator {
  public:
   static constexpr size_t kRingSize = 64;
 
@@ -73,14 +62,6 @@ class RecordingCommunicator final : public Communicator {
   Device device() const override { return inner_->device(); }
   std::string backend() const override { return inner_->backend(); }
 
-  void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                  Stream& stream) override;
-  void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
-                      Stream& stream) override;
-  void all_gather(const void* send, void* recv, size_t send_count, DType dtype,
-                  Stream& stream) override;
-  void broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
-                 Stream& stream) override;
   void group_start() override { inner_->group_start(); }
   void group_end() override { inner_->group_end(); }
   void abort() override { inner_->abort(); }
@@ -100,9 +81,9 @@ class RecordingCommunicator final : public Communicator {
     // they are recorded again): snapshot() must not read a stale event as this one's.
     int64_t start_of = 0, end_of = 0;
   };
-  // Checks, logs and brackets `call` (which enqueues the collective) with the slot's events.
-  template <typename Call>
-  void recorded(const CollectiveFingerprint& fingerprint, Stream& stream, Call&& call);
+  // Numbers, labels, checks and logs the collective, and brackets the inner communicator's call
+  // with the slot's events.
+  void issue(CollectiveDesc desc, Stream& stream) override;
 
   std::unique_ptr<Communicator> inner_;
   std::shared_ptr<DesyncChecker> checker_;

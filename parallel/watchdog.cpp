@@ -21,27 +21,12 @@ const CollectiveRecord* waiting_in(const ReplicaProgress& r) {
 int64_t last_completed(const ReplicaProgress& r) {
   int64_t last = 0;
   for (const CollectiveRecord& rec : r.records) {
-    if (rec.completed) last = rec.sequence;
+    if (rec.completed) last = rec.desc.seq;
   }
   return last;
 }
 
-std::string what_of(const CollectiveRecord& rec) {
-  std::string out = std::string(collective_name(rec.fingerprint.kind)) + " #" + std::to_string(rec.sequence) + " (";
-  if (!rec.label.empty()) out += rec.label + ", ";
-  return out + format_bytes(static_cast<double>(rec.fingerprint.count * dtype_size(rec.fingerprint.dtype))) + ")";
-}
-
 }  // namespace
-
-std::string format_bytes(double bytes) {
-  char buf[32];
-  if (bytes >= 1 << 30) std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1 << 30));
-  else if (bytes >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1 << 20));
-  else if (bytes >= 1 << 10) std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / (1 << 10));
-  else std::snprintf(buf, sizeof buf, "%.0f B", bytes);
-  return buf;
-}
 
 std::optional<std::string> Watchdog::check(const std::vector<ReplicaProgress>& replicas,
                                            Clock::time_point now) {
@@ -49,14 +34,14 @@ std::optional<std::string> Watchdog::check(const std::vector<ReplicaProgress>& r
   for (const ReplicaProgress& r : replicas) {
     const CollectiveRecord* rec = waiting_in(r);
     if (rec == nullptr) continue;
-    auto [it, inserted] = started_at_.try_emplace({r.rank, rec->sequence}, now);
+    auto [it, inserted] = started_at_.try_emplace({r.rank, rec->desc.seq}, now);
     if (!inserted && now - it->second > timeout_) stuck = true;
   }
   // Forget collectives that have completed, so the map stays small.
   std::erase_if(started_at_, [&](const auto& entry) {
     const ReplicaProgress& r = replicas[static_cast<size_t>(entry.first.first)];
     const CollectiveRecord* rec = waiting_in(r);
-    return rec == nullptr || rec->sequence != entry.first.second;
+    return rec == nullptr || rec->desc.seq != entry.first.second;
   });
   if (!stuck) return std::nullopt;
   char head[96];
@@ -69,7 +54,7 @@ std::string Watchdog::describe(const std::vector<ReplicaProgress>& replicas,
   // The collective the laggards are measured against: the newest one anybody waits in.
   int64_t target = 0;
   for (const ReplicaProgress& r : replicas) {
-    if (const CollectiveRecord* rec = waiting_in(r)) target = std::max(target, rec->sequence);
+    if (const CollectiveRecord* rec = waiting_in(r)) target = std::max(target, rec->desc.seq);
   }
   std::string out;
   for (const ReplicaProgress& r : replicas) {
@@ -77,8 +62,8 @@ std::string Watchdog::describe(const std::vector<ReplicaProgress>& replicas,
     out += "replica " + std::to_string(r.rank) + " (" + r.device.str() + ") ";
     const CollectiveRecord* rec = waiting_in(r);
     if (rec != nullptr) {
-      out += "waits in " + what_of(*rec);
-      auto it = started_at_.find({r.rank, rec->sequence});
+      out += "waits in " + ls::describe(rec->desc);  // not the member describe()
+      auto it = started_at_.find({r.rank, rec->desc.seq});
       if (it != started_at_.end()) {
         char buf[32];
         std::snprintf(buf, sizeof buf, " for %.1f s", seconds(now - it->second));
@@ -86,7 +71,7 @@ std::string Watchdog::describe(const std::vector<ReplicaProgress>& replicas,
       }
       continue;
     }
-    const int64_t issued = r.records.empty() ? 0 : r.records.back().sequence;
+    const int64_t issued = r.records.empty() ? 0 : r.records.back().desc.seq;
     if (target > 0 && issued < target) out += "never issued #" + std::to_string(target) + ": ";
     out += "its last completed collective is #" + std::to_string(last_completed(r)) + " and it is in " +
            phase_name(r.phase) + " of step " + std::to_string(r.step);

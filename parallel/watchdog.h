@@ -1,7 +1,8 @@
 // Watchdog: notices a replica stuck in one collective longer than the timeout and describes
 // where every replica is, e.g.
-//   "replica 1 waits in all_reduce #42 (bucket 3, 1.0 MiB) for 1.0 s; replica 0 never issued
-//    #42: its last completed collective is #41 and it is in forward of step 17"
+//   "replica 1 (host:1) waits in all_reduce #42 (bucket 3, 1.0 MiB) [f32, count=262144, sum]
+//    for 1.0 s; replica 0 (host:0) never issued #42: its last completed collective is #41 and it
+//    is in forward of step 17" (collectives as describe() in parallel/collective.h writes them)
 // It only reads progress (flight recorder snapshots, phases); DataParallel acts on its verdict
 // (aborts every replica and throws the report). Thread-safety: one thread (DataParallel's).
 #pragma once
@@ -41,8 +42,5 @@ class Watchdog {
   // When each (replica, sequence) was first seen started and not completed.
   std::map<std::pair<int, int64_t>, Clock::time_point> started_at_;
 };
-
-// "1.0 MiB", "512 B"
-std::string format_bytes(double bytes);
 
 }  // namespace ls

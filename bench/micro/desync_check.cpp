@@ -1,5 +1,6 @@
 // The cost of the in-process desync check that every collective of a data-parallel step goes
-// through (parallel/flight_recorder.h): one fingerprint comparison per replica per collective.
+// through (parallel/flight_recorder.h): one same_collective() comparison per replica per
+// collective.
 // Multiply by the collectives per step (gradient buckets + the loss sum) and compare with the
 // step time (dp_step) to get its share of a step.
 #include <benchmark/benchmark.h>
@@ -11,13 +12,12 @@ namespace {
 void BM_desync_check(benchmark::State& state) {
   const int replicas = static_cast<int>(state.range(0));
   ls::DesyncChecker checker(replicas);
-  const ls::CollectiveFingerprint fingerprint{ls::CollectiveKind::kAllReduce, ls::DType::kF32,
-                                              1 << 20, ls::ReduceOp::kSum, -1};
-  const std::string label = "bucket 0";
-  int64_t sequence = 0;
+  ls::CollectiveDesc desc = ls::CollectiveDesc::all_reduce(nullptr, nullptr, 1 << 20,
+                                                           ls::DType::kF32, ls::ReduceOp::kSum);
+  desc.label = "bucket 0";
   for (auto _ : state) {
-    ++sequence;
-    for (int r = 0; r < replicas; ++r) checker.check(sequence, r, fingerprint, label);
+    ++desc.seq;
+    for (int r = 0; r < replicas; ++r) checker.check(r, desc);
   }
   // One iteration = one collective checked on every replica: the Time column is its cost.
 }

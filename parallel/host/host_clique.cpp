@@ -58,23 +58,6 @@ std::string rank_list(const std::vector<int>& ranks) {
 // A barrier that released its waiters (generation moved on) is passed even if the clique failed
 // meanwhile; the failure is seen at the next arrive().
 
-std::string describe_collective(const CollectiveDesc& desc) {
-  std::ostringstream out;
-  out << collective_name(desc.kind) << "(" << dtype_name(desc.dtype) << ", ";
-  switch (desc.kind) {
-    case CollectiveKind::kAllReduce:
-      out << "count=" << desc.count << ", " << reduce_op_name(desc.op);
-      break;
-    case CollectiveKind::kReduceScatter:
-      out << "recv_count=" << desc.count << ", " << reduce_op_name(desc.op);
-      break;
-    case CollectiveKind::kAllGather: out << "send_count=" << desc.count; break;
-    case CollectiveKind::kBroadcast: out << "count=" << desc.count << ", root=" << desc.root; break;
-  }
-  out << ")";
-  return out.str();
-}
-
 HostClique::HostClique(int size, std::chrono::milliseconds timeout)
     : size_(size),
       timeout_(timeout),
@@ -82,9 +65,9 @@ HostClique::HostClique(int size, std::chrono::milliseconds timeout)
       slots_(static_cast<size_t>(size)),
       scratch_(static_cast<size_t>(size), std::vector<const void*>(static_cast<size_t>(size))),
       arrived_(static_cast<size_t>(size), 0) {
-  LS_CHECK(size >= 1, "a host clique needs at least one rank, got ", size);
-  LS_CHECK(timeout.count() > 0, "CommunicatorOptions::timeout must be positive, got ",
-           timeout.count(), " ms");
+  // make_host_communicators checked both (check_clique_devices).
+  LS_ASSERT(size >= 1, "a host clique needs at least one rank, got ", size);
+  LS_ASSERT(timeout.count() > 0, "the timeout must be positive, got ", timeout.count(), " ms");
 }
 
 int64_t HostClique::issued(int rank) const {
@@ -137,12 +120,12 @@ void HostClique::barrier(int rank, const CollectiveDesc& desc, Phase phase,
       if (counters_[static_cast<size_t>(rank)].running.exchange(true, std::memory_order_acq_rel)) {
         const CollectiveDesc& running = slots_[static_cast<size_t>(rank)];
         fail_locked(
-            detail::concat("rank ", rank, " started ", collective_name(desc.kind), " #", desc.seq,
-                           " while its ", collective_name(running.kind), " #", running.seq,
+            detail::concat("rank ", rank, " started ", describe(desc), " while its ",
+                           describe(running),
                            " was still running; a communicator's "
                            "collectives run one at a time: issue them on one stream, or "
                            "order the streams with events"),
-            __FILE__, __LINE__);
+            ErrorKind::kUsage, __FILE__, __LINE__);
         cv_.notify_all();
         throw_failure_locked();
       }
@@ -173,7 +156,8 @@ void HostClique::barrier(int rank, const CollectiveDesc& desc, Phase phase,
     }
     const auto now = Clock::now();
     if (now - start >= timeout_) {
-      fail_locked(timeout_message_locked(desc, phase, phase_name), __FILE__, __LINE__);
+      fail_locked(timeout_message_locked(desc, phase, phase_name), ErrorKind::kTimeout, __FILE__,
+                  __LINE__);
       if (phase == Phase::kCommitted) broken_.store(true, std::memory_order_relaxed);
       lock.unlock();
       cv_.notify_all();
@@ -188,20 +172,14 @@ void HostClique::check_fingerprints_locked() {
   const CollectiveDesc& first = slots_[0];
   for (int k = 1; k < size_; ++k) {
     const CollectiveDesc& other = slots_[static_cast<size_t>(k)];
-    if (other.kind == first.kind && other.dtype == first.dtype && other.count == first.count &&
-        other.op == first.op && other.root == first.root && other.seq == first.seq) {
-      continue;
-    }
+    if (same_collective(first, other)) continue;
     std::ostringstream message;
-    message << "collective desync at #" << first.seq << ": rank 0 issued "
-            << describe_collective(first) << " but rank " << k << " issued "
-            << describe_collective(other);
-    if (other.seq != first.seq) {
-      message << " as its collective #" << other.seq << " (one rank skipped or added a call)";
-    }
+    message << "collective desync at #" << first.seq << ": rank 0 issued " << describe(first)
+            << " but rank " << k << " issued " << describe(other);
+    if (other.seq != first.seq) message << " (one rank skipped or added a call)";
     message << "; every rank must issue the same collectives in the same order with the same "
                "counts, dtypes, ops and roots";
-    fail_locked(message.str(), __FILE__, __LINE__);
+    fail_locked(message.str(), ErrorKind::kDesync, __FILE__, __LINE__);
     cv_.notify_all();  // waiters re-check the flag under the mutex we hold
     throw_failure_locked();
   }
@@ -214,8 +192,7 @@ std::string HostClique::timeout_message_locked(const CollectiveDesc& desc, Phase
     (arrived_[static_cast<size_t>(k)] ? arrived : missing).push_back(k);
   }
   std::ostringstream out;
-  out << "timeout after " << timeout_.count() << " ms in " << collective_name(desc.kind) << " #"
-      << desc.seq;
+  out << "timeout after " << timeout_.count() << " ms in " << describe(desc);
   if (phase == Phase::kCommitted) out << " (" << phase_name << " barrier)";
   out << ": " << rank_list(arrived) << " arrived, " << rank_list(missing) << " did not";
   // Per missing rank: how far it got, and whether its thread or its stream is behind.
@@ -243,17 +220,18 @@ std::string HostClique::timeout_message_locked(const CollectiveDesc& desc, Phase
   return out.str();
 }
 
-void HostClique::fail(std::string message, const char* file, int line) {
+void HostClique::fail(std::string message, ErrorKind kind, const char* file, int line) {
   {
     std::lock_guard lock(mutex_);
-    fail_locked(std::move(message), file, line);
+    fail_locked(std::move(message), kind, file, line);
   }
   cv_.notify_all();
 }
 
-void HostClique::fail_locked(std::string message, const char* file, int line) {
+void HostClique::fail_locked(std::string message, ErrorKind kind, const char* file, int line) {
   if (failed()) return;  // the first failure is the cause; later ones are consequences
   failure_ = std::move(message);
+  failure_kind_ = kind;
   failure_file_ = file;
   failure_line_ = line;
   failed_.store(true, std::memory_order_release);
@@ -271,7 +249,7 @@ void HostClique::throw_if_failed() const {
 }
 
 void HostClique::throw_failure_locked() const {
-  throw Error(failure_, failure_file_, failure_line_, thread_error_context());
+  throw Error(failure_, failure_file_, failure_line_, thread_error_context(), failure_kind_);
 }
 
 }  // namespace ls

@@ -18,25 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "engine/core/error.h"
+#include "parallel/collective.h"
 
 namespace ls {
-
-// What one rank asked for in one collective. The fingerprint (everything but the pointers) must
-// match on every rank.
-struct CollectiveDesc {
-  CollectiveKind kind = CollectiveKind::kAllReduce;
-  DType dtype = DType::kF32;
-  size_t count = 0;              // the count argument as given (recv_count, send_count, count)
-  ReduceOp op = ReduceOp::kSum;  // kSum for all_gather and broadcast
-  int root = 0;                  // 0 except for broadcast
-  const void* send = nullptr;
-  void* recv = nullptr;
-  int64_t seq = 0;  // 1 for the rank's first collective, 2 for the next, ...
-};
-
-// "all_reduce(f32, count=1000, sum)": the fingerprint without the sequence number.
-std::string describe_collective(const CollectiveDesc& desc);
 
 class HostClique {
  public:
@@ -54,10 +39,10 @@ class HostClique {
   int64_t note_issued(int rank);  // returns the new collective's sequence number
 
   // Publishes desc in slot `rank` and waits for every rank; the last to arrive checks that all
-  // fingerprints match. Throws (without waiting) when the clique has failed, on a desync, on
-  // the timeout, on abort, and when the rank's previous collective is still running (its
-  // collectives were put on two unordered streams); in every case no rank touches the buffers
-  // of this collective.
+  // descriptors are the same collective (same_collective). Throws (without waiting) when the
+  // clique has failed, on a desync, on the timeout, on abort, and when the rank's previous
+  // collective is still running (its collectives were put on two unordered streams); in every
+  // case no rank touches the buffers of this collective.
   void arrive(int rank, const CollectiveDesc& desc);
   // A barrier inside a collective whose arrive() succeeded on every rank (`phase` names it in a
   // timeout message). Ends only when all ranks reach it or on the timeout, not on abort().
@@ -70,12 +55,14 @@ class HostClique {
   // Scratch space for rank's work phase: size() pointers.
   const void** scratch(int rank) { return scratch_[static_cast<size_t>(rank)].data(); }
 
-  // Marks the clique failed with `message` (the first failure wins) and wakes every waiter.
-  void fail(std::string message, const char* file, int line);
+  // Marks the clique failed with `message` of `kind` (the first failure wins) and wakes every
+  // waiter.
+  void fail(std::string message, ErrorKind kind, const char* file, int line);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   // The failure message; empty while the clique is healthy.
   std::string failure_message() const;
-  // Throws the clique's failure as an ls::Error carrying the calling thread's context.
+  // Throws the clique's failure as an ls::Error of its kind (desync, timeout, aborted, usage)
+  // carrying the calling thread's context.
   void throw_if_failed() const;
 
  private:
@@ -91,7 +78,7 @@ class HostClique {
   void check_fingerprints_locked();
   std::string timeout_message_locked(const CollectiveDesc& desc, Phase phase,
                                      const char* phase_name) const;
-  void fail_locked(std::string message, const char* file, int line);
+  void fail_locked(std::string message, ErrorKind kind, const char* file, int line);
   [[noreturn]] void throw_failure_locked() const;
 
   const int size_;
@@ -110,6 +97,7 @@ class HostClique {
   std::string failure_;
   const char* failure_file_ = "";
   int failure_line_ = 0;
+  ErrorKind failure_kind_ = ErrorKind::kInternal;
 };
 
 }  // namespace ls

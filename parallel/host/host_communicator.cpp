@@ -100,39 +100,13 @@ void run_collective(HostClique& clique, int rank, const CollectiveDesc& desc) {
 HostCommunicator::HostCommunicator(std::shared_ptr<HostClique> clique, int rank, Device device)
     : clique_(std::move(clique)), rank_(rank), device_(device) {}
 
-void HostCommunicator::all_reduce(const void* send, void* recv, size_t count, DType dtype,
-                                  ReduceOp op, Stream& stream) {
-  check_collective({CollectiveKind::kAllReduce, send, recv, count, dtype}, rank_, size(), device_,
-                   stream);
-  issue({CollectiveKind::kAllReduce, dtype, count, op, 0, send, recv, 0}, stream);
-}
-
-void HostCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
-                                      ReduceOp op, Stream& stream) {
-  check_collective({CollectiveKind::kReduceScatter, send, recv, recv_count, dtype}, rank_, size(),
-                   device_, stream);
-  issue({CollectiveKind::kReduceScatter, dtype, recv_count, op, 0, send, recv, 0}, stream);
-}
-
-void HostCommunicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype,
-                                  Stream& stream) {
-  check_collective({CollectiveKind::kAllGather, send, recv, send_count, dtype}, rank_, size(),
-                   device_, stream);
-  issue({CollectiveKind::kAllGather, dtype, send_count, ReduceOp::kSum, 0, send, recv, 0}, stream);
-}
-
-void HostCommunicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
-                                 Stream& stream) {
-  check_collective({CollectiveKind::kBroadcast, send, recv, count, dtype, root}, rank_, size(),
-                   device_, stream);
-  issue({CollectiveKind::kBroadcast, dtype, count, ReduceOp::kSum, root, send, recv, 0}, stream);
-}
-
 void HostCommunicator::issue(CollectiveDesc desc, Stream& stream) {
+  check_collective(desc, rank_, size(), device_, stream);
   clique_->throw_if_failed();  // sticky: a failed clique never starts another collective
   desc.seq = clique_->note_issued(rank_);
-  host_enqueue(stream,
-               [clique = clique_, rank = rank_, desc] { run_collective(*clique, rank, desc); });
+  host_enqueue(stream, [clique = clique_, rank = rank_, desc = std::move(desc)] {
+    run_collective(*clique, rank, desc);
+  });
 }
 
 void HostCommunicator::group_end() {
@@ -144,22 +118,12 @@ void HostCommunicator::group_end() {
 void HostCommunicator::abort() {
   clique_->fail(
       "collective aborted: abort() was called on the communicator of rank " + std::to_string(rank_),
-      __FILE__, __LINE__);
+      ErrorKind::kAborted, __FILE__, __LINE__);
 }
 
 std::vector<std::unique_ptr<Communicator>> make_host_communicators(
     const std::vector<Device>& devices, const CommunicatorOptions& options) {
-  LS_CHECK(!devices.empty(), "make_host_communicators: no devices given");
-  for (size_t i = 0; i < devices.size(); ++i) {
-    LS_CHECK(devices[i].is_host(), "make_host_communicators: ", devices[i].str(),
-             " is not a host device (", devices_str(devices),
-             "); the host communicator only "
-             "connects host devices");
-    for (size_t j = 0; j < i; ++j) {
-      LS_CHECK(devices[j] != devices[i], "make_host_communicators: ", devices[i].str(),
-               " is listed twice (", devices_str(devices), "); give each rank its own device");
-    }
-  }
+  check_clique_devices(devices, options, "make_host_communicators", DeviceKind::kHost);
   auto clique = std::make_shared<HostClique>(static_cast<int>(devices.size()), options.timeout);
   std::vector<std::unique_ptr<Communicator>> comms;
   for (size_t r = 0; r < devices.size(); ++r) {

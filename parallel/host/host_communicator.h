@@ -20,7 +20,7 @@
 
 namespace ls {
 
-class HostCommunicator final : public Communicator {
+class HostCommunicator final : public DescribedCommunicator {
  public:
   HostCommunicator(std::shared_ptr<HostClique> clique, int rank, Device device);
 
@@ -28,15 +28,6 @@ class HostCommunicator final : public Communicator {
   int size() const override { return clique_->size(); }
   Device device() const override { return device_; }
   std::string backend() const override { return "host"; }
-
-  void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                  Stream& stream) override;
-  void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
-                      Stream& stream) override;
-  void all_gather(const void* send, void* recv, size_t send_count, DType dtype,
-                  Stream& stream) override;
-  void broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
-                 Stream& stream) override;
 
   // Calls inside a group are enqueued in order like any other; the group only has to balance.
   void group_start() override { ++group_depth_; }
@@ -52,7 +43,8 @@ class HostCommunicator final : public Communicator {
   const std::shared_ptr<HostClique>& clique() const { return clique_; }
 
  private:
-  void issue(CollectiveDesc desc, Stream& stream);
+  // Checks the arguments, numbers the collective and enqueues its one task.
+  void issue(CollectiveDesc desc, Stream& stream) override;
 
   std::shared_ptr<HostClique> clique_;
   int rank_;

@@ -54,6 +54,7 @@
 #include "engine/core/cuda/cuda_stream_access.h"
 #include "engine/core/device.h"
 #include "engine/core/error.h"
+#include "parallel/collective.h"
 #include "parallel/collective_checks.h"
 #include "parallel/nccl/nccl_types.h"
 
@@ -78,6 +79,22 @@ void pause_since(Clock::time_point start) {
     std::this_thread::sleep_for(1ms);
   }
 }
+
+// The call a wait or an error message names: a collective (its one descriptor) or a group call.
+struct NcclCall {
+  NcclCall(const CollectiveDesc& desc) : collective(&desc) {}  // NOLINT: implicit by design
+  NcclCall(const char* group) : group_call(group) {}           // NOLINT: "group_start"
+  std::string str() const { return collective != nullptr ? describe(*collective) : group_call; }
+  const CollectiveDesc* collective = nullptr;
+  const char* group_call = "";
+};
+
+// Why making or tearing down the clique failed ("" while nothing did), and the kind to throw.
+struct Failure {
+  std::string text;
+  ErrorKind kind = ErrorKind::kInternal;  // a failed NCCL call, or kTimeout
+  bool empty() const { return text.empty(); }
+};
 
 // The NCCL group lockstep opened on this thread. See Note [NCCL groups and abort].
 struct GroupMember {
@@ -116,7 +133,7 @@ class NcclClique : public std::enable_shared_from_this<NcclClique> {
 
   // Issues `call(comm, cuda_stream)` on rank's communicator and waits until NCCL has taken it.
   template <typename Call>
-  void collective(int rank, const NcclOpDesc& op, Stream& stream, Call&& call);
+  void collective(int rank, const CollectiveDesc& desc, Stream& stream, Call&& call);
   void group_start(int rank);
   void group_end(int rank);
   // Aborts every communicator once (later calls return at once); never throws.
@@ -124,7 +141,7 @@ class NcclClique : public std::enable_shared_from_this<NcclClique> {
   // This thread's group closed: rank's communicator left it (aborted now if the clique was).
   void leave_group(int rank) noexcept;
   // Polls rank's communicator until it is no longer ncclInProgress. See Note [NCCL polling].
-  void wait_ready(int rank, const NcclOpDesc& op, Clock::time_point start);
+  void wait_ready(int rank, const NcclCall& op, Clock::time_point start);
 
  private:
   struct Slot {
@@ -138,13 +155,13 @@ class NcclClique : public std::enable_shared_from_this<NcclClique> {
   Slot& slot(int rank) { return slots_[static_cast<size_t>(rank)]; }
   std::string where(int rank) const { return concat("rank ", rank, " (", device(rank).str(), ")"); }
   std::string devices_string() const;
-  std::string init();
-  std::string wait_all(const char* what, const char* hint);
+  Failure init();
+  Failure wait_all(const char* what, const char* hint);
   bool finalize_all() noexcept;
   void join_group_locked(Slot& slot, int rank, bool check_only = false);
   void abort_slot_locked(Slot& slot) noexcept;
-  [[noreturn]] void fail_aborted(int rank, const NcclOpDesc& op);
-  [[noreturn]] void fail_nccl(int rank, const NcclOpDesc& op, const std::string& text);
+  [[noreturn]] void fail_aborted(int rank, const NcclCall& op);
+  [[noreturn]] void fail_nccl(int rank, const NcclCall& op, const std::string& text);
 
   int n_;
   std::chrono::milliseconds timeout_;
@@ -195,7 +212,7 @@ NcclClique::NcclClique(const std::vector<Device>& devices, std::chrono::millisec
            "group (group_start() without group_end())");
   for (int r = 0; r < n_; ++r) slot(r).device = devices[static_cast<size_t>(r)];
   config_.blocking = 0;
-  std::string failure = init();
+  Failure failure = init();
   if (failure.empty()) {
     failure = wait_all("initialisation",
                        "rerun with NCCL_DEBUG=INFO to see where it stops; if peer-to-peer access "
@@ -207,7 +224,8 @@ NcclClique::NcclClique(const std::vector<Device>& devices, std::chrono::millisec
       std::lock_guard lock(slot(r).mutex);
       abort_slot_locked(slot(r));
     }
-    LS_THROW("cannot make NCCL communicators for ", devices_string(), ": ", failure);
+    LS_THROW_AS(failure.kind, "cannot make NCCL communicators for ", devices_string(), ": ",
+                failure.text);
   }
   if (!nonblocking_) {
     std::fprintf(stderr,
@@ -225,13 +243,17 @@ std::string NcclClique::devices_string() const {
   return devices_str(devices);
 }
 
-// Everything up to ncclGroupEnd; "" or why it failed.
-std::string NcclClique::init() {
+// Everything up to ncclGroupEnd; nothing or why it failed.
+Failure NcclClique::init() {
   ncclUniqueId id;
   ncclResult_t result = ncclGetUniqueId(&id);
-  if (result != ncclSuccess) return concat("ncclGetUniqueId failed: ", nccl_error_text(result, nullptr));
+  if (result != ncclSuccess) {
+    return {concat("ncclGetUniqueId failed: ", nccl_error_text(result, nullptr))};
+  }
   result = ncclGroupStart();
-  if (result != ncclSuccess) return concat("ncclGroupStart failed: ", nccl_error_text(result, nullptr));
+  if (result != ncclSuccess) {
+    return {concat("ncclGroupStart failed: ", nccl_error_text(result, nullptr))};
+  }
   std::string failure;
   for (int r = 0; r < n_ && failure.empty(); ++r) {
     try {
@@ -255,11 +277,11 @@ std::string NcclClique::init() {
     failure = concat("ncclGroupEnd after ncclCommInitRankConfig failed: ",
                      nccl_error_text(result, nullptr));
   }
-  return failure;
+  return {failure};
 }
 
-// Polls every rank until none is ncclInProgress, bounded by the timeout; "" or why it failed.
-std::string NcclClique::wait_all(const char* what, const char* hint) {
+// Polls every rank until none is ncclInProgress, bounded by the timeout; nothing or why it failed.
+Failure NcclClique::wait_all(const char* what, const char* hint) {
   const auto start = Clock::now();
   std::vector<char> done(static_cast<size_t>(n_), 0);
   for (int remaining = n_;;) {
@@ -272,18 +294,19 @@ std::string NcclClique::wait_all(const char* what, const char* hint) {
         done[static_cast<size_t>(r)] = 1;
         --remaining;
       } else if (state != ncclInProgress) {
-        return concat("NCCL ", what, " of ", where(r), " failed: ",
-                      nccl_error_text(state, slot(r).comm));
+        return {concat("NCCL ", what, " of ", where(r), " failed: ",
+                       nccl_error_text(state, slot(r).comm))};
       }
     }
-    if (remaining == 0) return "";
+    if (remaining == 0) return {};
     if (Clock::now() - start > timeout_) {
       std::string pending;
       for (int r = 0; r < n_; ++r) {
         if (!done[static_cast<size_t>(r)]) pending += (pending.empty() ? "" : ", ") + where(r);
       }
-      return concat("NCCL ", what, " timed out after ", timeout_.count(), " ms (still in progress: ",
-                    pending, "); ", hint);
+      return {concat("NCCL ", what, " timed out after ", timeout_.count(),
+                     " ms (still in progress: ", pending, "); ", hint),
+              ErrorKind::kTimeout};
     }
     pause_since(start);
   }
@@ -319,7 +342,9 @@ bool NcclClique::finalize_all() noexcept {
                            nccl_error_text(result, slot(r).comm));
         }
       }
-      if (failure.empty()) failure = wait_all("finalize", "outstanding collectives never finished");
+      if (failure.empty()) {
+        failure = wait_all("finalize", "outstanding collectives never finished").text;
+      }
     }
     // Blocking communicators skip ncclCommFinalize: ncclCommDestroy finalizes them itself.
     for (int r = 0; r < n_ && failure.empty(); ++r) {
@@ -341,7 +366,8 @@ bool NcclClique::finalize_all() noexcept {
 }
 
 template <typename Call>
-void NcclClique::collective(int rank, const NcclOpDesc& op, Stream& stream, Call&& call) {
+void NcclClique::collective(int rank, const CollectiveDesc& desc, Stream& stream, Call&& call) {
+  const NcclCall op(desc);
   const auto start = Clock::now();
   if (aborted()) fail_aborted(rank, op);
   cudaStream_t cuda_stream = cuda_stream_of(stream);
@@ -368,7 +394,7 @@ void NcclClique::collective(int rank, const NcclOpDesc& op, Stream& stream, Call
   }
 }
 
-void NcclClique::wait_ready(int rank, const NcclOpDesc& op, Clock::time_point start) {
+void NcclClique::wait_ready(int rank, const NcclCall& op, Clock::time_point start) {
   Slot& s = slot(rank);
   for (;;) {
     ncclResult_t state = ncclSuccess;
@@ -387,19 +413,19 @@ void NcclClique::wait_ready(int rank, const NcclOpDesc& op, Clock::time_point st
     if (state != ncclInProgress) fail_nccl(rank, op, text);
     if (Clock::now() - start > timeout_) {
       const std::string message = concat(
-          "NCCL did not finish ", nccl_op_str(op), " on ", where(rank), " within ", timeout_.count(),
+          "NCCL did not finish ", op.str(), " on ", where(rank), " within ", timeout_.count(),
           " ms (it stayed ncclInProgress). Every rank must issue the same collectives in the same "
           "order with the same counts; a rank that never issues this one leaves its peers waiting. "
           "Rerun with NCCL_DEBUG=INFO for NCCL's view. The clique was aborted");
       abort_all(message);
-      LS_THROW(message);
+      LS_THROW_AS(ErrorKind::kTimeout, message);
     }
     pause_since(start);
   }
 }
 
 void NcclClique::group_start(int rank) {
-  const NcclOpDesc op{.name = "group_start"};
+  const NcclCall op("group_start");
   const auto start = Clock::now();
   if (aborted()) fail_aborted(rank, op);
   if (t_group.depth == 0) wait_ready(rank, op, start);
@@ -407,14 +433,15 @@ void NcclClique::group_start(int rank) {
   join_group_locked(slot(rank), rank, /*check_only=*/true);  // before NCCL's depth changes
   const ncclResult_t result = ncclGroupStart();
   if (result != ncclSuccess) {
-    LS_THROW("ncclGroupStart on ", where(rank), " failed: ", nccl_error_text(result, nullptr));
+    LS_THROW_AS(ErrorKind::kInternal, "ncclGroupStart on ", where(rank), " failed: ",
+                nccl_error_text(result, nullptr));
   }
   ++t_group.depth;
   join_group_locked(slot(rank), rank);
 }
 
 void NcclClique::group_end(int rank) {
-  const NcclOpDesc op{.name = "group_end"};
+  const NcclCall op("group_end");
   if (aborted()) fail_aborted(rank, op);
   if (t_group.depth == 0) return;  // an abort on this thread closed the group early: see Note
   const auto start = Clock::now();
@@ -484,17 +511,18 @@ void NcclClique::abort_all(const std::string& reason) noexcept {
   }
 }
 
-void NcclClique::fail_aborted(int rank, const NcclOpDesc& op) {
+void NcclClique::fail_aborted(int rank, const NcclCall& op) {
   if (t_group.depth > 0 && thread_group_has_aborted_member()) close_thread_group();
-  LS_THROW(nccl_op_str(op), " on ", where(rank), ": communicator aborted: ", abort_reason());
+  LS_THROW_AS(ErrorKind::kAborted, op.str(), " on ", where(rank), ": communicator aborted: ",
+              abort_reason());
 }
 
 // Any NCCL error aborts the clique: a non-blocking communicator keeps even an argument error as
 // its state, and the notes' rule is to abort every rank of the group after an error.
-void NcclClique::fail_nccl(int rank, const NcclOpDesc& op, const std::string& text) {
-  const std::string message = concat("NCCL ", nccl_op_str(op), " on ", where(rank), " failed: ", text);
+void NcclClique::fail_nccl(int rank, const NcclCall& op, const std::string& text) {
+  const std::string message = concat("NCCL ", op.str(), " on ", where(rank), " failed: ", text);
   abort_all(message);
-  LS_THROW(message, " (the clique was aborted)");
+  LS_THROW_AS(ErrorKind::kInternal, message, " (the clique was aborted)");
 }
 
 // ---- NcclCommunicator ----------------------------------------------------------------------
@@ -508,52 +536,23 @@ int NcclCommunicator::size() const { return clique_->size(); }
 bool NcclCommunicator::nonblocking() const { return clique_->nonblocking(); }
 std::string NcclCommunicator::abort_reason() const { return clique_->abort_reason(); }
 
-void NcclCommunicator::all_reduce(const void* send, void* recv, size_t count, DType dtype,
-                                  ReduceOp op, Stream& stream) {
-  check_collective({CollectiveKind::kAllReduce, send, recv, count, dtype}, rank_, size(), device_,
-                   stream);
-  const ncclDataType_t type = nccl_dtype(dtype);
-  const ncclRedOp_t nccl_reduce = nccl_op(op);
-  const NcclOpDesc desc{.name = "all_reduce", .has_args = true, .count = count, .dtype = dtype,
-                    .op = reduce_op_name(op)};
+void NcclCommunicator::issue(CollectiveDesc desc, Stream& stream) {
+  check_collective(desc, rank_, size(), device_, stream);
+  const ncclDataType_t type = nccl_dtype(desc.dtype);
+  const ncclRedOp_t op = nccl_op(desc.op);
+  desc.seq = ++issued_;
   clique_->collective(rank_, desc, stream, [&](ncclComm_t comm, cudaStream_t s) {
-    return ncclAllReduce(send, recv, count, type, nccl_reduce, comm, s);
-  });
-}
-
-void NcclCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count,
-                                      DType dtype, ReduceOp op, Stream& stream) {
-  check_collective({CollectiveKind::kReduceScatter, send, recv, recv_count, dtype}, rank_, size(),
-                   device_, stream);
-  const ncclDataType_t type = nccl_dtype(dtype);
-  const ncclRedOp_t nccl_reduce = nccl_op(op);
-  const NcclOpDesc desc{.name = "reduce_scatter", .has_args = true, .count = recv_count,
-                    .dtype = dtype, .op = reduce_op_name(op)};
-  clique_->collective(rank_, desc, stream, [&](ncclComm_t comm, cudaStream_t s) {
-    return ncclReduceScatter(send, recv, recv_count, type, nccl_reduce, comm, s);
-  });
-}
-
-void NcclCommunicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype,
-                                  Stream& stream) {
-  check_collective({CollectiveKind::kAllGather, send, recv, send_count, dtype}, rank_, size(),
-                   device_, stream);
-  const ncclDataType_t type = nccl_dtype(dtype);
-  const NcclOpDesc desc{.name = "all_gather", .has_args = true, .count = send_count, .dtype = dtype};
-  clique_->collective(rank_, desc, stream, [&](ncclComm_t comm, cudaStream_t s) {
-    return ncclAllGather(send, recv, send_count, type, comm, s);
-  });
-}
-
-void NcclCommunicator::broadcast(const void* send, void* recv, size_t count, DType dtype,
-                                 int root, Stream& stream) {
-  check_collective({CollectiveKind::kBroadcast, send, recv, count, dtype, root}, rank_, size(),
-                   device_, stream);
-  const ncclDataType_t type = nccl_dtype(dtype);
-  const NcclOpDesc desc{.name = "broadcast", .has_args = true, .count = count, .dtype = dtype,
-                    .root = root};
-  clique_->collective(rank_, desc, stream, [&](ncclComm_t comm, cudaStream_t s) {
-    return ncclBroadcast(send, recv, count, type, root, comm, s);
+    const CollectiveDesc& d = desc;
+    switch (d.kind) {
+      case CollectiveKind::kAllReduce:
+        return ncclAllReduce(d.send, d.recv, d.count, type, op, comm, s);
+      case CollectiveKind::kReduceScatter:
+        return ncclReduceScatter(d.send, d.recv, d.count, type, op, comm, s);
+      case CollectiveKind::kAllGather: return ncclAllGather(d.send, d.recv, d.count, type, comm, s);
+      case CollectiveKind::kBroadcast:
+        return ncclBroadcast(d.send, d.recv, d.count, type, d.root, comm, s);
+    }
+    return ncclInvalidArgument;
   });
 }
 
@@ -578,21 +577,7 @@ void NcclCommunicator::abort() {
 // machines with and without a GPU. See Note [NCCL init is the barrier].
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
     const std::vector<Device>& devices, const CommunicatorOptions& options) {
-  LS_CHECK(!devices.empty(), "make_nccl_communicators: no devices given");
-  for (size_t i = 0; i < devices.size(); ++i) {
-    LS_CHECK(devices[i].is_cuda(), "make_nccl_communicators: ", devices[i].str(),
-             " is not a CUDA device (", devices_str(devices), "); NCCL connects CUDA devices only, "
-             "use host devices with the host communicator");
-    LS_CHECK(devices[i].index >= 0, "make_nccl_communicators: ", devices[i].str(),
-             " is not a valid device index");
-    for (size_t j = 0; j < i; ++j) {
-      LS_CHECK(devices[j] != devices[i], "make_nccl_communicators: ", devices[i].str(),
-               " is listed twice (", devices_str(devices), "); NCCL supports one rank per GPU "
-               "(two ranks on one GPU may hang), so give each rank its own device");
-    }
-  }
-  LS_CHECK(options.timeout.count() > 0, "collective timeout must be positive, got ",
-           options.timeout.count(), " ms");
+  check_clique_devices(devices, options, "make_nccl_communicators", DeviceKind::kCuda);
   const CudaAvailability available = cuda_availability();
   LS_CHECK(available.device_count > 0, "cannot make NCCL communicators for ",
            devices_str(devices), ": ", available.reason_unavailable);

@@ -15,6 +15,7 @@
 // error paths.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -24,7 +25,7 @@ namespace ls {
 
 class NcclClique;  // parallel/nccl/nccl_communicator.cpp
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public DescribedCommunicator {
  public:
   NcclCommunicator(std::shared_ptr<NcclClique> clique, int rank);
   // The clique finalizes and destroys the NCCL communicators when its last rank goes.
@@ -34,15 +35,6 @@ class NcclCommunicator final : public Communicator {
   int size() const override;
   Device device() const override { return device_; }
   std::string backend() const override { return "nccl"; }
-
-  void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                  Stream& stream) override;
-  void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
-                      Stream& stream) override;
-  void all_gather(const void* send, void* recv, size_t send_count, DType dtype,
-                  Stream& stream) override;
-  void broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
-                 Stream& stream) override;
 
   void group_start() override;
   void group_end() override;
@@ -55,11 +47,14 @@ class NcclCommunicator final : public Communicator {
   std::string abort_reason() const;
 
  private:
+  // Checks the arguments, numbers the collective and hands it to NCCL.
+  void issue(CollectiveDesc desc, Stream& stream) override;
 
   std::shared_ptr<NcclClique> clique_;
   int rank_;
   Device device_;
   int group_depth_ = 0;  // group_start() calls not yet matched on this communicator
+  int64_t issued_ = 0;   // collectives issued (a collective's seq is the count after it)
 };
 
 }  // namespace ls

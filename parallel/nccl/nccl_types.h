@@ -1,6 +1,7 @@
-// lockstep's element types and reduce ops as NCCL's, and the words for NCCL calls and results in
-// messages. Only parallel/nccl/ includes this (it pulls in nccl.h). Collectives take f32 and bf16; any
-// other dtype raises ls::Error before NCCL is called. ReduceOp::kAvg is ncclAvg (NCCL >= 2.10),
+// lockstep's element types and reduce ops as NCCL's, and the words for NCCL results in messages
+// (collectives are named by describe(), parallel/collective.h). Only parallel/nccl/ includes this
+// (it pulls in nccl.h). Collectives take f32 and bf16; any other dtype raises ls::Error before
+// NCCL is called. ReduceOp::kAvg is ncclAvg (NCCL >= 2.10),
 // which for floating types multiplies each input by 1/nranks in the data type and then sums
 // (NVIDIA/nccl src/enqueue.cc, hostToDevRedOp), so it is exact when nranks is a power of two.
 #pragma once
@@ -9,11 +10,10 @@
 
 #include <cstddef>
 #include <string>
-#include <string_view>
 
 #include "engine/core/dtype.h"
 #include "engine/core/error.h"
-#include "parallel/communicator.h"
+#include "parallel/collective.h"
 
 namespace ls {
 
@@ -48,24 +48,6 @@ inline const char* nccl_result_name(ncclResult_t result) {
     case ncclInProgress: return "ncclInProgress";
     default: return "ncclResult_t <unknown>";
   }
-}
-
-// One call, for messages: "all_reduce (count 1000, bf16, sum)".
-struct NcclOpDesc {
-  const char* name = "";
-  bool has_args = false;  // false for group_start/group_end
-  size_t count = 0;
-  DType dtype = DType::kF32;
-  std::string_view op = {};  // reduce op name, or empty
-  int root = -1;             // broadcast root, or -1
-};
-
-inline std::string nccl_op_str(const NcclOpDesc& op) {
-  if (!op.has_args) return op.name;
-  std::string text = detail::concat(op.name, " (count ", op.count, ", ", dtype_name(op.dtype));
-  if (!op.op.empty()) text += detail::concat(", ", op.op);
-  if (op.root >= 0) text += detail::concat(", root ", op.root);
-  return text + ")";
 }
 
 // NCCL's sentence for `result`, its name, and ncclGetLastError (kept process-wide by NCCL, so

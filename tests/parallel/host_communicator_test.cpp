@@ -55,9 +55,11 @@ struct Clique {
 };
 
 // Runs body(rank) on one thread per rank, then synchronizes that rank's stream. Returns the
-// message of the ls::Error each rank saw ("" for none).
-std::vector<std::string> run_ranks(Clique& clique, const std::function<void(int)>& body) {
+// message of the ls::Error each rank saw ("" for none); their kinds go to `kinds` when given.
+std::vector<std::string> run_ranks(Clique& clique, const std::function<void(int)>& body,
+                                   std::vector<ErrorKind>* kinds = nullptr) {
   std::vector<std::string> errors(static_cast<size_t>(clique.size()));
+  if (kinds != nullptr) kinds->assign(errors.size(), ErrorKind::kInternal);
   std::vector<std::thread> threads;
   for (int r = 0; r < clique.size(); ++r) {
     threads.emplace_back([&, r] {
@@ -66,6 +68,7 @@ std::vector<std::string> run_ranks(Clique& clique, const std::function<void(int)
         clique.stream(r).synchronize();
       } catch (const Error& e) {
         errors[static_cast<size_t>(r)] = e.message();
+        if (kinds != nullptr) (*kinds)[static_cast<size_t>(r)] = e.kind();
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(r)] = std::string("not an ls::Error: ") + e.what();
       }
@@ -343,16 +346,21 @@ TEST(HostCommunicator, DesyncIsReportedOnEveryRankAndTouchesNoMemory) {
   Clique clique(3);
   std::vector<std::vector<float>> recv(3, std::vector<float>(1000, -1.0f));
   const std::vector<float> send(1000, 1.0f);
-  const auto errors = run_ranks(clique, [&](int r) {
-    const size_t count = r == 1 ? 999 : 1000;
-    clique.comm(r).all_reduce(send.data(), recv[static_cast<size_t>(r)].data(), count, DType::kF32,
-                              ReduceOp::kSum, clique.stream(r));
-  });
+  std::vector<ErrorKind> kinds;
+  const auto errors = run_ranks(
+      clique,
+      [&](int r) {
+        const size_t count = r == 1 ? 999 : 1000;
+        clique.comm(r).all_reduce(send.data(), recv[static_cast<size_t>(r)].data(), count,
+                                  DType::kF32, ReduceOp::kSum, clique.stream(r));
+      },
+      &kinds);
   for (int r = 0; r < 3; ++r) {
     const std::string& e = errors[static_cast<size_t>(r)];
     EXPECT_TRUE(contains(e, "desync at #1")) << e;
-    EXPECT_TRUE(contains(e, "all_reduce(f32, count=1000, sum)")) << e;
-    EXPECT_TRUE(contains(e, "rank 1 issued all_reduce(f32, count=999, sum)")) << e;
+    EXPECT_TRUE(contains(e, "rank 0 issued all_reduce #1 (3.9 KiB) [f32, count=1000, sum]")) << e;
+    EXPECT_TRUE(contains(e, "rank 1 issued all_reduce #1 (3.9 KiB) [f32, count=999, sum]")) << e;
+    EXPECT_EQ(kinds[static_cast<size_t>(r)], ErrorKind::kDesync);
     EXPECT_EQ(recv[static_cast<size_t>(r)], std::vector<float>(1000, -1.0f));
     EXPECT_EQ(clique.host(r).completed(), 0);
   }
@@ -369,8 +377,8 @@ TEST(HostCommunicator, SkippedCallIsADesyncNotAHang) {
   });
   for (const std::string& e : errors) {
     EXPECT_TRUE(contains(e,
-                         "rank 0 issued all_reduce(f32, count=16, sum) but rank 1 issued "
-                         "broadcast(f32, count=16, root=0)"))
+                         "rank 0 issued all_reduce #1 (64 B) [f32, count=16, sum] but rank 1 "
+                         "issued broadcast #1 (64 B) [f32, count=16, root=0]"))
         << e;
   }
 }
@@ -397,20 +405,26 @@ TEST(HostCommunicator, TimeoutNamesTheMissingRankAndFailureIsSticky) {
   Clique clique(3, CommunicatorOptions{200ms});
   std::vector<float> buf(64, 1.0f);
   const auto start = Clock::now();
-  const auto errors = run_ranks(clique, [&](int r) {
-    if (r == 1) return;  // never calls
-    std::vector<float> mine(buf);
-    clique.comm(r).all_reduce(mine.data(), mine.data(), mine.size(), DType::kF32, ReduceOp::kSum,
-                              clique.stream(r));
-    clique.stream(r).synchronize();
-  });
+  std::vector<ErrorKind> kinds;
+  const auto errors = run_ranks(
+      clique,
+      [&](int r) {
+        if (r == 1) return;  // never calls
+        std::vector<float> mine(buf);
+        clique.comm(r).all_reduce(mine.data(), mine.data(), mine.size(), DType::kF32,
+                                  ReduceOp::kSum, clique.stream(r));
+        clique.stream(r).synchronize();
+      },
+      &kinds);
   EXPECT_LT(Clock::now() - start, 1500ms);
   for (int r : {0, 2}) {
     const std::string& e = errors[static_cast<size_t>(r)];
     EXPECT_TRUE(contains(e,
-                         "timeout after 200 ms in all_reduce #1: ranks 0, 2 arrived, rank 1 "
-                         "did not (its last completed collective is none and it has not issued #1"))
+                         "timeout after 200 ms in all_reduce #1 (256 B) [f32, count=64, sum]: "
+                         "ranks 0, 2 arrived, rank 1 did not (its last completed collective is "
+                         "none and it has not issued #1"))
         << e;
+    EXPECT_EQ(kinds[static_cast<size_t>(r)], ErrorKind::kTimeout);
   }
   EXPECT_TRUE(contains(clique.host(1).last_failure(), "rank 1 did not"));
   // Sticky: every later call throws at once, on every rank, without waiting.
@@ -443,6 +457,7 @@ TEST(HostCommunicator, TimeoutTellsABusyStreamFromAMissingCall) {
                          "rank 1 did not (its last completed collective is none and "
                          "it has issued #1 but its stream has not run it"))
         << e.message();
+    EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
   }
   release = true;
   EXPECT_THROW(clique.stream(1).synchronize(), Error);  // reaches it later: fails at once
@@ -465,6 +480,7 @@ TEST(HostCommunicator, AbortFromAnotherThreadEndsABlockedCollective) {
     ADD_FAILURE() << "synchronize() returned after abort";
   } catch (const Error& e) {
     EXPECT_TRUE(contains(e.message(), "aborted")) << e.message();
+    EXPECT_EQ(e.kind(), ErrorKind::kAborted);
   }
   aborter.join();
   EXPECT_LT(Clock::now() - start, 1s);
@@ -476,6 +492,7 @@ TEST(HostCommunicator, AbortFromAnotherThreadEndsABlockedCollective) {
       ADD_FAILURE() << "a collective was issued on an aborted clique";
     } catch (const Error& e) {
       EXPECT_TRUE(contains(e.message(), "aborted")) << e.message();
+      EXPECT_EQ(e.kind(), ErrorKind::kAborted);  // the stored failure keeps its kind
     }
   }
 }
@@ -493,8 +510,8 @@ TEST(HostCommunicator, OneRankOnTwoUnorderedStreamsIsAnError) {
       ADD_FAILURE() << "no error";
     } catch (const Error& e) {
       EXPECT_TRUE(contains(e.message(),
-                           "rank 0 started broadcast #2 while its all_reduce #1 was "
-                           "still running"))
+                           "rank 0 started broadcast #2 (16 B) [f32, count=4, root=0] while its "
+                           "all_reduce #1 (16 B) [f32, count=4, sum] was still running"))
           << e.message();
     }
   }

@@ -48,12 +48,14 @@ std::vector<Device> cuda_devices(int n) {
   return devices;
 }
 
-// The message of the ls::Error that fn throws; a test failure and "" when it throws none.
+// The message of the ls::Error that fn throws (its kind to `kind` when given); a test failure and
+// "" when it throws none.
 template <typename Fn>
-std::string error_of(Fn&& fn) {
+std::string error_of(Fn&& fn, ErrorKind* kind = nullptr) {
   try {
     fn();
   } catch (const Error& e) {
+    if (kind != nullptr) *kind = e.kind();
     return e.message();
   }
   ADD_FAILURE() << "expected an ls::Error";
@@ -563,10 +565,12 @@ TEST(NcclCommunicator, AbortBeforeAnyCollectiveThenTeardown) {
   Clique clique(n);
   clique.comm(0).abort();
   for (int r = 0; r < n; ++r) {
+    ErrorKind kind = ErrorKind::kInternal;
     const std::string message = error_of([&] {
       clique.comm(r).broadcast(nullptr, nullptr, 0, DType::kF32, 0, clique.stream(r));
-    });
+    }, &kind);
     EXPECT_TRUE(contains(message, "communicator aborted")) << message;
+    EXPECT_EQ(kind, ErrorKind::kAborted);
   }
 }
 
