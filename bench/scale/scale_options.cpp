@@ -82,6 +82,25 @@ Exit codes: 0 success, 1 runtime failure, 2 usage error.
 )";
 }
 
+namespace {
+// The flags that only make sense together (or apart), checked after parsing.
+void check_combination(const ScaleOptions& o, bool per_device_set, bool global_set) {
+  if (o.mode == ScaleMode::kWeak && global_set) {
+    throw UsageError("--global-batch is for --mode strong; weak scaling takes --per-device-batch");
+  }
+  if (o.mode == ScaleMode::kStrong && per_device_set) {
+    throw UsageError("--per-device-batch is for --mode weak; strong scaling takes --global-batch");
+  }
+  if (o.steps - o.warmup < o.windows) {
+    throw UsageError("--steps " + std::to_string(o.steps) + " leaves " +
+                     std::to_string(std::max<int64_t>(0, o.steps - o.warmup)) +
+                     " timed step(s) after --warmup " + std::to_string(o.warmup) +
+                     ", fewer than the " + std::to_string(o.windows) +
+                     " --windows; every window needs at least one step");
+  }
+}
+}  // namespace
+
 ScaleOptions parse_scale_options(int argc, char** argv) {
   ScaleOptions o;
   bool per_device_set = false, global_set = false;
@@ -150,21 +169,10 @@ ScaleOptions parse_scale_options(int argc, char** argv) {
   };
   ls::cli::parse_flags(argc, argv, setters,
                        {{"-h", [&] { o.help = true; }}, {"--help", [&] { o.help = true; }}});
-  if (o.mode == ScaleMode::kWeak && global_set) {
-    throw UsageError("--global-batch is for --mode strong; weak scaling takes --per-device-batch");
-  }
-  if (o.mode == ScaleMode::kStrong && per_device_set) {
-    throw UsageError("--per-device-batch is for --mode weak; strong scaling takes --global-batch");
-  }
-  if (o.steps - o.warmup < o.windows) {
-    throw UsageError("--steps " + std::to_string(o.steps) + " leaves " +
-                     std::to_string(std::max<int64_t>(0, o.steps - o.warmup)) +
-                     " timed step(s) after --warmup " + std::to_string(o.warmup) +
-                     ", fewer than the " + std::to_string(o.windows) +
-                     " --windows; every window needs at least one step");
-  }
+  check_combination(o, per_device_set, global_set);
   return o;
 }
+
 
 DevicePlan resolve_device_counts(const ScaleOptions& o) {
   const std::string_view spec = o.devices;

@@ -73,7 +73,7 @@ inline ModelFactory with_fault(ModelFactory model, Fault fault) {
 
 // Passes every call on, except the faulty one. The step is told by the loss all-reduce, the
 // only one-element all-reduce of a step (the tests' models have more parameters than that).
-class FaultingCommunicator final : public Communicator {
+class FaultingCommunicator final : public DescribedCommunicator {
  public:
   FaultingCommunicator(std::unique_ptr<Communicator> inner, Fault fault)
       : inner_(std::move(inner)), fault_(fault) {}
@@ -82,34 +82,24 @@ class FaultingCommunicator final : public Communicator {
   int size() const override { return inner_->size(); }
   Device device() const override { return inner_->device(); }
   std::string backend() const override { return inner_->backend(); }
-  void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                  Stream& stream) override {
-    const bool loss = count == 1;
-    const bool here = rank() == fault_.replica && losses_ + 1 == fault_.step;
-    if (loss) ++losses_;
-    if (here && loss && fault_.kind == Fault::Kind::kSkipCollective) return;  // never issued
-    if (here && !loss && fault_.kind == Fault::Kind::kWrongCount && !shortened_) {
-      shortened_ = true;
-      --count;
-    }
-    inner_->all_reduce(send, recv, count, dtype, op, stream);
-  }
-  void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
-                      Stream& stream) override {
-    inner_->reduce_scatter(send, recv, recv_count, dtype, op, stream);
-  }
-  void all_gather(const void* send, void* recv, size_t send_count, DType dtype,
-                  Stream& stream) override {
-    inner_->all_gather(send, recv, send_count, dtype, stream);
-  }
-  void broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
-                 Stream& stream) override {
-    inner_->broadcast(send, recv, count, dtype, root, stream);
-  }
   void group_start() override { inner_->group_start(); }
   void group_end() override { inner_->group_end(); }
   void abort() override { inner_->abort(); }
   void label_next(std::string label) override { inner_->label_next(std::move(label)); }
+
+ protected:
+  void issue(CollectiveDesc desc, Stream& stream) override {
+    const bool all_reduce = desc.kind == CollectiveKind::kAllReduce;
+    const bool loss = all_reduce && desc.count == 1;
+    const bool here = rank() == fault_.replica && losses_ + 1 == fault_.step;
+    if (loss) ++losses_;
+    if (here && loss && fault_.kind == Fault::Kind::kSkipCollective) return;  // never issued
+    if (here && all_reduce && !loss && fault_.kind == Fault::Kind::kWrongCount && !shortened_) {
+      shortened_ = true;
+      --desc.count;
+    }
+    issue_collective(*inner_, desc, stream);
+  }
 
  private:
   std::unique_ptr<Communicator> inner_;
