@@ -95,6 +95,31 @@ class DescribedCommunicator : public Communicator {
 // decorator hands a call on to the communicator it wraps.
 void issue_collective(Communicator& comm, const CollectiveDesc& desc, Stream& stream);
 
+// A communicator around another one (the flight recorder; test fault injectors): everything is
+// passed on to `inner`; a decorator overrides issue() (and label_next) to do its part.
+class CommunicatorDecorator : public DescribedCommunicator {
+ public:
+  explicit CommunicatorDecorator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  Device device() const override { return inner_->device(); }
+  std::string backend() const override { return inner_->backend(); }
+  void group_start() override { inner_->group_start(); }
+  void group_end() override { inner_->group_end(); }
+  void abort() override { inner_->abort(); }
+  void label_next(std::string label) override { inner_->label_next(std::move(label)); }
+
+ protected:
+  void issue(CollectiveDesc desc, Stream& stream) override {
+    issue_collective(*inner_, desc, stream);
+  }
+  Communicator& inner() { return *inner_; }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+};
+
 // The rules for the devices of one clique, checked before anything is made (so a bad list fails
 // alike with and without a GPU): at least one device, valid indices, each device once, one kind
 // for all (`kind` when given: the backend's), and a positive timeout. `who` starts each message.

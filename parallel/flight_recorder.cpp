@@ -26,8 +26,8 @@ void DesyncChecker::check(int replica, const CollectiveDesc& desc) {
 
 RecordingCommunicator::RecordingCommunicator(std::unique_ptr<Communicator> inner,
                                              std::shared_ptr<DesyncChecker> checker)
-    : inner_(std::move(inner)), checker_(std::move(checker)) {
-  DeviceRuntime& runtime = device_runtime(inner_->device());
+    : CommunicatorDecorator(std::move(inner)), checker_(std::move(checker)) {
+  DeviceRuntime& runtime = device_runtime(device());
   for (Slot& slot : slots_) {
     slot.start = runtime.create_event();
     slot.end = runtime.create_event();
@@ -53,7 +53,7 @@ void RecordingCommunicator::issue(CollectiveDesc desc, Stream& stream) {
     std::lock_guard lock(mutex_);
     slot.start_of = sequence;
   }
-  issue_collective(*inner_, desc, stream);
+  issue_collective(inner(), desc, stream);
   stream.record(*slot.end);
   std::lock_guard lock(mutex_);
   slot.end_of = sequence;

@@ -51,20 +51,11 @@ struct CollectiveRecord {
   bool completed = false;
 };
 
-class RecordingCommunicator final : public DescribedCommunicator {
+class RecordingCommunicator final : public CommunicatorDecorator {
  public:
   static constexpr size_t kRingSize = 64;
 
   RecordingCommunicator(std::unique_ptr<Communicator> inner, std::shared_ptr<DesyncChecker> checker);
-
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  Device device() const override { return inner_->device(); }
-  std::string backend() const override { return inner_->backend(); }
-
-  void group_start() override { inner_->group_start(); }
-  void group_end() override { inner_->group_end(); }
-  void abort() override { inner_->abort(); }
 
   // Names the next collective in the record ("bucket 3"); cleared by the call.
   void label_next(std::string label) override { next_label_ = std::move(label); }
@@ -85,7 +76,6 @@ class RecordingCommunicator final : public DescribedCommunicator {
   // with the slot's events.
   void issue(CollectiveDesc desc, Stream& stream) override;
 
-  std::unique_ptr<Communicator> inner_;
   std::shared_ptr<DesyncChecker> checker_;
   std::string next_label_;
   mutable std::mutex mutex_;  // guards slots_' records and issued_

@@ -73,19 +73,10 @@ inline ModelFactory with_fault(ModelFactory model, Fault fault) {
 
 // Passes every call on, except the faulty one. The step is told by the loss all-reduce, the
 // only one-element all-reduce of a step (the tests' models have more parameters than that).
-class FaultingCommunicator final : public DescribedCommunicator {
+class FaultingCommunicator final : public CommunicatorDecorator {
  public:
   FaultingCommunicator(std::unique_ptr<Communicator> inner, Fault fault)
-      : inner_(std::move(inner)), fault_(fault) {}
-
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  Device device() const override { return inner_->device(); }
-  std::string backend() const override { return inner_->backend(); }
-  void group_start() override { inner_->group_start(); }
-  void group_end() override { inner_->group_end(); }
-  void abort() override { inner_->abort(); }
-  void label_next(std::string label) override { inner_->label_next(std::move(label)); }
+      : CommunicatorDecorator(std::move(inner)), fault_(fault) {}
 
  protected:
   void issue(CollectiveDesc desc, Stream& stream) override {
@@ -98,11 +89,10 @@ class FaultingCommunicator final : public DescribedCommunicator {
       shortened_ = true;
       --desc.count;
     }
-    issue_collective(*inner_, desc, stream);
+    CommunicatorDecorator::issue(desc, stream);
   }
 
  private:
-  std::unique_ptr<Communicator> inner_;
   Fault fault_;
   int64_t losses_ = 0;
   bool shortened_ = false;
