@@ -2,13 +2,13 @@
 // reports test accuracy and throughput. It is also the example of embedding the engine: load
 // data, make a DataParallel, loop over batches, evaluate.
 // Exit codes: 0 success, 1 runtime failure, 2 usage error.
+#include <lockstep/lockstep.h>
+
 #include <chrono>
 #include <cstdio>
 #include <deque>
 #include <limits>
 #include <numeric>
-
-#include <lockstep/lockstep.h>
 
 #include "examples/train_options.h"
 
@@ -43,8 +43,10 @@ ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
   options.accumulate = static_cast<int>(o.accumulate);
   options.allow_uneven_shards = o.uneven_shards;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
-  options.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
-  options.heartbeat_interval = std::chrono::milliseconds(static_cast<int64_t>(o.heartbeat_s * 1000));
+  options.collective_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
+  options.heartbeat_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(o.heartbeat_s * 1000));
   options.heartbeat = [](const std::string& line) {
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
@@ -54,8 +56,8 @@ ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
 
 // With --resume and a checkpoint in --checkpoint-dir: restores the trainer and the data position
 // from it. Returns the first step to run.
-int64_t resume_if_asked(const TrainOptions& o, ls::DataParallel& trainer, ls::data::Sampler& sampler,
-                        ls::data::BatchIterator& batches) {
+int64_t resume_if_asked(const TrainOptions& o, ls::DataParallel& trainer,
+                        ls::data::Sampler& sampler, ls::data::BatchIterator& batches) {
   if (!o.resume) return 1;
   if (!ls::latest_checkpoint(o.checkpoint_dir)) {
     std::printf("no checkpoint in %s yet: starting from step 1\n", o.checkpoint_dir.c_str());
@@ -78,7 +80,8 @@ class RecentLoss {
   }
   double mean() const {
     if (losses_.empty()) return std::numeric_limits<double>::quiet_NaN();
-    return std::accumulate(losses_.begin(), losses_.end(), 0.0) / static_cast<double>(losses_.size());
+    return std::accumulate(losses_.begin(), losses_.end(), 0.0) /
+           static_cast<double>(losses_.size());
   }
 
  private:
@@ -107,16 +110,18 @@ void train_steps(const TrainOptions& o, ls::DataParallel& trainer, ls::data::Sam
     if (o.log_every > 0 && (step % o.log_every == 0 || step == total_steps)) {
       const double elapsed = seconds_since(start);
       const double rate = static_cast<double>((step - first_step + 1) * o.batch) / elapsed;
-      std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s  ETA %s\n",
-                  static_cast<long long>(step), static_cast<long long>(total_steps),
-                  static_cast<long long>(sampler.epoch() + 1), static_cast<double>(result.loss), rate,
-                  format_eta(elapsed / static_cast<double>(step) *
-                             static_cast<double>(total_steps - step)).c_str());
+      std::printf(
+          "step %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s  ETA %s\n",
+          static_cast<long long>(step), static_cast<long long>(total_steps),
+          static_cast<long long>(sampler.epoch() + 1), static_cast<double>(result.loss), rate,
+          format_eta(elapsed / static_cast<double>(step) * static_cast<double>(total_steps - step))
+              .c_str());
       std::fflush(stdout);
     }
     const bool checkpoint_due = o.checkpoint_every > 0 && step % o.checkpoint_every == 0;
     if (!o.checkpoint_dir.empty() && (checkpoint_due || step == total_steps)) {
-      const std::string path = trainer.save(o.checkpoint_dir, {sampler.epoch(), batches.position()});
+      const std::string path =
+          trainer.save(o.checkpoint_dir, {sampler.epoch(), batches.position()});
       std::printf("checkpoint: %s\n", path.c_str());
     }
   }
@@ -128,9 +133,10 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices) {
   std::vector<int64_t> widths{train.features};
   widths.insert(widths.end(), o.hidden.begin(), o.hidden.end());
   widths.push_back(train.classes);
-  ls::DataParallel trainer(devices, ls::mlp_factory(widths),
-                           ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}),
-                           data_parallel_options(o));
+  ls::DataParallel trainer(
+      devices, ls::mlp_factory(widths),
+      ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}),
+      data_parallel_options(o));
 
   ls::data::Sampler sampler(train.count, o.seed);
   ls::data::BatchIterator batches(train, sampler, o.batch);
@@ -209,7 +215,8 @@ int main(int argc, char** argv) {
     const double wall_s = seconds_since(start);
     std::printf("done: %lld steps, final loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
                 static_cast<long long>(summary.steps), summary.final_loss, summary.test.accuracy,
-                static_cast<double>(summary.steps_run * options.batch) / summary.train_seconds, wall_s);
+                static_cast<double>(summary.steps_run * options.batch) / summary.train_seconds,
+                wall_s);
     if (!options.json_path.empty()) {
       write_json(options, devices, summary, wall_s);
       std::printf("results written to %s\n", options.json_path.c_str());

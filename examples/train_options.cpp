@@ -60,8 +60,11 @@ TrainOptions parse_train_options(int argc, char** argv) {
   const std::map<std::string_view, Setter> setters = {
       {"--devices", [&](auto, auto v) { o.devices = v; }},
       {"--data", [&](auto, auto v) { o.data_dir = v; }},
-      {"--model", [&](auto f, auto v) {
-         if (v != "mlp") throw UsageError(std::string(f) + ": unknown model '" + std::string(v) + "'; available: mlp");
+      {"--model",
+       [&](auto f, auto v) {
+         if (v != "mlp")
+           throw UsageError(std::string(f) + ": unknown model '" + std::string(v) +
+                            "'; available: mlp");
          o.model = v;
        }},
       {"--hidden", [&](auto f, auto v) { o.hidden = parse_widths(f, v); }},
@@ -70,18 +73,24 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--batch", [&](auto f, auto v) { o.batch = parse_positive<int64_t>(f, v); }},
       {"--accumulate", [&](auto f, auto v) { o.accumulate = parse_positive<int64_t>(f, v); }},
       {"--bucket-mb", [&](auto f, auto v) { o.bucket_mb = parse_positive<double>(f, v); }},
-      {"--collective-timeout-s", [&](auto f, auto v) { o.collective_timeout_s = parse_positive<double>(f, v); }},
+      {"--collective-timeout-s",
+       [&](auto f, auto v) { o.collective_timeout_s = parse_positive<double>(f, v); }},
       {"--heartbeat-s", [&](auto f, auto v) { o.heartbeat_s = parse_positive<double>(f, v); }},
-      {"--optimizer", [&](auto f, auto v) {
-         if (v != "adamw" && v != "sgd") throw UsageError(std::string(f) + ": unknown optimizer '" + std::string(v) + "'; use adamw or sgd");
+      {"--optimizer",
+       [&](auto f, auto v) {
+         if (v != "adamw" && v != "sgd")
+           throw UsageError(std::string(f) + ": unknown optimizer '" + std::string(v) +
+                            "'; use adamw or sgd");
          o.optimizer = v;
        }},
       {"--lr", [&](auto f, auto v) { o.lr = parse_positive<float>(f, v); }},
-      {"--momentum", [&](auto f, auto v) {
+      {"--momentum",
+       [&](auto f, auto v) {
          o.momentum = parse_number<float>(f, v);
          if (o.momentum < 0 || o.momentum >= 1) throw UsageError("--momentum must be in [0, 1)");
        }},
-      {"--weight-decay", [&](auto f, auto v) {
+      {"--weight-decay",
+       [&](auto f, auto v) {
          o.weight_decay = parse_number<float>(f, v);
          if (o.weight_decay < 0) throw UsageError("--weight-decay must be >= 0");
        }},
@@ -90,7 +99,8 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--log-every", [&](auto f, auto v) { o.log_every = parse_number<int64_t>(f, v); }},
       {"--json", [&](auto, auto v) { o.json_path = v; }},
       {"--checkpoint-dir", [&](auto, auto v) { o.checkpoint_dir = v; }},
-      {"--checkpoint-every", [&](auto f, auto v) { o.checkpoint_every = parse_positive<int64_t>(f, v); }},
+      {"--checkpoint-every",
+       [&](auto f, auto v) { o.checkpoint_every = parse_positive<int64_t>(f, v); }},
   };
   ls::cli::parse_flags(argc, argv, setters,
                        {{"-h", [&] { o.help = true; }},

@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/model/checkpoint/safetensors.h"
 #include "engine/core/error.h"
 #include "engine/core/json_reader.h"
+#include "engine/model/checkpoint/safetensors.h"
 
 namespace {
 
@@ -47,13 +47,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     ls::JsonLimits limits;
     limits.max_depth = 16;
-    ls::parse_json(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.json", limits);
+    ls::parse_json(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.json",
+                   limits);
   } catch (const ls::Error&) {
   }
   std::vector<std::byte> bytes(size);
   if (size > 0) std::memcpy(bytes.data(), data, size);
   try {
-    const SafetensorsFile file = ls::checkpoint::read_safetensors_from_memory(std::move(bytes), "fuzz");
+    const SafetensorsFile file =
+        ls::checkpoint::read_safetensors_from_memory(std::move(bytes), "fuzz");
     round_trip(file);
   } catch (const ls::Error&) {
   }

@@ -42,7 +42,8 @@ const Table* find_op_table(DeviceKind kind) {
 template <typename Table, typename Fn>
 Fn op_entry(Fn Table::*slot, const char* op, const Stream& stream) {
   const Table* table = find_op_table<Table>(stream.device().kind);
-  if (table == nullptr || table->*slot == nullptr) detail::throw_unsupported_op(op, stream.device());
+  if (table == nullptr || table->*slot == nullptr)
+    detail::throw_unsupported_op(op, stream.device());
   return table->*slot;
 }
 

@@ -4,8 +4,8 @@
 // same host bytes into every replica, so they stay bitwise equal.
 #include <cstring>
 
-#include "engine/model/checkpoint/checkpoint.h"
 #include "engine/core/error.h"
+#include "engine/model/checkpoint/checkpoint.h"
 #include "parallel/data_parallel_impl.h"
 
 namespace ls {
@@ -42,7 +42,8 @@ void restore_into(const SafetensorsFile& file, const std::string& name, const Pa
 
 std::string model_description(const std::vector<Parameter*>& parameters) {
   std::string out;
-  for (const Parameter* p : parameters) out += (out.empty() ? "" : " ") + p->name + shape_str(p->shape);
+  for (const Parameter* p : parameters)
+    out += (out.empty() ? "" : " ") + p->name + shape_str(p->shape);
   return out;
 }
 
@@ -69,7 +70,8 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
   for (const Parameter* p : state.parameters) {
     model.push_back({p->name, SafetensorsDType::kF32, p->shape, bytes_of(state.values, *p)});
     for (const auto& [name, flat] : state.optimizer) {
-      optimizer.push_back({p->name + "." + name, SafetensorsDType::kF32, p->shape, bytes_of(flat, *p)});
+      optimizer.push_back(
+          {p->name + "." + name, SafetensorsDType::kF32, p->shape, bytes_of(flat, *p)});
     }
   }
   checkpoint::CheckpointMeta meta;
@@ -108,12 +110,14 @@ TrainingPosition DataParallel::Impl::load(const std::string& dir) {
            " tensors but this optimizer keeps ", state.optimizer.size(), " per parameter");
   for (const Parameter* p : state.parameters) {
     restore_into(loaded.model, p->name, *p, state.values);
-    for (auto& [name, flat] : state.optimizer) restore_into(loaded.optimizer, p->name + "." + name, *p, flat);
+    for (auto& [name, flat] : state.optimizer)
+      restore_into(loaded.optimizer, p->name + "." + name, *p, flat);
   }
   run_on_all(
       [&](Replica& r) {
         Stream& stream = r.compute_stream();
-        r.store().values().copy_from_host_async(state.values.data(), state.values.size() * sizeof(float), stream);
+        r.store().values().copy_from_host_async(state.values.data(),
+                                                state.values.size() * sizeof(float), stream);
         const auto tensors = r.optimizer().state();
         for (size_t i = 0; i < tensors.size(); ++i) {
           const std::vector<float>& flat = state.optimizer[i].second;

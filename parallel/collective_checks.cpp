@@ -40,7 +40,8 @@ void check_collective(const CollectiveDesc& c, int rank, int size, Device device
   const bool send_needed = c.kind != CollectiveKind::kBroadcast || is_root;
   LS_CHECK(c.count == 0 || (c.recv != nullptr && (c.send != nullptr || !send_needed)), name,
            " on rank ", rank, ": send (", c.send, ") and recv (", c.recv,
-           ") must be non-null when count (", c.count, ") > 0 (a broadcast's send only on the root)");
+           ") must be non-null when count (", c.count,
+           ") > 0 (a broadcast's send only on the root)");
   switch (c.kind) {
     case CollectiveKind::kAllReduce:
     case CollectiveKind::kBroadcast:
@@ -51,8 +52,9 @@ void check_collective(const CollectiveDesc& c, int rank, int size, Device device
     case CollectiveKind::kReduceScatter:
       LS_CHECK(c.recv == advance(c.send, static_cast<size_t>(rank) * block) ||
                    !overlaps(c.send, all, c.recv, block),
-               "reduce_scatter on rank ", rank, ": recv overlaps send; in place means recv == send + ",
-               rank, " * recv_count, otherwise the buffers must be disjoint");
+               "reduce_scatter on rank ", rank,
+               ": recv overlaps send; in place means recv == send + ", rank,
+               " * recv_count, otherwise the buffers must be disjoint");
       break;
     case CollectiveKind::kAllGather:
       LS_CHECK(c.send == advance(c.recv, static_cast<size_t>(rank) * block) ||

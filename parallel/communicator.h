@@ -128,8 +128,8 @@ void check_clique_devices(const std::vector<Device>& devices, const Communicator
 
 // Makes one communicator per device, together (host devices: the in-process host clique;
 // CUDA devices: one NCCL communicator each, initialised in one group). Mixed kinds are an error.
-std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<Device>& devices,
-                                                              const CommunicatorOptions& options = {});
+std::vector<std::unique_ptr<Communicator>> make_communicators(
+    const std::vector<Device>& devices, const CommunicatorOptions& options = {});
 
 // Backend factories (parallel/host/; parallel/nccl/, or its without_nccl.cpp in a build without CUDA).
 std::vector<std::unique_ptr<Communicator>> make_host_communicators(

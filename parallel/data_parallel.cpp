@@ -94,7 +94,8 @@ void DataParallel::Impl::build_replicas(const ModelFactory& model,
       auto recorder = std::make_unique<RecordingCommunicator>(std::move(backends[r]), checker);
       RecordingCommunicator& recorder_ref = *recorder;
       std::unique_ptr<Communicator> comm = std::move(recorder);
-      if (hooks.wrap_communicator) comm = hooks.wrap_communicator(std::move(comm), static_cast<int>(r));
+      if (hooks.wrap_communicator)
+        comm = hooks.wrap_communicator(std::move(comm), static_cast<int>(r));
       replicas_[r] = std::make_unique<Replica>(static_cast<int>(r), devices_[r], model, optimizer,
                                                std::move(comm), recorder_ref, options_.buckets,
                                                options_.seed);

@@ -55,7 +55,8 @@ class RecordingCommunicator final : public CommunicatorDecorator {
  public:
   static constexpr size_t kRingSize = 64;
 
-  RecordingCommunicator(std::unique_ptr<Communicator> inner, std::shared_ptr<DesyncChecker> checker);
+  RecordingCommunicator(std::unique_ptr<Communicator> inner,
+                        std::shared_ptr<DesyncChecker> checker);
 
   // Names the next collective in the record ("bucket 3"); cleared by the call.
   void label_next(std::string label) override { next_label_ = std::move(label); }

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "engine/core/error.h"
-#include "engine/model/nn/functional.h"
 #include "engine/core/runtime.h"
+#include "engine/model/nn/functional.h"
 #include "ops/elementwise.h"
 #include "ops/softmax_xent.h"
 

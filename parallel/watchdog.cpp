@@ -73,8 +73,8 @@ std::string Watchdog::describe(const std::vector<ReplicaProgress>& replicas,
     }
     const int64_t issued = r.records.empty() ? 0 : r.records.back().desc.seq;
     if (target > 0 && issued < target) out += "never issued #" + std::to_string(target) + ": ";
-    out += "its last completed collective is #" + std::to_string(last_completed(r)) + " and it is in " +
-           phase_name(r.phase) + " of step " + std::to_string(r.step);
+    out += "its last completed collective is #" + std::to_string(last_completed(r)) +
+           " and it is in " + phase_name(r.phase) + " of step " + std::to_string(r.step);
   }
   return out;
 }

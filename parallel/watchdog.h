@@ -33,7 +33,8 @@ class Watchdog {
   explicit Watchdog(std::chrono::milliseconds timeout) : timeout_(timeout) {}
 
   // The report when some replica has been inside one collective longer than the timeout.
-  std::optional<std::string> check(const std::vector<ReplicaProgress>& replicas, Clock::time_point now);
+  std::optional<std::string> check(const std::vector<ReplicaProgress>& replicas,
+                                   Clock::time_point now);
   // Where every replica is now (for heartbeats and reports).
   std::string describe(const std::vector<ReplicaProgress>& replicas, Clock::time_point now) const;
 

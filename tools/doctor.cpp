@@ -3,14 +3,14 @@
 // NCCL versions, then runs a known-answer all-reduce over the devices (a thread per device, as
 // training does) with a short timeout. Wrong results or a hang are reported with what usually
 // fixes them. Exit codes: 0 pass, 1 fail, 2 usage error.
+#include <lockstep/lockstep.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <future>
 #include <string>
 #include <thread>
-#include <unistd.h>
-
-#include <lockstep/lockstep.h>
 
 #include "engine/core/runtime.h"
 #include "engine/core/system_info.h"
@@ -49,7 +49,8 @@ void print_machine(const std::vector<ls::Device>& devices) {
     std::printf("\n");
     for (size_t i = 0; i < gpu.gpus.size(); ++i) {
       std::printf("  %4zu ", i);
-      for (size_t j = 0; j < gpu.gpus.size(); ++j) std::printf(" %4s", gpu.peer_access[i][j] ? "yes" : "no");
+      for (size_t j = 0; j < gpu.gpus.size(); ++j)
+        std::printf(" %4s", gpu.peer_access[i][j] ? "yes" : "no");
       std::printf("\n");
     }
   }
@@ -64,9 +65,11 @@ int64_t known_answer_rank(ls::Communicator& comm, ls::Device device) {
   runtime.bind_current_thread();
   auto stream = runtime.create_stream();
   std::vector<float> host(kCount);
-  for (int64_t i = 0; i < kCount; ++i) host[static_cast<size_t>(i)] = static_cast<float>(comm.rank() + 1 + i % 7);
+  for (int64_t i = 0; i < kCount; ++i)
+    host[static_cast<size_t>(i)] = static_cast<float>(comm.rank() + 1 + i % 7);
   ls::Tensor buffer = ls::Tensor::from_host(host, {kCount}, device, *stream);
-  comm.all_reduce(buffer.data(), buffer.data(), kCount, ls::DType::kF32, ls::ReduceOp::kSum, *stream);
+  comm.all_reduce(buffer.data(), buffer.data(), kCount, ls::DType::kF32, ls::ReduceOp::kSum,
+                  *stream);
   const std::vector<float> result = buffer.to_host_f32(*stream);
   const int64_t n = comm.size();
   int64_t wrong = 0;
@@ -76,21 +79,23 @@ int64_t known_answer_rank(ls::Communicator& comm, ls::Device device) {
   return wrong;
 }
 
-bool known_answer_all_reduce(const std::vector<ls::Device>& devices, std::chrono::milliseconds timeout) {
+bool known_answer_all_reduce(const std::vector<ls::Device>& devices,
+                             std::chrono::milliseconds timeout) {
   ls::CommunicatorOptions options;
   options.timeout = timeout;
   std::vector<std::unique_ptr<ls::Communicator>> comms = ls::make_communicators(devices, options);
   std::vector<std::future<int64_t>> ranks;
   for (size_t r = 0; r < devices.size(); ++r) {
-    ranks.push_back(std::async(std::launch::async, [&, r] { return known_answer_rank(*comms[r], devices[r]); }));
+    ranks.push_back(std::async(std::launch::async,
+                               [&, r] { return known_answer_rank(*comms[r], devices[r]); }));
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout + std::chrono::seconds(5);
   int64_t wrong = 0;
   std::string failure;
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (ranks[r].wait_until(deadline) != std::future_status::ready) {
-      std::printf("FAIL: the all-reduce hung (rank %zu on %s did not finish in %lld ms).\n  %s\n", r,
-                  devices[r].str().c_str(), static_cast<long long>(timeout.count()), kP2pAdvice);
+      std::printf("FAIL: the all-reduce hung (rank %zu on %s did not finish in %lld ms).\n  %s\n",
+                  r, devices[r].str().c_str(), static_cast<long long>(timeout.count()), kP2pAdvice);
       for (auto& c : comms) c->abort();
       std::fflush(stdout);
       _exit(1);  // a rank stuck in the driver cannot be joined
@@ -107,7 +112,8 @@ bool known_answer_all_reduce(const std::vector<ls::Device>& devices, std::chrono
     return false;
   }
   if (wrong != 0) {
-    std::printf("FAIL: the all-reduce gave %lld wrong element(s).\n", static_cast<long long>(wrong));
+    std::printf("FAIL: the all-reduce gave %lld wrong element(s).\n",
+                static_cast<long long>(wrong));
     if (devices[0].is_cuda()) std::printf("  %s\n", kP2pAdvice);
     return false;
   }
@@ -138,12 +144,14 @@ int main(int argc, char** argv) {
         timeout_ms = std::stoll(value, &used);
         if (used != value.size() || timeout_ms <= 0) throw std::invalid_argument("");
       } catch (const std::exception&) {
-        std::fprintf(stderr, "lockstep-doctor: --timeout-ms needs a positive number, got '%s'\n%s", value.c_str(), kUsage);
+        std::fprintf(stderr, "lockstep-doctor: --timeout-ms needs a positive number, got '%s'\n%s",
+                     value.c_str(), kUsage);
         return 2;
       }
       continue;
     }
-    std::fprintf(stderr, "lockstep-doctor: unknown or incomplete option '%s'\n%s", arg.c_str(), kUsage);
+    std::fprintf(stderr, "lockstep-doctor: unknown or incomplete option '%s'\n%s", arg.c_str(),
+                 kUsage);
     return 2;
   }
   try {

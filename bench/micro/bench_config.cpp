@@ -50,7 +50,8 @@ bool parse_bench_flags(int* argc, char** argv, BenchConfig* config) {
     const char* value = nullptr;
     if (take_flag(*argc, argv, &i, "--devices", &value)) {
       if (!value || !*value) {
-        std::fprintf(stderr, "lockstep-bench: --devices needs a value (auto, host:N, cuda, cuda:0,1)\n");
+        std::fprintf(stderr,
+                     "lockstep-bench: --devices needs a value (auto, host:N, cuda, cuda:0,1)\n");
         return false;
       }
       spec = value;

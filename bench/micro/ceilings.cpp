@@ -39,8 +39,9 @@ void BM_ceiling_sgemm(benchmark::State& state) {
                 0.0f, c.data(), n);
     benchmark::DoNotOptimize(c.data());
   }
-  state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * n * n * static_cast<double>(state.iterations()),
-                                                benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(2.0 * n * n * n * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_ceiling_sgemm)->Name("ceiling/sgemm")->Arg(1024)->UseRealTime();
 BENCHMARK(BM_ceiling_sgemm)->Name("ceiling/sgemm")->Arg(1024)->Threads(2)->UseRealTime();

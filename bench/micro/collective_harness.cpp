@@ -127,7 +127,8 @@ class RankGroup {
   void issue(const CollectiveDef& def, const CollectiveLayout& layout, int ops) {
     run([&](int r) {
       Buffers& b = buffers_[static_cast<size_t>(r)];
-      for (int i = 0; i < ops; ++i) def.issue(comm(r), b.send.f32(), b.recv.f32(), layout, stream(r));
+      for (int i = 0; i < ops; ++i)
+        def.issue(comm(r), b.send.f32(), b.recv.f32(), layout, stream(r));
       stream(r).synchronize();
     });
   }

@@ -5,6 +5,8 @@
 //   gemm/cuda:0/<gemm>   through ls::matmul on cuda:0 (cuBLAS), registered only with a GPU
 // Counter GFLOPs = 2mnk / time. Compare with ceiling/sgemm (single-core CBLAS at 1024^3) in the
 // same run: cblas vs the ceiling is the cost of the shape, host:0 vs cblas lockstep's overhead.
+#include "ops/gemm.h"
+
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -16,7 +18,6 @@
 #include "bench/micro/bench_util.h"
 #include "engine/core/runtime.h"
 #include "engine/core/tensor.h"
-#include "ops/gemm.h"
 
 namespace ls::bench {
 namespace {
@@ -41,7 +42,8 @@ std::vector<GemmShape> model_gemms() {
   for (size_t i = w.size() - 1; i-- > 0;) {
     const std::string layer = "fc" + std::to_string(i + 1);
     shapes.push_back({layer + ".dW", w[i + 1], w[i], kBatch, true, false, 1.0f});    // dW = dy^T x
-    if (i > 0) shapes.push_back({layer + ".dx", kBatch, w[i], w[i + 1], false, false, 0.0f});  // dx = dy W
+    if (i > 0)
+      shapes.push_back({layer + ".dx", kBatch, w[i], w[i + 1], false, false, 0.0f});  // dx = dy W
   }
   return shapes;
 }
@@ -77,7 +79,8 @@ void run_matmul(benchmark::State& state, const GemmShape& s, Device device, int 
   matmul(a, s.trans_a, b, s.trans_b, c, 1.0f, s.beta, *stream);  // warm-up (handles, workspaces)
   stream->synchronize();
   for (auto _ : state) {
-    for (int i = 0; i < per_iteration; ++i) matmul(a, s.trans_a, b, s.trans_b, c, 1.0f, s.beta, *stream);
+    for (int i = 0; i < per_iteration; ++i)
+      matmul(a, s.trans_a, b, s.trans_b, c, 1.0f, s.beta, *stream);
     stream->synchronize();
   }
   set_gflops(state, s, per_iteration);

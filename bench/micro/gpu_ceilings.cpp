@@ -25,7 +25,8 @@ void run_d2d_copy(benchmark::State& state, Device device, size_t bytes) {
   runtime.copy_async(dst.data(), src.data(), bytes, *stream);  // warm-up
   stream->synchronize();
   for (auto _ : state) {
-    for (int i = 0; i < kCopiesPerIteration; ++i) runtime.copy_async(dst.data(), src.data(), bytes, *stream);
+    for (int i = 0; i < kCopiesPerIteration; ++i)
+      runtime.copy_async(dst.data(), src.data(), bytes, *stream);
     stream->synchronize();
   }
   state.counters["GBps"] = benchmark::Counter(

@@ -6,8 +6,8 @@
 
 #include "bench/micro/bench_util.h"
 #include "engine/core/runtime.h"
-#include "parallel/data_parallel.h"
 #include "ops/gemm.h"
+#include "parallel/data_parallel.h"
 
 namespace {
 
@@ -36,23 +36,28 @@ void BM_step_gemms(benchmark::State& state) {
   const std::vector<int64_t> w = mlp_widths(state.range(1));
   auto stream = ls::device_runtime(kHost0).create_stream();
   std::vector<ls::Tensor> acts, weights;
-  for (size_t i = 0; i < w.size(); ++i) acts.push_back(ls::Tensor::empty({rows, w[i]}, ls::DType::kF32, kHost0));
-  for (size_t i = 0; i + 1 < w.size(); ++i) weights.push_back(ls::Tensor::empty({w[i + 1], w[i]}, ls::DType::kF32, kHost0));
+  for (size_t i = 0; i < w.size(); ++i)
+    acts.push_back(ls::Tensor::empty({rows, w[i]}, ls::DType::kF32, kHost0));
+  for (size_t i = 0; i + 1 < w.size(); ++i)
+    weights.push_back(ls::Tensor::empty({w[i + 1], w[i]}, ls::DType::kF32, kHost0));
   std::vector<ls::Tensor> grads_w = weights, grads_a = acts;
   for (auto& t : grads_w) t = ls::Tensor::empty(t.shape(), ls::DType::kF32, kHost0);
   for (auto& t : grads_a) t = ls::Tensor::empty(t.shape(), ls::DType::kF32, kHost0);
   double flops = 0;
-  for (size_t i = 0; i + 1 < w.size(); ++i) flops += 2.0 * rows * w[i] * w[i + 1] * (i == 0 ? 2 : 3);
+  for (size_t i = 0; i + 1 < w.size(); ++i)
+    flops += 2.0 * rows * w[i] * w[i + 1] * (i == 0 ? 2 : 3);
   for (auto _ : state) {
-    for (size_t i = 0; i + 1 < w.size(); ++i) ls::matmul(acts[i], false, weights[i], true, acts[i + 1], 1, 0, *stream);
+    for (size_t i = 0; i + 1 < w.size(); ++i)
+      ls::matmul(acts[i], false, weights[i], true, acts[i + 1], 1, 0, *stream);
     for (size_t i = w.size() - 1; i-- > 0;) {
       ls::matmul(grads_a[i + 1], true, acts[i], false, grads_w[i], 1, 1, *stream);
       if (i > 0) ls::matmul(grads_a[i + 1], false, weights[i], false, grads_a[i], 1, 0, *stream);
     }
     stream->synchronize();
   }
-  state.counters["GFLOPs"] = benchmark::Counter(flops * static_cast<double>(state.iterations()),
-                                                benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(flops * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_step_gemms)->Name("step_gemms/mlp/host:1")->Args({256, 1024})->Args({128, 256})
     ->UseRealTime()->Unit(benchmark::kMillisecond);

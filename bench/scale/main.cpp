@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/data/dataset.h"
 #include "engine/core/device.h"
 #include "engine/core/runtime.h"
+#include "engine/model/data/dataset.h"
 #include "progress.h"
 #include "scale_options.h"
 #include "scale_plot.h"

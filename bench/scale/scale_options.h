@@ -13,9 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "examples/cli_values.h"
-
 #include "engine/core/device.h"
+#include "examples/cli_values.h"
 
 using UsageError = ls::cli::UsageError;
 

@@ -7,8 +7,8 @@
 #include <deque>
 #include <numeric>
 
-#include "engine/model/data/sampler.h"
 #include "engine/core/error.h"
+#include "engine/model/data/sampler.h"
 #include "parallel/data_parallel.h"
 
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/data/dataset.h"
 #include "engine/core/device.h"
+#include "engine/model/data/dataset.h"
 #include "progress.h"
 #include "scale_options.h"
 

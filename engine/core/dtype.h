@@ -17,8 +17,9 @@ std::string_view dtype_name(DType t);
 inline uint16_t f32_to_bf16(float x) {
   uint32_t bits;
   std::memcpy(&bits, &x, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest, ties to even
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);                // round to nearest, ties to even
   return static_cast<uint16_t>(bits >> 16);
 }
 

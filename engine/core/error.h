@@ -7,9 +7,9 @@
 //                           for files and the disk (kind io).
 // LS_ASSERT(cond, parts...) an internal invariant (kind internal); failing it is a lockstep bug.
 // Callers branch on Error::kind(), never on the message text.
-// LS_CUDA_CHECK / LS_NCCL_CHECK / LS_CUBLAS_CHECK live in engine/core/cuda/cuda_check.h (and nccl_check.h) and are built on
-// LS_API_CHECK below, so every error names the statement and where it ran.
-// Message parts are streamed with operator<<, so any printable value can be passed.
+// LS_CUDA_CHECK / LS_NCCL_CHECK / LS_CUBLAS_CHECK live in engine/core/cuda/cuda_check.h (and
+// nccl_check.h) and are built on LS_API_CHECK below, so every error names the statement and where
+// it ran. Message parts are streamed with operator<<, so any printable value can be passed.
 // Thread-safety: the error context (replica, device) is thread-local.
 #pragma once
 
@@ -74,32 +74,32 @@ std::string concat(Parts&&... parts) {
   ::ls::detail::throw_error(kind, ::ls::detail::concat(__VA_ARGS__), __FILE__, __LINE__)
 #define LS_THROW(...) LS_THROW_AS(::ls::ErrorKind::kUsage, __VA_ARGS__)
 
-#define LS_CHECK_AS(kind, cond, ...)         \
-  do {                                       \
-    if (!(cond)) [[unlikely]] {              \
-      LS_THROW_AS(kind, __VA_ARGS__);        \
-    }                                        \
+#define LS_CHECK_AS(kind, cond, ...)  \
+  do {                                \
+    if (!(cond)) [[unlikely]] {       \
+      LS_THROW_AS(kind, __VA_ARGS__); \
+    }                                 \
   } while (0)
 #define LS_CHECK(cond, ...) LS_CHECK_AS(::ls::ErrorKind::kUsage, cond, __VA_ARGS__)
 // Files and the disk: missing, unreadable, corrupt, full.
 #define LS_CHECK_IO(cond, ...) LS_CHECK_AS(::ls::ErrorKind::kIo, cond, __VA_ARGS__)
 #define LS_THROW_IO(...) LS_THROW_AS(::ls::ErrorKind::kIo, __VA_ARGS__)
 
-#define LS_ASSERT(cond, ...)                                                                  \
-  do {                                                                                        \
-    if (!(cond)) [[unlikely]] {                                                               \
-      LS_THROW_AS(::ls::ErrorKind::kInternal, "internal error (please report): ", #cond,         \
-                  " failed. " __VA_OPT__(, ) __VA_ARGS__);                                    \
-    }                                                                                         \
+#define LS_ASSERT(cond, ...)                                                             \
+  do {                                                                                   \
+    if (!(cond)) [[unlikely]] {                                                          \
+      LS_THROW_AS(::ls::ErrorKind::kInternal, "internal error (please report): ", #cond, \
+                  " failed. " __VA_OPT__(, ) __VA_ARGS__);                               \
+    }                                                                                    \
   } while (0)
 
 // Generator for library-call checks: `ok` is the success value, `describe(status)` turns a
 // failure into text. The message names the failing statement.
-#define LS_API_CHECK(api_name, stmt, ok, describe)                                    \
-  do {                                                                                \
-    auto ls_api_status_ = (stmt);                                                     \
-    if (ls_api_status_ != (ok)) [[unlikely]] {                                        \
-      LS_THROW_AS(::ls::ErrorKind::kInternal, api_name, " call `", #stmt, "` failed: ", \
-                  describe(ls_api_status_));                                          \
-    }                                                                                 \
+#define LS_API_CHECK(api_name, stmt, ok, describe)                        \
+  do {                                                                    \
+    auto ls_api_status_ = (stmt);                                         \
+    if (ls_api_status_ != (ok)) [[unlikely]] {                            \
+      LS_THROW_AS(::ls::ErrorKind::kInternal, api_name, " call `", #stmt, \
+                  "` failed: ", describe(ls_api_status_));                \
+    }                                                                     \
   } while (0)

@@ -111,12 +111,14 @@ void JsonWriter::write_file(const std::string& path) const {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-    LS_CHECK(file.good(), "cannot write '", tmp, "': check that the directory exists and is writable");
+    LS_CHECK(file.good(), "cannot write '", tmp,
+             "': check that the directory exists and is writable");
     file << out_ << "\n";
     file.close();
     LS_CHECK(file.good(), "writing '", tmp, "' failed (disk full?)");
   }
-  LS_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path, "'");
+  LS_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path,
+           "'");
 }
 
 }  // namespace ls

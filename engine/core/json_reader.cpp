@@ -27,7 +27,7 @@ namespace {
 
 void check_kind(const JsonValue& v, JsonValue::Kind want) {
   LS_CHECK_IO(v.kind() == want, "byte ", v.offset(), ": expected ", json_kind_name(want), ", got ",
-           json_kind_name(v.kind()));
+              json_kind_name(v.kind()));
 }
 
 bool is_integer_literal(const std::string& text) {
@@ -70,7 +70,7 @@ int64_t JsonValue::as_int64() const {
   const char* end = text_.data() + text_.size();
   auto [ptr, ec] = std::from_chars(text_.data(), end, out);
   LS_CHECK_IO(is_integer_literal(text_) && ec == std::errc() && ptr == end, "byte ", offset_,
-           ": expected an integer that fits in 64 bits, got ", text_);
+              ": expected an integer that fits in 64 bits, got ", text_);
   return out;
 }
 
@@ -80,7 +80,7 @@ uint64_t JsonValue::as_uint64() const {
   const char* end = text_.data() + text_.size();
   auto [ptr, ec] = std::from_chars(text_.data(), end, out);  // rejects a leading '-'
   LS_CHECK_IO(is_integer_literal(text_) && ec == std::errc() && ptr == end, "byte ", offset_,
-           ": expected a non-negative integer that fits in 64 bits, got ", text_);
+              ": expected a non-negative integer that fits in 64 bits, got ", text_);
   return out;
 }
 
@@ -90,7 +90,7 @@ double JsonValue::as_double() const {
   const char* end = text_.data() + text_.size();
   auto [ptr, ec] = std::from_chars(text_.data(), end, out);
   LS_CHECK_IO(ec == std::errc() && ptr == end, "byte ", offset_, ": number ", text_,
-           " is out of the range of a double");
+              " is out of the range of a double");
   return out;
 }
 
@@ -175,8 +175,8 @@ class JsonParser {
   }
 
   void skip_ws() {
-    while (pos_ < text_.size() &&
-           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r')) {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
+                                   text_[pos_] == '\n' || text_[pos_] == '\r')) {
       ++pos_;
     }
   }
@@ -276,9 +276,12 @@ class JsonParser {
   std::string parse_number() {
     const size_t start = pos_;
     consume('-');
-    auto digit_at = [&](size_t p) { return p < text_.size() && text_[p] >= '0' && text_[p] <= '9'; };
+    auto digit_at = [&](size_t p) {
+      return p < text_.size() && text_[p] >= '0' && text_[p] <= '9';
+    };
     auto digits = [&](const char* what) {
-      if (!digit_at(pos_)) fail_at(pos_, "expected a digit ", what, ", found ", describe_at(text_, pos_));
+      if (!digit_at(pos_))
+        fail_at(pos_, "expected a digit ", what, ", found ", describe_at(text_, pos_));
       while (digit_at(pos_)) ++pos_;
     };
     if (consume('0')) {
@@ -303,7 +306,8 @@ class JsonParser {
       if (c >= '0' && c <= '9') d = c - '0';
       else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
       else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-      else fail_at(pos_, "expected a hex digit in the \\u escape, found ", describe_at(text_, pos_));
+      else
+        fail_at(pos_, "expected a hex digit in the \\u escape, found ", describe_at(text_, pos_));
       out = out * 16 + d;
     }
     return out;

@@ -20,7 +20,8 @@ int main() {
       int best = 0;
       for (int f = 0; f < 8; ++f) {
         batch.images.push_back(normal(rng));
-        if (f < 4 && batch.images.back() > batch.images[static_cast<size_t>(i * 8 + best)]) best = f;
+        if (f < 4 && batch.images.back() > batch.images[static_cast<size_t>(i * 8 + best)])
+          best = f;
       }
       batch.labels.push_back(best);
     }

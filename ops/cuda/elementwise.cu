@@ -3,8 +3,8 @@
 // zeroes its count); grid-stride loops over int64 indices.
 #include <cuda_runtime.h>
 
-#include "ops/elementwise.h"
 #include "ops/cuda/cuda_launch.h"
+#include "ops/elementwise.h"
 
 namespace ls::cuda_ops {
 namespace {

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "engine/core/runtime.h"
-#include "ops/gemm.h"
 #include "ops/cuda/cuda_launch.h"
+#include "ops/gemm.h"
 
 namespace ls::cuda_ops {
 namespace {

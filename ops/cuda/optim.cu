@@ -6,8 +6,8 @@
 
 #include <cmath>
 
-#include "ops/optim.h"
 #include "ops/cuda/cuda_launch.h"
+#include "ops/optim.h"
 
 namespace ls::cuda_ops {
 namespace {

@@ -19,8 +19,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "ops/softmax_xent.h"
 #include "ops/cuda/cuda_launch.h"
+#include "ops/softmax_xent.h"
 
 namespace ls::cuda_ops {
 namespace {

@@ -1,9 +1,10 @@
 // Host kernels of ops/activation.h: relu and gelu, forward and backward. Each enqueues one task
 // split over host_parallel_for; every element is computed independently. The inner loops are
 // plain indexed loops so the compiler vectorises them (in-place use is allowed).
+#include "ops/activation.h"
+
 #include <cmath>
 
-#include "ops/activation.h"
 #include "ops/host/host_ops.h"
 
 namespace ls {

@@ -1,8 +1,9 @@
 // Host kernels of ops/bias.h. bias_add splits rows over the device's cores; bias_grad splits
 // columns only, so each column's sum runs over the rows in order (bitwise reproducible).
+#include "ops/bias.h"
+
 #include <algorithm>
 
-#include "ops/bias.h"
 #include "ops/host/host_ops.h"
 
 namespace ls {

@@ -1,13 +1,14 @@
 // Host kernels of ops/elementwise.h: fill, scale, axpy, add, the non-finite count and the bf16
 // casts. Each enqueues one task split over host_parallel_for (kHostGrain elements a chunk); every
 // element is computed independently, so results do not depend on the chunking.
+#include "ops/elementwise.h"
+
 #include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cmath>
 
 #include "engine/core/dtype.h"
-#include "ops/elementwise.h"
 #include "ops/host/host_ops.h"
 
 namespace ls {

@@ -4,13 +4,14 @@
 // the machine. Chunk boundaries depend only on (m, threads), so results are reproducible for a
 // given thread count; they may differ in the last bits between thread counts, because OpenBLAS
 // picks its kernel (e.g. its small-matrix path) by the size of each call.
+#include "ops/gemm.h"
+
 #include <cblas.h>
 
 #include <algorithm>
 
 #include "engine/core/error.h"
 #include "engine/core/host/host_device.h"
-#include "ops/gemm.h"
 #include "ops/host/host_ops.h"
 
 namespace ls {

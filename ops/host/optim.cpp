@@ -1,12 +1,13 @@
 // Host optimizer steps, one fused pass over the parameters (PyTorch semantics, see
 // ops/optim.h). Per-element and independent, so the result does not depend on the chunking.
 // param, grad and the state buffers must be distinct, non-overlapping buffers.
+#include "ops/optim.h"
+
 #include <cmath>
 
 #include "engine/core/error.h"
 #include "engine/core/host/host_device.h"
 #include "ops/host/host_ops.h"
-#include "ops/optim.h"
 
 namespace ls {
 namespace {

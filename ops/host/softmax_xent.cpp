@@ -5,6 +5,8 @@
 // label raises an ls::Error (naming the row and the label) that surfaces at the stream's next
 // synchronize().
 // dlogits may be exactly logits (in place): each row reads what it needs before writing.
+#include "ops/softmax_xent.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -14,7 +16,6 @@
 #include "engine/core/error.h"
 #include "engine/core/host/host_device.h"
 #include "ops/host/host_ops.h"
-#include "ops/softmax_xent.h"
 
 namespace ls {
 namespace {

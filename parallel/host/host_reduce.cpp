@@ -81,9 +81,12 @@ template <typename T>
 void reduce_typed(const void* const* inputs, int n, void* const* outputs, int n_out,
                   size_t offset, size_t count, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return reduce_range<T, ReduceOp::kSum>(inputs, n, outputs, n_out, offset, count);
-    case ReduceOp::kAvg: return reduce_range<T, ReduceOp::kAvg>(inputs, n, outputs, n_out, offset, count);
-    case ReduceOp::kMax: return reduce_range<T, ReduceOp::kMax>(inputs, n, outputs, n_out, offset, count);
+    case ReduceOp::kSum:
+      return reduce_range<T, ReduceOp::kSum>(inputs, n, outputs, n_out, offset, count);
+    case ReduceOp::kAvg:
+      return reduce_range<T, ReduceOp::kAvg>(inputs, n, outputs, n_out, offset, count);
+    case ReduceOp::kMax:
+      return reduce_range<T, ReduceOp::kMax>(inputs, n, outputs, n_out, offset, count);
   }
   LS_ASSERT(false, "unknown reduce op ", static_cast<int>(op));
 }

@@ -317,7 +317,8 @@ NcclClique::~NcclClique() {
   // NCCL runs finalize, destroy and abort as jobs of this thread's group, so none may be open;
   // an unbalanced group_start may even have left our communicators in it.
   if (t_group.depth > 0 || !t_group.members.empty()) {
-    const auto ours = std::erase_if(t_group.members, [this](const GroupMember& m) { return m.raw == this; });
+    const auto ours =
+        std::erase_if(t_group.members, [this](const GroupMember& m) { return m.raw == this; });
     close_thread_group();
     clean = clean && ours == 0;
   }
@@ -353,7 +354,8 @@ bool NcclClique::finalize_all() noexcept {
       if (result == ncclSuccess) {
         slot(r).comm = nullptr;
       } else {
-        failure = concat("ncclCommDestroy on ", where(r), " failed: ", nccl_error_text(result, nullptr));
+        failure =
+            concat("ncclCommDestroy on ", where(r), " failed: ", nccl_error_text(result, nullptr));
       }
     }
   } catch (const std::exception& e) {
@@ -433,8 +435,8 @@ void NcclClique::group_start(int rank) {
   join_group_locked(slot(rank), rank, /*check_only=*/true);  // before NCCL's depth changes
   const ncclResult_t result = ncclGroupStart();
   if (result != ncclSuccess) {
-    LS_THROW_AS(ErrorKind::kInternal, "ncclGroupStart on ", where(rank), " failed: ",
-                nccl_error_text(result, nullptr));
+    LS_THROW_AS(ErrorKind::kInternal, "ncclGroupStart on ", where(rank),
+                " failed: ", nccl_error_text(result, nullptr));
   }
   ++t_group.depth;
   join_group_locked(slot(rank), rank);
@@ -513,8 +515,8 @@ void NcclClique::abort_all(const std::string& reason) noexcept {
 
 void NcclClique::fail_aborted(int rank, const NcclCall& op) {
   if (t_group.depth > 0 && thread_group_has_aborted_member()) close_thread_group();
-  LS_THROW_AS(ErrorKind::kAborted, op.str(), " on ", where(rank), ": communicator aborted: ",
-              abort_reason());
+  LS_THROW_AS(ErrorKind::kAborted, op.str(), " on ", where(rank),
+              ": communicator aborted: ", abort_reason());
 }
 
 // Any NCCL error aborts the clique: a non-blocking communicator keeps even an argument error as
@@ -589,7 +591,8 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
   }
   auto clique = std::make_shared<NcclClique>(devices, options.timeout);
   std::vector<std::unique_ptr<Communicator>> comms;
-  for (int r = 0; r < clique->size(); ++r) comms.push_back(std::make_unique<NcclCommunicator>(clique, r));
+  for (int r = 0; r < clique->size(); ++r)
+    comms.push_back(std::make_unique<NcclCommunicator>(clique, r));
   return comms;
 }
 

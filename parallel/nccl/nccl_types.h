@@ -53,7 +53,8 @@ inline const char* nccl_result_name(ncclResult_t result) {
 // NCCL's sentence for `result`, its name, and ncclGetLastError (kept process-wide by NCCL, so
 // `comm` may be null).
 inline std::string nccl_error_text(ncclResult_t result, ncclComm_t comm) {
-  std::string text = detail::concat(ncclGetErrorString(result), " [", nccl_result_name(result), "]");
+  std::string text =
+      detail::concat(ncclGetErrorString(result), " [", nccl_result_name(result), "]");
   const char* last = ncclGetLastError(comm);
   if (last != nullptr && last[0] != '\0') text += detail::concat("; NCCL's last error: ", last);
   return text;

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "engine/model/checkpoint/atomic_file.h"
 #include "engine/core/json_reader.h"
+#include "engine/model/checkpoint/atomic_file.h"
 
 namespace ls::checkpoint {
 namespace {
@@ -41,7 +41,8 @@ struct State {
   }
   std::vector<NamedHostTensor> optimizer() const {
     const int64_t n = static_cast<int64_t>(exp_avg.size());
-    return {{"exp_avg", D::kF32, {n}, bytes_of(exp_avg)}, {"exp_avg_sq", D::kF32, {n}, bytes_of(exp_avg_sq)}};
+    return {{"exp_avg", D::kF32, {n}, bytes_of(exp_avg)},
+            {"exp_avg_sq", D::kF32, {n}, bytes_of(exp_avg_sq)}};
   }
   std::vector<float> weight, exp_avg, exp_avg_sq;
   CheckpointMeta meta;
@@ -75,7 +76,8 @@ class CheckpointTest : public TempDirTest {
   std::vector<std::string> hidden_entries() const {
     std::vector<std::string> out;
     for (const auto& e : fs::directory_iterator(dir_)) {
-      if (e.path().filename().string().starts_with(".")) out.push_back(e.path().filename().string());
+      if (e.path().filename().string().starts_with("."))
+        out.push_back(e.path().filename().string());
     }
     return out;
   }
@@ -104,7 +106,8 @@ TEST_F(CheckpointTest, MetaJsonRecordsFormatSizesAndChecksums) {
   commit(State(7));
   const fs::path step = dir_ / "step-000007";
   const Bytes text = read_all(step / "meta.json");
-  const JsonValue meta = parse_json(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), "m");
+  const JsonValue meta =
+      parse_json(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), "m");
   EXPECT_EQ(meta.find("format")->as_string(), "lockstep-checkpoint");
   EXPECT_EQ(meta.find("format_version")->as_int64(), kCheckpointFormatVersion);
   EXPECT_EQ(meta.find("step")->as_int64(), 7);
@@ -175,7 +178,8 @@ TEST_F(CheckpointTest, SizeMismatchAndMissingFiles) {
 
   commit(State(6));
   fs::remove(dir_ / "step-000006" / "optimizer.safetensors");
-  EXPECT_THROW_WITH(load_checkpoint(dir_.string()), "optimizer.safetensors", "missing", "incomplete");
+  EXPECT_THROW_WITH(load_checkpoint(dir_.string()), "optimizer.safetensors", "missing",
+                    "incomplete");
 
   commit(State(7));
   fs::remove(dir_ / "step-000007" / "meta.json");
@@ -221,8 +225,12 @@ TEST_F(MetaJsonTest, StrictParsing) {
     std::vector<std::string> fragments;
   };
   const std::vector<Case> cases = {
-      {"\"format_version\": 1", "\"format_version\": 2", {"unknown format version 2", "reads version 1"}},
-      {"\"format\": \"lockstep-checkpoint\"", "\"format\": \"other\"", {"not a lockstep checkpoint"}},
+      {"\"format_version\": 1",
+       "\"format_version\": 2",
+       {"unknown format version 2", "reads version 1"}},
+      {"\"format\": \"lockstep-checkpoint\"",
+       "\"format\": \"other\"",
+       {"not a lockstep checkpoint"}},
       {"\"epoch\": 0", "\"epoch\": 0, \"surprise\": 1", {"unknown field 'surprise'"}},
       {"\"epoch\": 0, ", "", {"missing field 'epoch'"}},
       {"\"epoch\": 0", "\"epoch\": \"0\"", {"field 'epoch' must be a number, got a string"}},
@@ -231,7 +239,9 @@ TEST_F(MetaJsonTest, StrictParsing) {
       {"\"seed\": \"", "\"seed\": \"x", {"field 'seed' must be a decimal"}},
       {"\"lr\": \"0.001\"", "\"lr\": 0.001", {"extra 'lr' must be a string"}},
       {"\"crc32\": ", "\"crc32\": 1, \"crc32\": ", {"duplicate key \"crc32\"", "meta.json"}},
-      {"\"model.safetensors\": {", "\"other.bin\": {}, \"model.safetensors\": {", {"unknown field 'other.bin'"}},
+      {"\"model.safetensors\": {",
+       "\"other.bin\": {}, \"model.safetensors\": {",
+       {"unknown field 'other.bin'"}},
       {"{", "[", {"meta.json: byte"}},
   };
   for (const Case& c : cases) {

@@ -41,7 +41,8 @@ inline Bytes read_all(const fs::path& path) {
 
 inline void write_all(const fs::path& path, std::span<const std::byte> bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(out.good()) << path;
 }
 
@@ -67,8 +68,9 @@ inline ::testing::AssertionResult contains_all(const std::string& message,
   return ::testing::AssertionSuccess();
 }
 
-#define EXPECT_THROW_WITH(stmt, ...) \
-  EXPECT_TRUE(::ls::checkpoint::testing::contains_all(::ls::checkpoint::testing::error_of([&] { stmt; }), {__VA_ARGS__}))
+#define EXPECT_THROW_WITH(stmt, ...)                   \
+  EXPECT_TRUE(::ls::checkpoint::testing::contains_all( \
+      ::ls::checkpoint::testing::error_of([&] { stmt; }), {__VA_ARGS__}))
 
 // Gives each test its own empty directory, removed afterwards.
 class TempDirTest : public ::testing::Test {

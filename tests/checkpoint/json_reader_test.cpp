@@ -68,7 +68,8 @@ TEST(JsonReader, IntegerConversionsAreExact) {
   EXPECT_EQ(parse("18446744073709551615").as_uint64(), UINT64_MAX);
   EXPECT_TRUE(contains_all(error_of([] { parse("9223372036854775808").as_int64(); }),
                            {"byte 0", "fits in 64 bits", "9223372036854775808"}));
-  EXPECT_TRUE(contains_all(error_of([] { parse("18446744073709551616").as_uint64(); }), {"64 bits"}));
+  EXPECT_TRUE(
+      contains_all(error_of([] { parse("18446744073709551616").as_uint64(); }), {"64 bits"}));
   EXPECT_TRUE(contains_all(error_of([] { parse("-1").as_uint64(); }), {"non-negative"}));
   EXPECT_TRUE(contains_all(error_of([] { parse("1.0").as_int64(); }), {"integer", "1.0"}));
   EXPECT_TRUE(contains_all(error_of([] { parse("1e2").as_uint64(); }), {"integer", "1e2"}));
@@ -80,7 +81,8 @@ TEST(JsonReader, HugeNumbersParseButDoNotConvert) {
   EXPECT_EQ(v.number_text(), digits);
   EXPECT_TRUE(contains_all(error_of([&] { v.as_double(); }), {"out of the range of a double"}));
   EXPECT_TRUE(contains_all(error_of([&] { v.as_int64(); }), {"64 bits"}));
-  EXPECT_TRUE(contains_all(error_of([] { parse("1e999999999999").as_double(); }), {"out of the range"}));
+  EXPECT_TRUE(
+      contains_all(error_of([] { parse("1e999999999999").as_double(); }), {"out of the range"}));
   EXPECT_TRUE(contains_all(error_of([] { parse("-1e400").as_double(); }), {"out of the range"}));
   EXPECT_TRUE(contains_all(error_of([] { parse("1e-400").as_double(); }), {"out of the range"}));
   EXPECT_DOUBLE_EQ(parse("1.7976931348623157e308").as_double(), 1.7976931348623157e308);
@@ -116,7 +118,8 @@ class JsonMalformed : public ::testing::TestWithParam<Malformed> {};
 TEST_P(JsonMalformed, IsRefusedWithOffset) {
   const Malformed& m = GetParam();
   const std::string message = error_of([&] { parse(m.text); });
-  EXPECT_TRUE(contains_all(message, {"test.json: byte " + std::to_string(m.offset) + ": ", m.fragment}));
+  EXPECT_TRUE(
+      contains_all(message, {"test.json: byte " + std::to_string(m.offset) + ": ", m.fragment}));
 }
 
 std::string nested(const std::string& open, int n) {

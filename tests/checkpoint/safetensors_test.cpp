@@ -23,13 +23,16 @@ using D = SafetensorsDType;
 // 8-byte little-endian length + header text + data.
 Bytes file_of(uint64_t header_length, std::string_view header, const Bytes& data) {
   Bytes out;
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>((header_length >> (8 * i)) & 0xff));
+  for (int i = 0; i < 8; ++i)
+    out.push_back(static_cast<std::byte>((header_length >> (8 * i)) & 0xff));
   const Bytes h = to_bytes(header);
   out.insert(out.end(), h.begin(), h.end());
   out.insert(out.end(), data.begin(), data.end());
   return out;
 }
-Bytes file_of(std::string_view header, const Bytes& data) { return file_of(header.size(), header, data); }
+Bytes file_of(std::string_view header, const Bytes& data) {
+  return file_of(header.size(), header, data);
+}
 
 Bytes hex(std::initializer_list<int> values) {
   Bytes out;
@@ -43,8 +46,9 @@ TEST(SafetensorsGolden, SingleTensorMatchesSpecByteForByte) {
   // The reference's own serialization example: 64-byte header (already a multiple of 8).
   const std::string header = R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})";
   ASSERT_EQ(header.size(), 64u);
-  const Bytes expected = file_of(header, hex({0, 0, 0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 0, 0, 0x40,
-                                              0x40, 0, 0, 0x80, 0x40, 0, 0, 0xa0, 0x40}));
+  const Bytes expected =
+      file_of(header, hex({0, 0, 0,    0,    0, 0, 0x80, 0x3f, 0, 0, 0,    0x40,
+                           0, 0, 0x40, 0x40, 0, 0, 0x80, 0x40, 0, 0, 0xa0, 0x40}));
   const std::vector<float> values = {0, 1, 2, 3, 4, 5};
   const Bytes ours = serialize_safetensors({{"attn.0", D::kF32, {1, 2, 3}, bytes_of(values)}});
   EXPECT_EQ(ours, expected);
@@ -115,9 +119,12 @@ struct InteropTensors {
   std::vector<uint16_t> half = {0x3c00, 0xc000};  // 1.0, -2.0 in IEEE half
   std::vector<double> empty;
   std::vector<NamedHostTensor> named() const {
-    return {{"layer.weight", D::kF32, {2, 3}, bytes_of(weight)}, {"layer.bias", D::kF32, {3}, bytes_of(bias)},
-            {"step", D::kI64, {}, bytes_of(step)},              {"ids", D::kI32, {3}, bytes_of(ids)},
-            {"mask", D::kU8, {5}, bytes_of(mask)},              {"half", D::kF16, {2}, bytes_of(half)},
+    return {{"layer.weight", D::kF32, {2, 3}, bytes_of(weight)},
+            {"layer.bias", D::kF32, {3}, bytes_of(bias)},
+            {"step", D::kI64, {}, bytes_of(step)},
+            {"ids", D::kI32, {3}, bytes_of(ids)},
+            {"mask", D::kU8, {5}, bytes_of(mask)},
+            {"half", D::kF16, {2}, bytes_of(half)},
             {"empty", D::kF64, {0, 3}, bytes_of(empty)}};
   }
 };
@@ -134,14 +141,16 @@ TEST(SafetensorsInterop, WriterReproducesTheReferenceBytes) {
 
 TEST(SafetensorsInterop, ReaderReadsTheReferenceFile) {
   const InteropTensors t;
-  const SafetensorsFile file = read_safetensors_from_memory(file_of(kReferenceHeader, kReferenceData), "ref");
+  const SafetensorsFile file =
+      read_safetensors_from_memory(file_of(kReferenceHeader, kReferenceData), "ref");
   ASSERT_EQ(file.tensors().size(), 7u);
   EXPECT_EQ(file.tensors()[0].name, "step");  // offset order
   for (const NamedHostTensor& want : t.named()) {
     const SafetensorsTensor& got = file.at(want.name);
     EXPECT_EQ(got.dtype, want.dtype) << want.name;
     EXPECT_EQ(got.shape, want.shape) << want.name;
-    EXPECT_TRUE(std::equal(got.data.begin(), got.data.end(), want.data.begin(), want.data.end())) << want.name;
+    EXPECT_TRUE(std::equal(got.data.begin(), got.data.end(), want.data.begin(), want.data.end()))
+        << want.name;
   }
 }
 
@@ -162,10 +171,14 @@ TEST_F(SafetensorsTest, RoundTripKeepsExactBytes) {
   std::vector<double> f64 = {3.141592653589793};
   std::vector<uint8_t> flags = {1, 0};
   const std::vector<NamedHostTensor> tensors = {
-      {"model.fc1.weight", D::kF32, {10, 100}, bytes_of(f32)}, {"x.bf16", D::kBF16, {3}, bytes_of(bf16)},
-      {"ints", D::kI32, {2, 2}, bytes_of(i32)},                 {"longs", D::kI64, {2}, bytes_of(i64)},
-      {"bytes", D::kU8, {5}, bytes_of(u8)},                     {"scalar", D::kF64, {}, bytes_of(f64)},
-      {"flags", D::kBool, {2}, bytes_of(flags)},                {"nothing", D::kF32, {4, 0, 2}, {}},
+      {"model.fc1.weight", D::kF32, {10, 100}, bytes_of(f32)},
+      {"x.bf16", D::kBF16, {3}, bytes_of(bf16)},
+      {"ints", D::kI32, {2, 2}, bytes_of(i32)},
+      {"longs", D::kI64, {2}, bytes_of(i64)},
+      {"bytes", D::kU8, {5}, bytes_of(u8)},
+      {"scalar", D::kF64, {}, bytes_of(f64)},
+      {"flags", D::kBool, {2}, bytes_of(flags)},
+      {"nothing", D::kF32, {4, 0, 2}, {}},
       {"name with \"quotes\" \\ and \xc3\xa9\n", D::kU8, {1}, bytes_of(u8).first(1)}};
   const SafetensorsMetadata metadata = {{"format", "pt"}, {"note", "tab\there \"q\""}};
   const fs::path path = dir_ / "t.safetensors";
@@ -184,7 +197,8 @@ TEST_F(SafetensorsTest, RoundTripKeepsExactBytes) {
     ASSERT_EQ(got->data.size(), want.data.size());
     EXPECT_TRUE(std::equal(got->data.begin(), got->data.end(), want.data.begin())) << want.name;
     // Every tensor's data is aligned to its element size within the file (8-aligned buffer).
-    EXPECT_EQ((got->data.data() - file.file_bytes().data()) % safetensors_dtype_size(got->dtype), 0u);
+    EXPECT_EQ((got->data.data() - file.file_bytes().data()) % safetensors_dtype_size(got->dtype),
+              0u);
   }
   EXPECT_EQ(file.find("absent"), nullptr);
   EXPECT_THROW_WITH(file.at("absent"), "t.safetensors", "no tensor named 'absent'");
@@ -242,54 +256,88 @@ std::vector<Corrupt> corrupt_cases() {
   std::vector<Corrupt> c = {
       {"empty file", {}, {"truncated: 0 bytes", "8-byte header length"}},
       {"short file", hex({1, 0, 0}), {"truncated: 3 bytes"}},
-      {"header over cap", file_of((uint64_t{100} << 20) + 1, "{}", {}), {"header length 104857601", "cap"}},
+      {"header over cap",
+       file_of((uint64_t{100} << 20) + 1, "{}", {}),
+       {"header length 104857601", "cap"}},
       {"header length 2^64-1", file_of(UINT64_MAX, "{}", {}), {"larger than the cap"}},
-      {"header beyond file", file_of(1000, good, data11), {"header length 1000 is larger than the file"}},
+      {"header beyond file",
+       file_of(1000, good, data11),
+       {"header length 1000 is larger than the file"}},
       {"zero header", file_of(0, "", {}), {"header: byte 0: expected a value"}},
-      {"bad json", file_of(R"({"w":{"dtype":"F32",,}})", {}), {"header: byte 20: expected a string key"}},
+      {"bad json",
+       file_of(R"({"w":{"dtype":"F32",,}})", {}),
+       {"header: byte 20: expected a string key"}},
       {"not an object", file_of("[1]", {}), {"expected a JSON object, got an array"}},
       {"invalid utf8", file_of("{\"w\xff\":1}", {}), {"invalid UTF-8"}},
       {"depth bomb", file_of(std::string(200, '['), {}), {"nesting deeper than 64"}},
       {"entry not object", file_of(one("[1]"), {}), {"tensor 'w' must be an object"}},
-      {"unknown dtype", file_of(one(R"({"dtype":"C64","shape":[],"data_offsets":[0,8]})"), Bytes(8)),
+      {"unknown dtype",
+       file_of(one(R"({"dtype":"C64","shape":[],"data_offsets":[0,8]})"), Bytes(8)),
        {"unknown or unsupported dtype 'C64'"}},
-      {"dtype not string", file_of(one(R"({"dtype":4,"shape":[],"data_offsets":[0,4]})"), Bytes(4)),
+      {"dtype not string",
+       file_of(one(R"({"dtype":4,"shape":[],"data_offsets":[0,4]})"), Bytes(4)),
        {"dtype of tensor 'w' must be a string"}},
-      {"shape not array", file_of(one(R"({"dtype":"U8","shape":2,"data_offsets":[0,2]})"), Bytes(2)),
+      {"shape not array",
+       file_of(one(R"({"dtype":"U8","shape":2,"data_offsets":[0,2]})"), Bytes(2)),
        {"shape of tensor 'w' must be an array"}},
-      {"negative extent", file_of(one(R"({"dtype":"U8","shape":[-2],"data_offsets":[0,2]})"), Bytes(2)),
+      {"negative extent",
+       file_of(one(R"({"dtype":"U8","shape":[-2],"data_offsets":[0,2]})"), Bytes(2)),
        {"shape of tensor 'w'", "non-negative"}},
-      {"fractional extent", file_of(one(R"({"dtype":"U8","shape":[2.0],"data_offsets":[0,2]})"), Bytes(2)),
+      {"fractional extent",
+       file_of(one(R"({"dtype":"U8","shape":[2.0],"data_offsets":[0,2]})"), Bytes(2)),
        {"integer"}},
       {"extent beyond int64",
-       file_of(one(R"({"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,2]})"), Bytes(2)),
+       file_of(one(R"({"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,2]})"),
+               Bytes(2)),
        {"beyond 2^63-1"}},
       {"element count overflow",
-       file_of(one(R"({"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,8]})"), Bytes(8)),
+       file_of(one(R"({"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,8]})"),
+               Bytes(8)),
        {"more elements than fit in 64 bits"}},
-      {"shape/bytes mismatch", file_of(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]},)"
-                                           R"("v":{"dtype":"U8","shape":[3],"data_offsets":[8,11]}})", data11),
+      {"shape/bytes mismatch",
+       file_of(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]},)"
+               R"("v":{"dtype":"U8","shape":[3],"data_offsets":[8,11]}})",
+               data11),
        {"tensor 'w'", "needs 12 bytes", "hold 8", "does not match"}},
-      {"offsets out of range", file_of(entries("[0,8]", "[8,11]"), Bytes(10)), {"out of range", "truncated"}},
-      {"offsets beyond 2^64", file_of(entries("[0,8]", "[8,18446744073709551616]"), data11), {"64 bits"}},
-      {"offsets reversed", file_of(one(R"({"dtype":"U8","shape":[0],"data_offsets":[3,0]})"), Bytes(3)),
+      {"offsets out of range",
+       file_of(entries("[0,8]", "[8,11]"), Bytes(10)),
+       {"out of range", "truncated"}},
+      {"offsets beyond 2^64",
+       file_of(entries("[0,8]", "[8,18446744073709551616]"), data11),
+       {"64 bits"}},
+      {"offsets reversed",
+       file_of(one(R"({"dtype":"U8","shape":[0],"data_offsets":[3,0]})"), Bytes(3)),
        {"reversed: [3, 0]"}},
-      {"offsets not a pair", file_of(one(R"({"dtype":"U8","shape":[0],"data_offsets":[0,0,0]})"), {}),
+      {"offsets not a pair",
+       file_of(one(R"({"dtype":"U8","shape":[0],"data_offsets":[0,0,0]})"), {}),
        {"must be [begin, end], got 3 numbers"}},
-      {"overlapping offsets", file_of(entries("[0,8]", "[4,7]"), data11), {"tensor 'v' [4, 7) overlaps tensor 'w'"}},
+      {"overlapping offsets",
+       file_of(entries("[0,8]", "[4,7]"), data11),
+       {"tensor 'v' [4, 7) overlaps tensor 'w'"}},
       {"identical offsets", file_of(entries("[0,8]", "[0,3]"), Bytes(8)), {"overlaps"}},
-      {"gap between tensors", file_of(entries("[0,8]", "[9,12]"), Bytes(12)), {"gap", "bytes [8, 9)"}},
+      {"gap between tensors",
+       file_of(entries("[0,8]", "[9,12]"), Bytes(12)),
+       {"gap", "bytes [8, 9)"}},
       {"gap at the start", file_of(entries("[1,9]", "[9,12]"), Bytes(12)), {"gap", "bytes [0, 1)"}},
-      {"duplicate names", file_of(R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},)"
-                                  R"("w":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})", {}),
+      {"duplicate names",
+       file_of(R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},)"
+               R"("w":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})",
+               {}),
        {"duplicate key \"w\""}},
-      {"truncated buffer", file_of(good, Bytes(9)), {"tensor 'v'", "out of range", "holds 9 bytes"}},
+      {"truncated buffer",
+       file_of(good, Bytes(9)),
+       {"tensor 'v'", "out of range", "holds 9 bytes"}},
       {"trailing bytes", file_of(good, Bytes(12)), {"trailing bytes", "cover 11", "1 more"}},
-      {"unknown field", file_of(one(R"({"dtype":"U8","shape":[0],"data_offsets":[0,0],"x":1})"), {}),
+      {"unknown field",
+       file_of(one(R"({"dtype":"U8","shape":[0],"data_offsets":[0,0],"x":1})"), {}),
        {"unknown field 'x'"}},
       {"missing field", file_of(one(R"({"dtype":"U8","shape":[0]})"), {}), {"lacks data_offsets"}},
-      {"metadata not object", file_of(R"({"__metadata__":3})", {}), {"__metadata__ must be an object"}},
-      {"metadata value not string", file_of(R"({"__metadata__":{"k":1}})", {}), {"value of 'k' must be a string"}},
+      {"metadata not object",
+       file_of(R"({"__metadata__":3})", {}),
+       {"__metadata__ must be an object"}},
+      {"metadata value not string",
+       file_of(R"({"__metadata__":{"k":1}})", {}),
+       {"value of 'k' must be a string"}},
   };
   return c;
 }
@@ -297,7 +345,8 @@ std::vector<Corrupt> corrupt_cases() {
 TEST(SafetensorsCorrupt, InMemoryReaderRefusesEveryCase) {
   for (const Corrupt& c : corrupt_cases()) {
     SCOPED_TRACE(c.name);
-    const std::string message = error_of([&] { read_safetensors_from_memory(c.file, "mem.safetensors"); });
+    const std::string message =
+        error_of([&] { read_safetensors_from_memory(c.file, "mem.safetensors"); });
     EXPECT_TRUE(contains_all(message, {"mem.safetensors"}));
     for (const std::string& f : c.fragments) EXPECT_TRUE(contains_all(message, {f}));
   }
@@ -325,7 +374,8 @@ TEST_F(SafetensorsTest, LimitsAndFileErrors) {
   small_file.max_file_bytes = 32;
   EXPECT_THROW_WITH(read_safetensors(path, small_file), "more than the limit of 32");
   EXPECT_THROW_WITH(read_safetensors_from_memory(read_all(path), "m", small_file), "limit of 32");
-  EXPECT_THROW_WITH(read_safetensors(dir_ / "missing.safetensors"), "missing.safetensors", "cannot open");
+  EXPECT_THROW_WITH(read_safetensors(dir_ / "missing.safetensors"), "missing.safetensors",
+                    "cannot open");
   EXPECT_THROW_WITH(read_safetensors(dir_), "not a regular file");
   EXPECT_NO_THROW(read_safetensors(path));
 }

@@ -1,9 +1,10 @@
 // The caching allocator: size classes, reuse without system allocation after warm-up, stats.
+#include "engine/core/allocator.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "engine/core/allocator.h"
 #include "engine/core/error.h"
 #include "engine/core/runtime.h"
 #include "engine/core/tensor.h"

@@ -1,7 +1,8 @@
 // Device-spec parsing and its errors.
+#include "engine/core/device.h"
+
 #include <gtest/gtest.h>
 
-#include "engine/core/device.h"
 #include "engine/core/error.h"
 
 namespace ls {

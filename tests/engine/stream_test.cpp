@@ -1,11 +1,11 @@
 // Host Stream and Event semantics: asynchronous in-order execution, cross-stream ordering through
 // events, error surfacing at synchronization points and across streams, abort.
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/core/error.h"
 #include "engine/core/host/host_device.h"

@@ -1,16 +1,16 @@
 // Autograd and the MLP: a finite-difference gradient check of the whole model, the grad-ready
 // hook order, the flat parameter layout and seeded initialisation.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 
-#include <gtest/gtest.h>
-
-#include "engine/model/autograd.h"
 #include "engine/core/error.h"
+#include "engine/core/runtime.h"
+#include "engine/model/autograd.h"
 #include "engine/model/nn/functional.h"
 #include "engine/model/nn/module.h"
 #include "engine/model/nn/parameter_store.h"
-#include "engine/core/runtime.h"
 
 namespace ls::nn {
 namespace {
@@ -100,7 +100,8 @@ TEST(ParameterStore, FlatAlignedViewsWithPaddingZeroed) {
   }
   // PyTorch's Linear init bound: 1/sqrt(fan_in).
   const float bound = 1.0f / std::sqrt(784.0f);
-  for (int64_t i = 0; i < 784 * 256; ++i) ASSERT_LE(std::abs(values[static_cast<size_t>(i)]), bound);
+  for (int64_t i = 0; i < 784 * 256; ++i)
+    ASSERT_LE(std::abs(values[static_cast<size_t>(i)]), bound);
 }
 
 TEST(ParameterStore, SameSeedSameValuesOtherSeedOtherValues) {

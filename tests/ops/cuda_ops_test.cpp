@@ -118,8 +118,8 @@ TEST_F(CudaOpsTest, GemmMatchesHostForAllTransposesAndLeadingDimensions) {
           Pair pa = upload(a, {a_rows * lda}), pb = upload(b, {b_rows * ldb});
           Pair pc = upload(c, {s.m * ldc});
           run_both([&](DeviceKind kernels, Stream& stream, auto side) {
-            ops_of<GemmOps>(kernels).gemm(ta, tb, s.m, s.n, s.k, alpha, side(pa).f32(), lda, side(pb).f32(), ldb,
-                         beta, side(pc).f32(), ldc, stream);
+            ops_of<GemmOps>(kernels).gemm(ta, tb, s.m, s.n, s.k, alpha, side(pa).f32(), lda,
+                                          side(pb).f32(), ldb, beta, side(pc).f32(), ldc, stream);
           });
           const auto want = host_values(pc);
           const auto got = cuda_values(pc);
@@ -187,9 +187,11 @@ TEST_F(CudaOpsTest, ActivationsAndTheirGradientsMatchHost) {
         Pair dx = upload(random_vector(n, 3), {n});
         run_both([&](DeviceKind k, Stream& s, auto side) {
           if (gelu) {
-            ops_of<ActivationOps>(k).gelu_backward(side(x).f32(), side(dy).f32(), side(dx).f32(), n, accumulate, s);
+            ops_of<ActivationOps>(k).gelu_backward(side(x).f32(), side(dy).f32(), side(dx).f32(), n,
+                                                   accumulate, s);
           } else {
-            ops_of<ActivationOps>(k).relu_backward(side(x).f32(), side(dy).f32(), side(dx).f32(), n, accumulate, s);
+            ops_of<ActivationOps>(k).relu_backward(side(x).f32(), side(dy).f32(), side(dx).f32(), n,
+                                                   accumulate, s);
           }
         });
         expect_close(dx);
@@ -215,7 +217,8 @@ TEST_F(CudaOpsTest, FillScaleAxpyAddMatchHost) {
     Pair out = empty({n}, DType::kF32);
     run_both([&](DeviceKind k, Stream& s, auto side) {
       ops_of<ElementwiseOps>(k).add(side(x).f32(), side(y).f32(), side(out).f32(), n, s);
-      ops_of<ElementwiseOps>(k).add(side(out).f32(), side(x).f32(), side(out).f32(), n, s);  // out aliases a
+      ops_of<ElementwiseOps>(k).add(side(out).f32(), side(x).f32(), side(out).f32(), n,
+                                    s);  // out aliases a
     });
     expect_close(out);
   }
@@ -267,8 +270,9 @@ TEST_F(CudaOpsTest, SoftmaxXentMatchesHost) {
       Pair dlogits = empty({rows, cols}, DType::kF32);
       const float grad_scale = 1.0f / static_cast<float>(rows);
       run_both([&](DeviceKind k, Stream& s, auto side) {
-        ops_of<SoftmaxXentOps>(k).softmax_xent(side(logits).f32(), side(labels).i32(), rows, cols, grad_scale,
-                       side(loss).f32(), with_grad ? side(dlogits).f32() : nullptr, s);
+        ops_of<SoftmaxXentOps>(k).softmax_xent(side(logits).f32(), side(labels).i32(), rows, cols,
+                                               grad_scale, side(loss).f32(),
+                                               with_grad ? side(dlogits).f32() : nullptr, s);
       });
       expect_close(loss);
       if (with_grad) expect_close(dlogits, kRtol, 1e-6);
@@ -283,8 +287,8 @@ TEST_F(CudaOpsTest, SoftmaxXentInPlaceMatchesHost) {
     Pair labels = upload_i32(random_labels(rows, static_cast<int32_t>(cols), 2), {rows});
     Pair loss = empty({1}, DType::kF32);
     run_both([&](DeviceKind k, Stream& s, auto side) {
-      ops_of<SoftmaxXentOps>(k).softmax_xent(side(logits).f32(), side(labels).i32(), rows, cols, 0.5f, side(loss).f32(),
-                     side(logits).f32(), s);
+      ops_of<SoftmaxXentOps>(k).softmax_xent(side(logits).f32(), side(labels).i32(), rows, cols,
+                                             0.5f, side(loss).f32(), side(logits).f32(), s);
     });
     expect_close(loss);
     expect_close(logits, kRtol, 1e-6);
@@ -300,8 +304,9 @@ TEST_F(CudaOpsTest, SoftmaxXentIsBitwiseRepeatable) {
   for (int run = 0; run < 3; ++run) {
     Tensor loss = Tensor::empty({1}, DType::kF32, kCuda0);
     Tensor dlogits = Tensor::empty({rows, cols}, DType::kF32, kCuda0);
-    ops_of<SoftmaxXentOps>(DeviceKind::kCuda).softmax_xent(logits.f32(), labels.i32(), rows, cols, 1.0f / rows, loss.f32(),
-                                dlogits.f32(), *cuda_);
+    ops_of<SoftmaxXentOps>(DeviceKind::kCuda)
+        .softmax_xent(logits.f32(), labels.i32(), rows, cols, 1.0f / rows, loss.f32(),
+                      dlogits.f32(), *cuda_);
     std::vector<float> result = loss.to_host_f32(*cuda_);
     const auto grad = dlogits.to_host_f32(*cuda_);
     result.insert(result.end(), grad.begin(), grad.end());
@@ -336,7 +341,9 @@ TEST_F(CudaOpsTest, InvalidLabelIsTheSameErrorOnBothBackends) {
   EXPECT_TRUE(contains(messages[1], "count_correct: label 7 in row 1 is outside [0, 5)"));
   EXPECT_EQ(messages[2], "<no error>");
   // Same text up to the thread context and source location, which name each backend's.
-  const auto text = [](const std::string& m) { return m.substr(0, std::min(m.find(" ["), m.find(" ("))); };
+  const auto text = [](const std::string& m) {
+    return m.substr(0, std::min(m.find(" ["), m.find(" (")));
+  };
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(text(messages[i]), text(messages[i + 3]));
 }
 
@@ -350,7 +357,8 @@ TEST_F(CudaOpsTest, CountCorrectMatchesHostIncludingTies) {
     Pair tl = upload_i32(labels, {rows});
     Pair correct = upload_i32({-5}, {1});  // overwritten, not accumulated
     run_both([&](DeviceKind k, Stream& s, auto side) {
-      ops_of<SoftmaxXentOps>(k).count_correct(side(logits).f32(), side(tl).i32(), rows, cols, side(correct).i32(), s);
+      ops_of<SoftmaxXentOps>(k).count_correct(side(logits).f32(), side(tl).i32(), rows, cols,
+                                              side(correct).i32(), s);
     });
     EXPECT_EQ(correct.host.to_host_i32(*host_), correct.cuda.to_host_i32(*cuda_));
   }
@@ -388,8 +396,8 @@ TEST_F(CudaOpsTest, AdamWMatchesHost) {
     for (int64_t step = 1; step <= 3; ++step) {
       Pair grad = upload(random_vector(n, 10 + static_cast<uint32_t>(step)), {n});
       run_both([&](DeviceKind k, Stream& s, auto side) {
-        ops_of<OptimOps>(k).adamw_step(side(param).f32(), side(grad).f32(), side(m).f32(), side(v).f32(), n, config,
-                     step, s);
+        ops_of<OptimOps>(k).adamw_step(side(param).f32(), side(grad).f32(), side(m).f32(),
+                                       side(v).f32(), n, config, step, s);
       });
     }
     expect_close(param, 1e-5, 1e-6);
@@ -420,7 +428,8 @@ TEST_F(CudaRuntimeTest, EventOrdersWorkAcrossStreams) {
   Tensor y = Tensor::empty({n}, DType::kF32, kCuda0);
   DeviceKind k = DeviceKind::kCuda;
   ops_of<ElementwiseOps>(k).fill(x.f32(), n, 1.0f, *producer);
-  for (int i = 0; i < 50; ++i) ops_of<ElementwiseOps>(k).axpy(1.0f, ones.f32(), x.f32(), n, *producer);  // x = 51
+  for (int i = 0; i < 50; ++i)
+    ops_of<ElementwiseOps>(k).axpy(1.0f, ones.f32(), x.f32(), n, *producer);  // x = 51
   producer->record(*ready);
   consumer->wait(*ready);
   ops_of<ElementwiseOps>(k).add(x.f32(), zero.f32(), y.f32(), n, *consumer);
@@ -439,7 +448,8 @@ TEST_F(CudaRuntimeTest, EventsTimeWorkAndUnrecordedEventsAreComplete) {
   const int64_t n = 1 << 20;
   Tensor x = Tensor::empty({n}, DType::kF32, kCuda0);
   stream->record(*start);
-  for (int i = 0; i < 10; ++i) ops_of<ElementwiseOps>(DeviceKind::kCuda).fill(x.f32(), n, static_cast<float>(i), *stream);
+  for (int i = 0; i < 10; ++i)
+    ops_of<ElementwiseOps>(DeviceKind::kCuda).fill(x.f32(), n, static_cast<float>(i), *stream);
   stream->record(*end);
   end->synchronize();
   EXPECT_TRUE(end->query());
@@ -455,8 +465,9 @@ TEST_F(CudaRuntimeTest, AbortEndsWaitsAndRefusesNewWork) {
   stream->synchronize();
   stream->abort();
   EXPECT_TRUE(contains(error_of([&] { stream->synchronize(); }), "stream aborted"));
-  EXPECT_TRUE(contains(error_of([&] { ops_of<ElementwiseOps>(DeviceKind::kCuda).fill(x.f32(), 16, 1.0f, *stream); }),
-                       "stream aborted"));
+  EXPECT_TRUE(contains(
+      error_of([&] { ops_of<ElementwiseOps>(DeviceKind::kCuda).fill(x.f32(), 16, 1.0f, *stream); }),
+      "stream aborted"));
 }
 
 TEST_F(CudaRuntimeTest, RejectsStreamsAndEventsOfOtherBackends) {
@@ -465,7 +476,10 @@ TEST_F(CudaRuntimeTest, RejectsStreamsAndEventsOfOtherBackends) {
   auto host_event = device_runtime(host0()).create_event();
   EXPECT_NE(error_of([&] { cuda_stream->record(*host_event); }), "<no error>");
   Tensor x = Tensor::empty({4}, DType::kF32, kCuda0);
-  EXPECT_NE(error_of([&] { ops_of<ElementwiseOps>(DeviceKind::kCuda).fill(x.f32(), 4, 0.0f, *host_stream); }), "<no error>");
+  EXPECT_NE(error_of([&] {
+              ops_of<ElementwiseOps>(DeviceKind::kCuda).fill(x.f32(), 4, 0.0f, *host_stream);
+            }),
+            "<no error>");
 }
 
 TEST_F(CudaRuntimeTest, AllocatorReusesBlocksAfterWarmUp) {

@@ -1,8 +1,9 @@
 // The bucket planner: caps, the small first bucket, oversized parameters, order and coverage.
+#include "parallel/bucket_plan.h"
+
 #include <gtest/gtest.h>
 
 #include "engine/core/error.h"
-#include "parallel/bucket_plan.h"
 
 namespace ls {
 namespace {
@@ -63,8 +64,8 @@ TEST(BucketPlan, DefaultsMatchDdp) {
   EXPECT_EQ(defaults.first_bucket_bytes, 1 << 20);
   // 784-1024-1024-10 MLP: 10-wide head and bias fit the first bucket; the 1024x1024 layer
   // (4 MiB) goes into the second; every parameter is in exactly one bucket.
-  const auto buckets = plan_buckets(extents_of({784 * 1024, 1024, 1024 * 1024, 1024, 10 * 1024, 64}),
-                                    4, defaults);
+  const auto buckets =
+      plan_buckets(extents_of({784 * 1024, 1024, 1024 * 1024, 1024, 10 * 1024, 64}), 4, defaults);
   std::vector<int> seen;
   for (const Bucket& b : buckets) seen.insert(seen.end(), b.parameters.begin(), b.parameters.end());
   EXPECT_EQ(seen, (std::vector<int>{5, 4, 3, 2, 1, 0}));

@@ -1,14 +1,14 @@
 // DataParallel::save/load: a resumed run is bitwise the uninterrupted run, a crash during a
 // commit leaves the previous checkpoint loadable, and checkpoints of another model or optimizer
 // are refused with a clear error.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <random>
 
-#include <gtest/gtest.h>
-
+#include "engine/core/error.h"
 #include "engine/model/checkpoint/checkpoint.h"
 #include "engine/model/data/sampler.h"
-#include "engine/core/error.h"
 #include "parallel/data_parallel.h"
 
 namespace ls {
@@ -33,8 +33,9 @@ data::Dataset synthetic(int64_t count, int64_t features) {
 class CheckpointResume : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("lockstep-ckpt-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("lockstep-ckpt-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -100,8 +101,9 @@ TEST_F(CheckpointResume, CrashDuringCommitLeavesThePreviousCheckpoint) {
   const std::string first = dp->save(dir_.string(), {0, 3});
   const std::vector<float> saved = dp->parameters(0);
   train(*dp, {0, 3}, 2);
-  for (auto point : {checkpoint::CrashPoint::kAfterModelFile, checkpoint::CrashPoint::kAfterTempDir,
-                     checkpoint::CrashPoint::kAfterRename, checkpoint::CrashPoint::kAfterLatestTemp}) {
+  for (auto point :
+       {checkpoint::CrashPoint::kAfterModelFile, checkpoint::CrashPoint::kAfterTempDir,
+        checkpoint::CrashPoint::kAfterRename, checkpoint::CrashPoint::kAfterLatestTemp}) {
     checkpoint::set_checkpoint_crash_point_for_testing(point);
     EXPECT_THROW(dp->save(dir_.string(), {0, 5}), checkpoint::SimulatedCrash);
     auto fresh = make(2);

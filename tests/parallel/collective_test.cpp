@@ -75,10 +75,11 @@ TEST(CollectiveDesc, DesyncCheckerThrowsADesyncNamingBothReplicas) {
     ADD_FAILURE() << "no desync";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kDesync);
-    EXPECT_TRUE(contains(e.message(),
-                         "collective desync at #2: replica 0 issued all_reduce #2 (bucket 0, 3.9 "
-                         "KiB) [f32, count=1000, sum] but replica 1 issued all_reduce #2 (bucket 0, "
-                         "3.9 KiB) [f32, count=999, sum]"))
+    EXPECT_TRUE(
+        contains(e.message(),
+                 "collective desync at #2: replica 0 issued all_reduce #2 (bucket 0, 3.9 "
+                 "KiB) [f32, count=1000, sum] but replica 1 issued all_reduce #2 (bucket 0, "
+                 "3.9 KiB) [f32, count=999, sum]"))
         << e.message();
   }
 }

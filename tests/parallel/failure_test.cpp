@@ -3,12 +3,12 @@
 // replica stuck in its own code, mismatched collectives (desync), NaN on one replica, a run of
 // non-finite steps. Each failure must reach the caller as one clear ls::Error, quickly, with no
 // thread left blocked and the DataParallel destroyable.
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cmath>
 #include <optional>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "engine/core/error.h"
 #include "parallel/data_parallel.h"
@@ -83,12 +83,14 @@ TEST(Failure, ExceptionInForwardNamesReplicaStepAndPhase) {
 
 TEST(Failure, ExceptionInBackwardNamesReplicaStepAndPhase) {
   const std::string m = failure_of(with_fault(Kind::kThrowInBackward, 0, 3), 4);
-  expect_contains(m, "replica 0 on host:0 failed in step (step 3, backward)");  // 4 devices, 2 rows each
+  expect_contains(
+      m, "replica 0 on host:0 failed in step (step 3, backward)");  // 4 devices, 2 rows each
   expect_contains(m, "injected fault: exception in backward");
 }
 
 TEST(Failure, MissingCollectiveTimesOutWithAReportOfEveryReplica) {
-  const std::string m = failure_of(with_fault(Kind::kSkipCollective, 1, 2), 2, 2.5, ErrorKind::kTimeout);
+  const std::string m =
+      failure_of(with_fault(Kind::kSkipCollective, 1, 2), 2, 2.5, ErrorKind::kTimeout);
   expect_contains(m, "collective timeout (0.5 s)");
   expect_contains(m, "replica 0 (host:0) waits in all_reduce #");
   expect_contains(m, "(loss, 4 B)");
@@ -132,7 +134,8 @@ TEST(Failure, NaNOnOneReplicaSkipsTheStepOnEveryReplica) {
 TEST(Failure, ARunOfNonFiniteStepsIsAnError) {
   DataParallelOptions options;
   options.max_consecutive_skips = 3;
-  DataParallel dp(parse_devices("host:2"), mlp_factory({16, 10}), make_optimizer_factory({}), options);
+  DataParallel dp(parse_devices("host:2"), mlp_factory({16, 10}), make_optimizer_factory({}),
+                  options);
   data::Batch batch = random_batch(8, 16, 1);
   batch.images[3] = std::numeric_limits<float>::infinity();
   EXPECT_TRUE(dp.step(batch).skipped);
@@ -186,7 +189,10 @@ TEST(Failure, BadInputIsAClearError) {
     expect_contains(e.what(), "is empty");
   }
   data::Batch empty;
-  EXPECT_THROW(DataParallel(parse_devices("host:1"), mlp_factory({16, 10}), make_optimizer_factory({})).step(empty), Error);
+  EXPECT_THROW(
+      DataParallel(parse_devices("host:1"), mlp_factory({16, 10}), make_optimizer_factory({}))
+          .step(empty),
+      Error);
   EXPECT_THROW(make_optimizer_factory({"adam"}), Error);
 }
 

@@ -297,7 +297,8 @@ void run_every_collective(Clique& clique, size_t count, bool in_place) {
   const int root = n / 2;
   const T sentinel = Elem<T>::encode(NAN);
   std::vector<std::vector<T>> want(3);
-  for (int o = 0; o < 3; ++o) want[static_cast<size_t>(o)] = expected_reduce<T>(n, std::max(count, total), kOps[o]);
+  for (int o = 0; o < 3; ++o)
+    want[static_cast<size_t>(o)] = expected_reduce<T>(n, std::max(count, total), kOps[o]);
 
   std::vector<std::string> mismatch(static_cast<size_t>(n));
   const RunResult run = run_ranks(clique, [&](int r, std::barrier<>& sync) {
@@ -307,7 +308,8 @@ void run_every_collective(Clique& clique, size_t count, bool in_place) {
     Communicator& comm = clique.comm(r);
     // Phase 1: allocate and upload.
     RankTensors t;
-    const std::vector<T> none_count(count, sentinel), none_c(c, sentinel), none_total(total, sentinel);
+    const std::vector<T> none_count(count, sentinel), none_c(c, sentinel),
+        none_total(total, sentinel);
     t.ar_in = upload(inputs_of<T>(r, count), dev, s);
     t.rs_in = upload(inputs_of<T>(r, total), dev, s);
     t.ag_in = upload(inputs_of<T>(r, c), dev, s);
@@ -360,7 +362,8 @@ void run_every_collective(Clique& clique, size_t count, bool in_place) {
                     "all_gather block " + std::to_string(k));
     }
     if (bad.empty()) {
-      bad = compare(download<T>(t.bc, s).data(), inputs_of<T>(root, count).data(), count, "broadcast");
+      bad = compare(download<T>(t.bc, s).data(), inputs_of<T>(root, count).data(), count,
+                    "broadcast");
     }
     if (bad.empty() && !in_place) {  // out of place: the inputs are left alone
       bad = compare(download<T>(t.ar_in, s).data(), inputs_of<T>(r, count).data(), count,
@@ -379,7 +382,8 @@ TEST_P(NcclCollective, ExactResultsForEveryCountDtypeAndPlacement) {
   if (n == 0) GTEST_SKIP() << cuda_availability().reason_unavailable;
   const int ranks = GetParam() == 0 ? n : GetParam();
   if (ranks > n) GTEST_SKIP() << "needs " << ranks << " GPUs; this machine has " << n;
-  if (GetParam() == 0 && (ranks <= 4 || ranks == 8)) GTEST_SKIP() << "covered by the " << ranks << "-rank case";
+  if (GetParam() == 0 && (ranks <= 4 || ranks == 8))
+    GTEST_SKIP() << "covered by the " << ranks << "-rank case";
   Clique clique(ranks);
   for (size_t count : kCounts) {
     for (bool in_place : {false, true}) {
@@ -440,8 +444,9 @@ TEST(NcclCommunicator, GroupedCallsOnEachRankMatchTheExpectedSums) {
     comm.group_end();
     s.synchronize();
     mismatch[static_cast<size_t>(r)] =
-        compare(download<float>(buf, s).data(), expected_reduce<float>(n, 3 * kSlice, ReduceOp::kSum).data(),
-                3 * kSlice, "grouped all_reduce");
+        compare(download<float>(buf, s).data(),
+                expected_reduce<float>(n, 3 * kSlice, ReduceOp::kSum).data(), 3 * kSlice,
+                "grouped all_reduce");
   });
   expect_no_errors(run);
   for (int r = 0; r < n; ++r) EXPECT_EQ(mismatch[static_cast<size_t>(r)], "") << "rank " << r;
@@ -455,7 +460,8 @@ TEST(NcclCommunicator, OneThreadIssuesAGroupSpanningEveryRank) {
   constexpr size_t kCount = 1 << 16;
   Clique clique(n);
   std::vector<Tensor> bufs;
-  for (int r = 0; r < n; ++r) bufs.push_back(upload(inputs_of<uint16_t>(r, kCount), cuda(r), clique.stream(r)));
+  for (int r = 0; r < n; ++r)
+    bufs.push_back(upload(inputs_of<uint16_t>(r, kCount), cuda(r), clique.stream(r)));
   for (int r = 0; r < n; ++r) clique.stream(r).synchronize();
   for (int r = 0; r < n; ++r) clique.comm(r).group_start();
   for (int r = 0; r < n; ++r) {
@@ -487,13 +493,16 @@ TEST(NcclCommunicator, ArgumentErrorsAreClearAndLeaveTheCliqueUsable) {
   auto host_stream = device_runtime({DeviceKind::kHost, 0}).create_stream();
   EXPECT_TRUE(contains(error_of([&] { comm.all_reduce(p, p, 64, DType::kI32, ReduceOp::kSum, s); }),
                        "use f32 or bf16"));
-  EXPECT_TRUE(contains(error_of([&] { comm.all_reduce(p, p, 64, DType::kF32, ReduceOp::kSum, *host_stream); }),
-                       "the stream belongs to host:0"));
-  EXPECT_TRUE(contains(error_of([&] { comm.all_reduce(p, p + 1, 32, DType::kF32, ReduceOp::kSum, s); }),
-                       "overlap"));
-  EXPECT_TRUE(contains(error_of([&] { comm.all_reduce(nullptr, p, 8, DType::kF32, ReduceOp::kSum, s); }),
-                       "non-null"));
-  EXPECT_TRUE(contains(error_of([&] { comm.broadcast(p, p, 8, DType::kF32, n, s); }), "out of range"));
+  EXPECT_TRUE(contains(
+      error_of([&] { comm.all_reduce(p, p, 64, DType::kF32, ReduceOp::kSum, *host_stream); }),
+      "the stream belongs to host:0"));
+  EXPECT_TRUE(contains(
+      error_of([&] { comm.all_reduce(p, p + 1, 32, DType::kF32, ReduceOp::kSum, s); }), "overlap"));
+  EXPECT_TRUE(
+      contains(error_of([&] { comm.all_reduce(nullptr, p, 8, DType::kF32, ReduceOp::kSum, s); }),
+               "non-null"));
+  EXPECT_TRUE(
+      contains(error_of([&] { comm.broadcast(p, p, 8, DType::kF32, n, s); }), "out of range"));
   EXPECT_TRUE(contains(error_of([&] { comm.group_end(); }), "without a matching group_start"));
 
   std::vector<std::string> mismatch(static_cast<size_t>(n));
@@ -503,9 +512,9 @@ TEST(NcclCommunicator, ArgumentErrorsAreClearAndLeaveTheCliqueUsable) {
     rs.synchronize();
     sync.arrive_and_wait();
     clique.comm(r).all_reduce(t.data(), t.data(), 1000, DType::kF32, ReduceOp::kMax, rs);
-    mismatch[static_cast<size_t>(r)] = compare(download<float>(t, rs).data(),
-                                               expected_reduce<float>(n, 1000, ReduceOp::kMax).data(),
-                                               1000, "all_reduce max after argument errors");
+    mismatch[static_cast<size_t>(r)] = compare(
+        download<float>(t, rs).data(), expected_reduce<float>(n, 1000, ReduceOp::kMax).data(), 1000,
+        "all_reduce max after argument errors");
   });
   expect_no_errors(run);
   for (int r = 0; r < n; ++r) EXPECT_EQ(mismatch[static_cast<size_t>(r)], "") << "rank " << r;
@@ -551,7 +560,8 @@ TEST(NcclCommunicator, AbortFromAnotherThreadEndsEveryRankAndEveryLaterCall) {
       comm.all_reduce(p, p, kCount, DType::kF32, ReduceOp::kSum, clique.stream(r));
     });
     EXPECT_TRUE(contains(later, "communicator aborted")) << later;
-    EXPECT_TRUE(contains(later, "abort() was called on the communicator of rank " + std::to_string(n - 1)))
+    EXPECT_TRUE(
+        contains(later, "abort() was called on the communicator of rank " + std::to_string(n - 1)))
         << later;
     EXPECT_TRUE(contains(error_of([&] { comm.group_start(); }), "communicator aborted"));
     EXPECT_NO_THROW(comm.abort());  // once is enough; again is harmless
@@ -590,9 +600,9 @@ TEST(NcclCommunicator, TeardownAfterWorkAndRecreationWork) {
       clique.comm(r).all_reduce(t.data(), t.data(), 777, DType::kF32, ReduceOp::kSum, s);
       // Every rank now holds the same sums, so their max is the sum again.
       clique.comm(r).all_reduce(t.data(), t.data(), 777, DType::kF32, ReduceOp::kMax, s);
-      mismatch[static_cast<size_t>(r)] = compare(download<float>(t, s).data(),
-                                                 expected_reduce<float>(n, 777, ReduceOp::kSum).data(),
-                                                 777, "all_reduce");
+      mismatch[static_cast<size_t>(r)] =
+          compare(download<float>(t, s).data(),
+                  expected_reduce<float>(n, 777, ReduceOp::kSum).data(), 777, "all_reduce");
     });
     expect_no_errors(run);
     for (int r = 0; r < n; ++r) EXPECT_EQ(mismatch[static_cast<size_t>(r)], "") << "rank " << r;
@@ -608,7 +618,8 @@ TEST(NcclCommunicator, MissingPeerIsBoundedByTimeoutOrAbort) {
   if (n < 2) GTEST_SKIP() << "needs 2 GPUs; this machine has " << n;
   Clique clique(n, CommunicatorOptions{20s});
   std::vector<Tensor> bufs;
-  for (int r = 0; r < n; ++r) bufs.push_back(upload(std::vector<float>(256, 1.0f), cuda(r), clique.stream(r)));
+  for (int r = 0; r < n; ++r)
+    bufs.push_back(upload(std::vector<float>(256, 1.0f), cuda(r), clique.stream(r)));
   for (int r = 0; r < n; ++r) clique.stream(r).synchronize();
   const RunResult run = run_ranks(
       clique,
@@ -624,7 +635,8 @@ TEST(NcclCommunicator, MissingPeerIsBoundedByTimeoutOrAbort) {
     clique.comm(1).all_reduce(bufs[1].data(), bufs[1].data(), 256, DType::kF32, ReduceOp::kSum,
                               clique.stream(1));
   });
-  EXPECT_TRUE(contains(later, "communicator aborted") || contains(later, "stream aborted")) << later;
+  EXPECT_TRUE(contains(later, "communicator aborted") || contains(later, "stream aborted"))
+      << later;
 }
 
 }  // namespace

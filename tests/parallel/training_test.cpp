@@ -2,16 +2,16 @@
 // replicas with one replica on the same global batch, gradient accumulation, uneven shards,
 // determinism, overlap of the gradient all-reduce with backward, no steady-state allocation,
 // and the accuracy bar on the real Fashion-MNIST data.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <filesystem>
 #include <random>
 
-#include <gtest/gtest.h>
-
-#include "engine/model/data/dataset.h"
-#include "engine/model/data/sampler.h"
 #include "engine/core/error.h"
 #include "engine/core/runtime.h"
+#include "engine/model/data/dataset.h"
+#include "engine/model/data/sampler.h"
 #include "parallel/data_parallel.h"
 #include "parallel/random_batch.h"
 
@@ -25,7 +25,8 @@ std::vector<Device> hosts(int n) { return parse_devices("host:" + std::to_string
 using testing::random_batch;
 
 // Parameters after `steps` SGD steps on seeded random batches of `global` rows.
-std::vector<float> train_sgd(int devices, int steps, int64_t global, DataParallelOptions options = {}) {
+std::vector<float> train_sgd(int devices, int steps, int64_t global,
+                             DataParallelOptions options = {}) {
   DataParallel dp(hosts(devices), mlp_factory({20, 32, 16, 10}),
                   make_optimizer_factory({"sgd", 0.05f, 0.9f, 1e-4f}), options);
   for (int s = 0; s < steps; ++s) dp.step(random_batch(global, 20, static_cast<uint32_t>(100 + s)));
@@ -99,16 +100,18 @@ TEST(DataParallel, FirstBucketAllReduceStartsBeforeBackwardEnds) {
   // The head (10240 + 64 floats) alone in bucket 0, so three layers of backward remain after it
   // is ready: on a loaded 2-core machine the comm thread may wait a few ms for a core.
   options.buckets = {1 << 20, 42 << 10};
-  DataParallel dp(hosts(2), mlp_factory({784, 1024, 1024, 1024, 10}), make_optimizer_factory({}), options);
+  DataParallel dp(hosts(2), mlp_factory({784, 1024, 1024, 1024, 10}), make_optimizer_factory({}),
+                  options);
   ASSERT_GE(dp.buckets().size(), 3u);
   ASSERT_EQ(dp.buckets()[0].parameters, (std::vector<int>{7, 6}));
   const data::Batch batch = random_batch(128, 784, 5);
   for (int s = 0; s < 3; ++s) {
     dp.step(batch);
     const BucketTimeline t = dp.last_timeline(0);
-    EXPECT_LT(t.bucket_start_ms[0], t.backward_end_ms) << "step " << s << ": bucket 0 ran "
-        << t.bucket_start_ms[0] << ".." << t.bucket_end_ms[0] << " ms, bucket 1 " << t.bucket_start_ms[1]
-        << ".." << t.bucket_end_ms[1] << ", backward ended at " << t.backward_end_ms;
+    EXPECT_LT(t.bucket_start_ms[0], t.backward_end_ms)
+        << "step " << s << ": bucket 0 ran " << t.bucket_start_ms[0] << ".." << t.bucket_end_ms[0]
+        << " ms, bucket 1 " << t.bucket_start_ms[1] << ".." << t.bucket_end_ms[1]
+        << ", backward ended at " << t.backward_end_ms;
     for (size_t b = 1; b < t.bucket_start_ms.size(); ++b) {
       EXPECT_GE(t.bucket_start_ms[b], t.bucket_end_ms[b - 1]);  // in order on the comm stream
     }
@@ -127,7 +130,8 @@ TEST(DataParallel, StepAllocatesNothingAfterWarmUp) {
 }
 
 TEST(DataParallel, LossFallsOnAFixedBatch) {
-  DataParallel dp(hosts(2), mlp_factory({20, 32, 10}), make_optimizer_factory({"adamw", 1e-2f, 0, 0}));
+  DataParallel dp(hosts(2), mlp_factory({20, 32, 10}),
+                  make_optimizer_factory({"adamw", 1e-2f, 0, 0}));
   const data::Batch batch = random_batch(16, 20, 4);
   const float first = dp.step(batch).loss;
   float last = first;
@@ -153,7 +157,8 @@ TEST(DataParallel, ReplicaFailureNamesReplicaStepAndPhase) {
 }
 
 TEST(DataParallel, FashionMnistMlpReachesAccuracyBarIn3Epochs) {
-  if (!std::filesystem::exists(kDataDir)) GTEST_SKIP() << kDataDir << " missing (scripts/setup installs it)";
+  if (!std::filesystem::exists(kDataDir))
+    GTEST_SKIP() << kDataDir << " missing (scripts/setup installs it)";
   data::Dataset train = data::load_fashion_mnist(kDataDir, data::Split::kTrain);
   data::Dataset test = data::load_fashion_mnist(kDataDir, data::Split::kTest);
   DataParallel dp(hosts(1), mlp_factory({784, 256, 10}),

@@ -12,11 +12,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <new>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "engine/core/cuda/cuda_check.h"
 #include "engine/core/cuda/cuda_stream_access.h"
@@ -143,25 +144,60 @@ auto& as_cuda_event(E& event, const char* what, Device stream_device) {
   return *cuda_event;
 }
 
+// Note [Fault records are pooled]
+// Each CudaStream has a DeviceFault in mapped pinned host memory that its kernels write bad
+// input to (engine/core/device_fault.h). Records come from a process-wide pool and go back to
+// it, never to cudaFreeHost: freeing pinned memory synchronizes the device, which can hang
+// behind a stuck NCCL kernel while a failed run is torn down. A record is reset on reuse. The
+// pool holds at most as many records as streams ever existed at once.
+struct FaultRecordPool {
+  std::mutex mutex;
+  std::vector<DeviceFault*> free;
+};
+
+FaultRecordPool& fault_record_pool() {
+  static auto* pool = new FaultRecordPool();  // never destroyed: streams may outlive statics
+  return *pool;
+}
+
+DeviceFault* acquire_fault_record() {
+  FaultRecordPool& pool = fault_record_pool();
+  {
+    std::lock_guard lock(pool.mutex);
+    if (!pool.free.empty()) {
+      DeviceFault* record = pool.free.back();
+      pool.free.pop_back();
+      *record = DeviceFault{};
+      return record;
+    }
+  }
+  void* memory = nullptr;
+  LS_CUDA_CHECK(cudaHostAlloc(&memory, sizeof(DeviceFault),
+                              cudaHostAllocMapped | cudaHostAllocPortable));
+  return new (memory) DeviceFault{};
+}
+
+void release_fault_record(DeviceFault* record) noexcept {
+  if (record == nullptr) return;
+  FaultRecordPool& pool = fault_record_pool();
+  std::lock_guard lock(pool.mutex);
+  pool.free.push_back(record);
+}
+
 class CudaStream final : public Stream {
  public:
   explicit CudaStream(Device device)
       : device_(device), aborted_(std::make_shared<std::atomic<bool>>(false)) {
     DeviceGuard guard(device_.index);
     LS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    // Mapped host memory the stream's kernels record bad input in (engine/core/device_fault.h);
-    // allocated here, once, never in a step.
-    void* fault = nullptr;
-    LS_CUDA_CHECK(cudaHostAlloc(&fault, sizeof(DeviceFault),
-                                cudaHostAllocMapped | cudaHostAllocPortable));
-    fault_ = new (fault) DeviceFault{};
+    fault_ = acquire_fault_record();
   }
   // cudaStreamDestroy returns at once; pending work still runs and the stream is freed after.
-  // The fault record is freed after the stream's work has finished (cudaFreeHost synchronizes).
+  // The fault record goes back to the pool (see acquire_fault_record).
   ~CudaStream() override {
     DeviceGuard guard(device_.index, std::nothrow);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    if (fault_ != nullptr) cudaFreeHost(fault_);
+    release_fault_record(fault_);
   }
 
   Device device() const override { return device_; }

@@ -22,11 +22,12 @@ GpuReport gpu_report() {
   if (cudaDriverGetVersion(&version) == cudaSuccess && version > 0) {
     report.driver_version = cuda_version_string(version);
   }
-  if (cudaRuntimeGetVersion(&version) == cudaSuccess) report.runtime_version = cuda_version_string(version);
+  if (cudaRuntimeGetVersion(&version) == cudaSuccess)
+    report.runtime_version = cuda_version_string(version);
   if (ncclGetVersion(&version) == ncclSuccess) {
     // NCCL >= 2.9: 10000 * major + 100 * minor + patch.
-    report.nccl_version = std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) +
-                          "." + std::to_string(version % 100);
+    report.nccl_version = std::to_string(version / 10000) + "." +
+                          std::to_string(version / 100 % 100) + "." + std::to_string(version % 100);
   }
   const CudaAvailability available = cuda_availability();
   report.unavailable_reason = available.reason_unavailable;

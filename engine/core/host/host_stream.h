@@ -3,6 +3,8 @@
 // semantics they reproduce; this header is internal to engine/core/host/.
 #pragma once
 
+#include <oneapi/tbb/task_arena.h>
+
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -11,10 +13,7 @@
 #include <mutex>
 #include <thread>
 
-#include <oneapi/tbb/task_arena.h>
-
 #include "engine/core/stream.h"
-
 
 namespace ls {
 

@@ -34,7 +34,7 @@ void write_all(int fd, std::span<const std::byte> bytes, const std::string& path
     const ssize_t n = ::write(fd, bytes.data() + done, chunk);
     if (n < 0 && errno == EINTR) continue;
     LS_CHECK_IO(n > 0, "cannot write '", path, "': ", std::strerror(errno),
-             " (disk full? check free space and permissions)");
+                " (disk full? check free space and permissions)");
     done += static_cast<size_t>(n);
   }
 }
@@ -93,7 +93,7 @@ AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   } while (fd_ < 0 && errno == EINTR);
   LS_CHECK_IO(fd_ >= 0, "cannot create '", temp_path_, "': ", std::strerror(errno),
-           " (does the directory exist and is it writable?)");
+              " (does the directory exist and is it writable?)");
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -156,7 +156,8 @@ void fsync_dir(const std::string& dir) {
   do {
     rc = ::fsync(fd);
   } while (rc != 0 && errno == EINTR);
-  LS_CHECK_IO(rc == 0 || errno == EINVAL, "cannot fsync directory '", dir, "': ", std::strerror(errno));
+  LS_CHECK_IO(rc == 0 || errno == EINVAL, "cannot fsync directory '", dir,
+              "': ", std::strerror(errno));
 }
 
 std::vector<std::byte> read_file_bytes(const std::string& path, uint64_t max_bytes) {
@@ -165,13 +166,13 @@ std::vector<std::byte> read_file_bytes(const std::string& path, uint64_t max_byt
   LS_CHECK_IO(::fstat(fd.get(), &st) == 0, "cannot stat '", path, "': ", std::strerror(errno));
   LS_CHECK_IO(S_ISREG(st.st_mode), "'", path, "' is not a regular file");
   const auto size = static_cast<uint64_t>(st.st_size);
-  LS_CHECK_IO(size <= max_bytes, "'", path, "' is ", size, " bytes, more than the limit of ", max_bytes,
-           " for this file");
+  LS_CHECK_IO(size <= max_bytes, "'", path, "' is ", size, " bytes, more than the limit of ",
+              max_bytes, " for this file");
   std::vector<std::byte> bytes(size);
   LS_CHECK_IO(read_exact(fd.get(), bytes, 0, path), "'", path, "' shrank while it was read");
   std::byte extra;
   LS_CHECK_IO(!read_exact(fd.get(), std::span(&extra, 1), size, path), "'", path,
-           "' grew while it was read");
+              "' grew while it was read");
   return bytes;
 }
 
@@ -180,7 +181,8 @@ uint32_t crc32_of(std::span<const std::byte> bytes, uint32_t crc) {
   size_t done = 0;
   while (done < bytes.size()) {
     const size_t chunk = std::min<size_t>(bytes.size() - done, size_t{1} << 30);
-    sum = ::crc32(sum, reinterpret_cast<const Bytef*>(bytes.data() + done), static_cast<uInt>(chunk));
+    sum =
+        ::crc32(sum, reinterpret_cast<const Bytef*>(bytes.data() + done), static_cast<uInt>(chunk));
     done += chunk;
   }
   return static_cast<uint32_t>(sum);

@@ -12,10 +12,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "engine/model/checkpoint/atomic_file.h"
 #include "engine/core/error.h"
 #include "engine/core/json.h"
 #include "engine/core/json_reader.h"
+#include "engine/model/checkpoint/atomic_file.h"
 
 namespace ls::checkpoint {
 namespace {
@@ -75,7 +75,8 @@ std::string meta_json(const CheckpointMeta& m, const FileRecord& model, const Fi
   w.key("files").begin_object();
   for (const auto& [name, rec] : {std::pair{kModelFile, model}, std::pair{kOptimizerFile, opt}}) {
     w.key(name).begin_object();
-    w.field("bytes", static_cast<int64_t>(rec.bytes)).field("crc32", static_cast<int64_t>(rec.crc32));
+    w.field("bytes", static_cast<int64_t>(rec.bytes))
+        .field("crc32", static_cast<int64_t>(rec.crc32));
     w.end_object();
   }
   w.end_object();
@@ -92,14 +93,16 @@ class MetaReader {
     JsonLimits limits;
     limits.max_bytes = kMaxMetaBytes;
     const JsonValue root = parse_json(text, source_, limits);
-    LS_CHECK_IO(root.is_object(), source_, ": expected a JSON object, got ", json_kind_name(root.kind()));
+    LS_CHECK_IO(root.is_object(), source_, ": expected a JSON object, got ",
+                json_kind_name(root.kind()));
     // Format and version first: a newer file must say so, not fail on a field it added.
-    LS_CHECK_IO(string_field(root, "format") == kFormat, source_, ": not a lockstep checkpoint (format '",
-             string_field(root, "format"), "', expected '", kFormat, "')");
+    LS_CHECK_IO(string_field(root, "format") == kFormat, source_,
+                ": not a lockstep checkpoint (format '", string_field(root, "format"),
+                "', expected '", kFormat, "')");
     const int64_t version = int_field(root, "format_version");
     LS_CHECK_IO(version == kCheckpointFormatVersion, source_, ": unknown format version ", version,
-             " (this build reads version ", kCheckpointFormatVersion,
-             "); load it with the lockstep that wrote it");
+                " (this build reads version ", kCheckpointFormatVersion,
+                "); load it with the lockstep that wrote it");
     only_fields(root, {"format", "format_version", "step", "seed", "epoch", "batch_index", "model",
                        "optimizer", "optimizer_steps", "extra", "files"});
     MetaFile out;
@@ -114,7 +117,7 @@ class MetaReader {
     m.optimizer_steps = int_field(root, "optimizer_steps");
     for (const auto& [key, value] : field(root, "extra", JsonValue::Kind::kObject).members()) {
       LS_CHECK_IO(value.is_string(), source_, ": byte ", value.offset(), ": extra '", key,
-               "' must be a string, got ", json_kind_name(value.kind()));
+                  "' must be a string, got ", json_kind_name(value.kind()));
       m.extra.emplace(key, value.as_string());
     }
     const JsonValue& files = field(root, "files", JsonValue::Kind::kObject);
@@ -129,7 +132,7 @@ class MetaReader {
     const JsonValue* v = obj.find(key);
     LS_CHECK_IO(v != nullptr, source_, ": byte ", obj.offset(), ": missing field '", key, "'");
     LS_CHECK_IO(v->kind() == kind, source_, ": byte ", v->offset(), ": field '", key, "' must be ",
-             json_kind_name(kind), ", got ", json_kind_name(v->kind()));
+                json_kind_name(kind), ", got ", json_kind_name(v->kind()));
     return *v;
   }
 
@@ -151,7 +154,8 @@ class MetaReader {
     uint64_t seed = 0;
     auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), seed);
     LS_CHECK_IO(!text.empty() && ec == std::errc() && ptr == text.data() + text.size(), source_,
-             ": field 'seed' must be a decimal 64-bit unsigned integer in a string, got '", text, "'");
+                ": field 'seed' must be a decimal 64-bit unsigned integer in a string, got '", text,
+                "'");
     return seed;
   }
 
@@ -169,7 +173,7 @@ class MetaReader {
     const int64_t bytes = int_field(rec, "bytes");
     const int64_t crc = int_field(rec, "crc32");
     LS_CHECK_IO(bytes >= 0 && crc >= 0 && crc <= 0xffffffffll, source_, ": files.", name,
-             ": bytes ", bytes, " or crc32 ", crc, " out of range");
+                ": bytes ", bytes, " or crc32 ", crc, " out of range");
     return {static_cast<uint64_t>(bytes), static_cast<uint32_t>(crc)};
   }
 
@@ -219,10 +223,11 @@ void install(const std::string& dir, const std::string& temp, const std::string&
   if (fs::exists(target, ec)) {
     if (latest_name_or_none(dir) == name) {
       // `latest` names it: swap atomically, so a crash never leaves `latest` dangling.
-      LS_CHECK_IO(::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0,
-               "cannot replace checkpoint '", target, "', which ", join(dir, kLatestFile),
-               " names: renameat2(RENAME_EXCHANGE) failed: ", std::strerror(errno),
-               "; commit a different step or remove it first");
+      LS_CHECK_IO(
+          ::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0,
+          "cannot replace checkpoint '", target, "', which ", join(dir, kLatestFile),
+          " names: renameat2(RENAME_EXCHANGE) failed: ", std::strerror(errno),
+          "; commit a different step or remove it first");
       fsync_dir(dir);
       fs::remove_all(temp, ec);  // now the old checkpoint
       return;
@@ -232,8 +237,8 @@ void install(const std::string& dir, const std::string& temp, const std::string&
     LS_CHECK_IO(!ec, "cannot remove the old '", target, "' to replace it: ", ec.message());
     fsync_dir(dir);
   }
-  LS_CHECK_IO(::rename(temp.c_str(), target.c_str()) == 0, "cannot rename '", temp, "' to '", target,
-           "': ", std::strerror(errno));
+  LS_CHECK_IO(::rename(temp.c_str(), target.c_str()) == 0, "cannot rename '", temp, "' to '",
+              target, "': ", std::strerror(errno));
 }
 
 FileRecord record_of(const std::string& path) {
@@ -257,7 +262,7 @@ void write_temp_dir(const std::string& temp, const CheckpointMeta& meta,
     MetaReader(kMetaFile).parse(meta_text);
   } catch (const Error& e) {
     LS_THROW_IO("cannot commit checkpoint: its meta.json would not load back (", e.message(),
-             "); fix the CheckpointMeta strings");
+                "); fix the CheckpointMeta strings");
   }
   write_file_atomic(join(temp, kMetaFile), meta_text);
   fsync_dir(temp);
@@ -268,19 +273,20 @@ std::string resolve_step_dir(const std::string& path) {
   if (fs::exists(join(path, kMetaFile), ec)) return path;
   if (fs::exists(join(path, kLatestFile), ec)) return *latest_checkpoint(path);
   LS_THROW_IO("no checkpoint at '", path, "': it holds neither meta.json (a step directory) nor ",
-           "latest (a checkpoint directory)");
+              "latest (a checkpoint directory)");
 }
 
-SafetensorsFile load_verified(const std::string& path, const FileRecord& rec, const std::string& meta) {
+SafetensorsFile load_verified(const std::string& path, const FileRecord& rec,
+                              const std::string& meta) {
   std::error_code ec;
   const auto status = fs::status(path, ec);
   LS_CHECK_IO(status.type() != fs::file_type::not_found, path, ": missing (", meta,
-           " lists it): the checkpoint is incomplete");
+              " lists it): the checkpoint is incomplete");
   LS_CHECK_IO(fs::is_regular_file(status), path, ": not a regular file");
   const uint64_t size = fs::file_size(path, ec);
   LS_CHECK_IO(!ec, path, ": cannot read its size: ", ec.message());
   LS_CHECK_IO(size == rec.bytes, path, ": size mismatch: ", meta, " says ", rec.bytes,
-           " bytes, the file has ", size, " (truncated or replaced)");
+              " bytes, the file has ", size, " (truncated or replaced)");
   std::vector<std::byte> bytes = read_file_bytes(path, rec.bytes);
   const uint32_t crc = crc32_of(bytes);
   if (crc != rec.crc32) {
@@ -333,7 +339,8 @@ std::string commit_checkpoint(const std::string& dir, const CheckpointMeta& meta
   try {
     write_temp_dir(temp, meta, model, optimizer);
   } catch (const Error&) {
-    fs::remove_all(temp, ec);  // a real failure cleans up; a SimulatedCrash leaves it, as a kill would
+    fs::remove_all(temp,
+                   ec);  // a real failure cleans up; a SimulatedCrash leaves it, as a kill would
     throw;
   }
   maybe_crash(CrashPoint::kAfterTempDir, "after the temp directory was complete");
@@ -359,10 +366,10 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   std::string_view name(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   if (name.ends_with('\n')) name.remove_suffix(1);
   LS_CHECK_IO(is_step_name(name), path, ": expected a checkpoint name like step-000040, got '",
-           std::string(name.substr(0, 64)), "' (corrupt file?)");
+              std::string(name.substr(0, 64)), "' (corrupt file?)");
   const std::string step_dir = join(dir, name);
   LS_CHECK_IO(fs::is_directory(step_dir, ec), path, " names '", name,
-           "', which does not exist: the checkpoint was deleted or moved");
+              "', which does not exist: the checkpoint was deleted or moved");
   return step_dir;
 }
 
@@ -376,7 +383,7 @@ LoadedCheckpoint load_checkpoint(const std::string& dir_or_step_dir) {
   const std::string dir_name = fs::path(out.path).filename().string();
   if (is_step_name(dir_name)) {
     LS_CHECK_IO(dir_name == checkpoint_step_name(parsed.meta.step), meta_path, ": step ",
-             parsed.meta.step, " does not match its directory name '", dir_name, "'");
+                parsed.meta.step, " does not match its directory name '", dir_name, "'");
   }
   out.meta = std::move(parsed.meta);
   out.model = load_verified(join(out.path, kModelFile), parsed.model, meta_path);

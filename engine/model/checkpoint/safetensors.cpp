@@ -14,9 +14,9 @@
 #include <cstring>
 #include <numeric>
 
-#include "engine/model/checkpoint/atomic_file.h"
 #include "engine/core/error.h"
 #include "engine/core/json_reader.h"
+#include "engine/model/checkpoint/atomic_file.h"
 
 namespace ls::checkpoint {
 
@@ -159,25 +159,27 @@ std::vector<size_t> check_and_order(const std::vector<NamedHostTensor>& tensors,
   });
   std::vector<const std::string*> names;
   for (const NamedHostTensor& t : tensors) {
-    LS_CHECK_IO(!t.name.empty() && t.name != kMetadataKey, "cannot write safetensors: tensor name '",
-             t.name, "' is reserved or empty; rename the tensor");
+    LS_CHECK_IO(!t.name.empty() && t.name != kMetadataKey,
+                "cannot write safetensors: tensor name '", t.name,
+                "' is reserved or empty; rename the tensor");
     check_utf8(t.name, "tensor name '" + t.name + "'");
     std::vector<uint64_t> shape;
     for (int64_t d : t.shape) {
-      LS_CHECK_IO(d >= 0, "cannot write safetensors: tensor '", t.name, "' has negative extent ", d);
+      LS_CHECK_IO(d >= 0, "cannot write safetensors: tensor '", t.name, "' has negative extent ",
+                  d);
       shape.push_back(static_cast<uint64_t>(d));
     }
     const auto bytes = byte_count(shape, safetensors_dtype_size(t.dtype));
     LS_CHECK_IO(bytes && *bytes == t.data.size(), "cannot write safetensors: tensor '", t.name,
-             "' of dtype ", safetensors_dtype_name(t.dtype), " and shape ", shape_text(shape),
-             " needs ", bytes ? std::to_string(*bytes) : "too many", " bytes, but its data has ",
-             t.data.size());
+                "' of dtype ", safetensors_dtype_name(t.dtype), " and shape ", shape_text(shape),
+                " needs ", bytes ? std::to_string(*bytes) : "too many", " bytes, but its data has ",
+                t.data.size());
     names.push_back(&t.name);
   }
   std::sort(names.begin(), names.end(), [](auto* a, auto* b) { return *a < *b; });
   for (size_t i = 1; i < names.size(); ++i) {
     LS_CHECK_IO(*names[i] != *names[i - 1], "cannot write safetensors: two tensors are named '",
-             *names[i], "'; names must be unique");
+                *names[i], "'; names must be unique");
   }
   return order;
 }
@@ -240,7 +242,7 @@ const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
 const SafetensorsTensor& SafetensorsFile::at(std::string_view name) const {
   const SafetensorsTensor* t = find(name);
   LS_CHECK_IO(t != nullptr, name_, ": no tensor named '", name, "' (the file holds ",
-           tensors_.size(), " tensors)");
+              tensors_.size(), " tensors)");
   return *t;
 }
 
@@ -273,23 +275,25 @@ class SafetensorsReader {
   static uint64_t header_length(std::span<const std::byte> prefix, uint64_t file_size,
                                 std::string_view name, const SafetensorsLimits& limits) {
     LS_CHECK_IO(file_size >= 8, name, ": truncated: ", file_size,
-             " bytes, but a safetensors file starts with an 8-byte header length");
+                " bytes, but a safetensors file starts with an 8-byte header length");
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<uint64_t>(prefix[i]);
     LS_CHECK_IO(n <= limits.max_header_bytes, name, ": header length ", n,
-             " is larger than the cap of ", limits.max_header_bytes, " bytes (corrupt file?)");
+                " is larger than the cap of ", limits.max_header_bytes, " bytes (corrupt file?)");
     LS_CHECK_IO(n <= file_size - 8, name, ": header length ", n, " is larger than the file (",
-             file_size, " bytes): the file is truncated or not a safetensors file");
+                file_size, " bytes): the file is truncated or not a safetensors file");
     return n;
   }
 
-  static Layout parse_layout(std::string_view header, uint64_t buffer_bytes, std::string_view name) {
+  static Layout parse_layout(std::string_view header, uint64_t buffer_bytes,
+                             std::string_view name) {
     const std::string source = std::string(name) + " header";
     JsonLimits json_limits;
     json_limits.max_bytes = header.size();
     json_limits.max_values = size_t{1} << 24;
     const JsonValue root = parse_json(header, source, json_limits);
-    LS_CHECK_IO(root.is_object(), source, ": expected a JSON object, got ", json_kind_name(root.kind()));
+    LS_CHECK_IO(root.is_object(), source, ": expected a JSON object, got ",
+                json_kind_name(root.kind()));
     Layout layout;
     layout.header_bytes = header.size();
     for (const auto& [key, value] : root.members()) {
@@ -303,7 +307,8 @@ class SafetensorsReader {
     return layout;
   }
 
-  static SafetensorsFile assemble(std::vector<std::byte> bytes, Layout layout, std::string_view name) {
+  static SafetensorsFile assemble(std::vector<std::byte> bytes, Layout layout,
+                                  std::string_view name) {
     SafetensorsFile file;
     file.name_ = std::string(name);
     file.bytes_ = std::move(bytes);
@@ -324,11 +329,11 @@ class SafetensorsReader {
 
   static SafetensorsMetadata parse_metadata(const JsonValue& value, const std::string& source) {
     LS_CHECK_IO(value.is_object(), source, ": byte ", value.offset(),
-             ": __metadata__ must be an object of strings, got ", json_kind_name(value.kind()));
+                ": __metadata__ must be an object of strings, got ", json_kind_name(value.kind()));
     SafetensorsMetadata out;
     for (const auto& [key, v] : value.members()) {
       LS_CHECK_IO(v.is_string(), source, ": byte ", v.offset(), ": __metadata__ value of '", key,
-               "' must be a string, got ", json_kind_name(v.kind()));
+                  "' must be a string, got ", json_kind_name(v.kind()));
       out.emplace(key, v.as_string());
     }
     return out;
@@ -336,7 +341,7 @@ class SafetensorsReader {
 
   static uint64_t to_u64(const JsonValue& v, const std::string& source, const std::string& what) {
     LS_CHECK_IO(v.is_number(), source, ": byte ", v.offset(), ": ", what,
-             " must be a non-negative integer, got ", json_kind_name(v.kind()));
+                " must be a non-negative integer, got ", json_kind_name(v.kind()));
     try {
       return v.as_uint64();
     } catch (const Error& e) {
@@ -347,7 +352,7 @@ class SafetensorsReader {
   static std::vector<uint64_t> to_u64_array(const JsonValue& v, const std::string& source,
                                             const std::string& what) {
     LS_CHECK_IO(v.is_array(), source, ": byte ", v.offset(), ": ", what, " must be an array, got ",
-             json_kind_name(v.kind()));
+                json_kind_name(v.kind()));
     std::vector<uint64_t> out;
     for (const JsonValue& item : v.items()) out.push_back(to_u64(item, source, what));
     return out;
@@ -357,72 +362,79 @@ class SafetensorsReader {
                            const std::string& source) {
     const std::string tensor = "tensor '" + short_name(name) + "'";
     LS_CHECK_IO(value.is_object(), source, ": byte ", value.offset(), ": ", tensor,
-             " must be an object with dtype, shape and data_offsets, got ", json_kind_name(value.kind()));
+                " must be an object with dtype, shape and data_offsets, got ",
+                json_kind_name(value.kind()));
     for (const auto& member : value.members()) {
-      LS_CHECK_IO(member.first == "dtype" || member.first == "shape" || member.first == "data_offsets",
-               source, ": byte ", member.second.offset(), ": ", tensor, " has unknown field '",
-               member.first, "' (expected dtype, shape, data_offsets)");
+      LS_CHECK_IO(
+          member.first == "dtype" || member.first == "shape" || member.first == "data_offsets",
+          source, ": byte ", member.second.offset(), ": ", tensor, " has unknown field '",
+          member.first, "' (expected dtype, shape, data_offsets)");
     }
     const JsonValue* dtype = value.find("dtype");
     const JsonValue* shape = value.find("shape");
     const JsonValue* offsets = value.find("data_offsets");
     LS_CHECK_IO(dtype && shape && offsets, source, ": byte ", value.offset(), ": ", tensor,
-             " lacks ", !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
+                " lacks ",
+                !dtype   ? "dtype"
+                : !shape ? "shape"
+                         : "data_offsets");
     LS_CHECK_IO(dtype->is_string(), source, ": byte ", dtype->offset(), ": dtype of ", tensor,
-             " must be a string, got ", json_kind_name(dtype->kind()));
+                " must be a string, got ", json_kind_name(dtype->kind()));
     const auto parsed = parse_safetensors_dtype(dtype->as_string());
-    LS_CHECK_IO(parsed.has_value(), source, ": byte ", dtype->offset(), ": ", tensor,
-             " has unknown or unsupported dtype '", dtype->as_string(),
-             "' (supported: BOOL U8 I8 F8_E5M2 F8_E4M3 I16 U16 F16 BF16 I32 U32 F32 F64 I64 U64)");
+    LS_CHECK_IO(
+        parsed.has_value(), source, ": byte ", dtype->offset(), ": ", tensor,
+        " has unknown or unsupported dtype '", dtype->as_string(),
+        "' (supported: BOOL U8 I8 F8_E5M2 F8_E4M3 I16 U16 F16 BF16 I32 U32 F32 F64 I64 U64)");
     Entry e{name, *parsed, {}, 0, 0};
     const std::vector<uint64_t> dims = to_u64_array(*shape, source, "shape of " + tensor);
     for (uint64_t d : dims) {
       LS_CHECK_IO(d <= static_cast<uint64_t>(INT64_MAX), source, ": shape of ", tensor,
-               " has extent ", d, ", beyond 2^63-1");
+                  " has extent ", d, ", beyond 2^63-1");
       e.shape.push_back(static_cast<int64_t>(d));
     }
     const std::vector<uint64_t> range = to_u64_array(*offsets, source, "data_offsets of " + tensor);
-    LS_CHECK_IO(range.size() == 2, source, ": byte ", offsets->offset(), ": data_offsets of ", tensor,
-             " must be [begin, end], got ", range.size(), " numbers");
+    LS_CHECK_IO(range.size() == 2, source, ": byte ", offsets->offset(), ": data_offsets of ",
+                tensor, " must be [begin, end], got ", range.size(), " numbers");
     e.begin = range[0];
     e.end = range[1];
     LS_CHECK_IO(e.begin <= e.end, source, ": data_offsets of ", tensor, " are reversed: [", e.begin,
-             ", ", e.end, "]");
+                ", ", e.end, "]");
     LS_CHECK_IO(e.end <= buffer_bytes, source, ": data_offsets of ", tensor, " [", e.begin, ", ",
-             e.end, "] are out of range: the data buffer holds ", buffer_bytes,
-             " bytes (truncated file or corrupt header)");
+                e.end, "] are out of range: the data buffer holds ", buffer_bytes,
+                " bytes (truncated file or corrupt header)");
     const auto bytes = byte_count(dims, safetensors_dtype_size(e.dtype));
     LS_CHECK_IO(bytes.has_value(), source, ": ", tensor, " of shape ", shape_text(dims),
-             " has more elements than fit in 64 bits");
+                " has more elements than fit in 64 bits");
     LS_CHECK_IO(*bytes == e.end - e.begin, source, ": ", tensor, " of dtype ", dtype->as_string(),
-             " and shape ", shape_text(dims), " needs ", *bytes, " bytes, but data_offsets [",
-             e.begin, ", ", e.end, "] hold ", e.end - e.begin, " (shape does not match bytes)");
+                " and shape ", shape_text(dims), " needs ", *bytes, " bytes, but data_offsets [",
+                e.begin, ", ", e.end, "] hold ", e.end - e.begin, " (shape does not match bytes)");
     return e;
   }
 
-  static void check_tiling(std::vector<Entry> entries, uint64_t buffer_bytes, std::string_view name) {
+  static void check_tiling(std::vector<Entry> entries, uint64_t buffer_bytes,
+                           std::string_view name) {
     std::sort(entries.begin(), entries.end(), offset_order);
     uint64_t cursor = 0;
     const Entry* previous = nullptr;
     for (const Entry& e : entries) {
-      LS_CHECK_IO(e.begin >= cursor, name, ": tensor '", short_name(e.name), "' [", e.begin, ", ", e.end,
-               ") overlaps tensor '", short_name(previous ? previous->name : ""), "' [",
-               previous ? previous->begin : 0,
-               ", ", cursor, "): the data buffer must not be shared");
-      LS_CHECK_IO(e.begin == cursor, name, ": gap in the data buffer: bytes [", cursor, ", ", e.begin,
-               ") belong to no tensor (before tensor '", short_name(e.name), "')");
+      LS_CHECK_IO(e.begin >= cursor, name, ": tensor '", short_name(e.name), "' [", e.begin, ", ",
+                  e.end, ") overlaps tensor '", short_name(previous ? previous->name : ""), "' [",
+                  previous ? previous->begin : 0, ", ", cursor,
+                  "): the data buffer must not be shared");
+      LS_CHECK_IO(e.begin == cursor, name, ": gap in the data buffer: bytes [", cursor, ", ",
+                  e.begin, ") belong to no tensor (before tensor '", short_name(e.name), "')");
       cursor = e.end;
       previous = &e;
     }
     LS_CHECK_IO(cursor == buffer_bytes, name, ": trailing bytes: the tensors cover ", cursor,
-             " bytes of the data buffer, but the file holds ", buffer_bytes - cursor, " more");
+                " bytes of the data buffer, but the file holds ", buffer_bytes - cursor, " more");
   }
 };
 
 SafetensorsFile read_safetensors_from_memory(std::vector<std::byte> bytes, std::string_view name,
                                              const SafetensorsLimits& limits) {
   LS_CHECK_IO(bytes.size() <= limits.max_file_bytes, name, ": ", bytes.size(),
-           " bytes, more than the limit of ", limits.max_file_bytes);
+              " bytes, more than the limit of ", limits.max_file_bytes);
   const uint64_t n = SafetensorsReader::header_length(bytes, bytes.size(), name, limits);
   const std::string_view header(reinterpret_cast<const char*>(bytes.data()) + 8, n);
   auto layout = SafetensorsReader::parse_layout(header, bytes.size() - 8 - n, name);
@@ -471,13 +483,13 @@ SafetensorsFile read_safetensors(const std::string& path, const SafetensorsLimit
   LS_CHECK_IO(S_ISREG(st.st_mode), path, ": not a regular file");
   const auto size = static_cast<uint64_t>(st.st_size);
   LS_CHECK_IO(size <= limits.max_file_bytes, path, ": ", size, " bytes, more than the limit of ",
-           limits.max_file_bytes);
+              limits.max_file_bytes);
   std::array<std::byte, 8> prefix{};
   if (size >= 8) LS_CHECK_IO(fd.read_at(prefix, 0, path), path, ": shrank while it was read");
   const uint64_t n = SafetensorsReader::header_length(prefix, size, path, limits);
   std::string header(n, '\0');  // n <= min(cap, size - 8): checked
   LS_CHECK_IO(fd.read_at(std::as_writable_bytes(std::span(header)), 8, path), path,
-           ": shrank while it was read");
+              ": shrank while it was read");
   auto layout = SafetensorsReader::parse_layout(header, size - 8 - n, path);
   std::vector<std::byte> bytes(size);  // the real file size, and the layout tiles it exactly
   LS_CHECK_IO(fd.read_at(bytes, 0, path), path, ": shrank while it was read");

@@ -6,8 +6,8 @@
 #include <array>
 #include <filesystem>
 
-#include "engine/model/data/idx.h"
 #include "engine/core/error.h"
+#include "engine/model/data/idx.h"
 
 namespace ls::data {
 namespace {
@@ -45,22 +45,23 @@ std::string join(const std::vector<std::string>& parts) {
 Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path,
                       int classes) {
   LS_CHECK_IO(classes > 0, "load_idx_pair('", images_path, "', '", labels_path, "'): classes is ",
-           classes, "; pass the number of classes (> 0), e.g. 10 for Fashion-MNIST");
+              classes, "; pass the number of classes (> 0), e.g. 10 for Fashion-MNIST");
   IdxArray images = read_idx(images_path);
   IdxArray labels = read_idx(labels_path);
-  LS_CHECK_IO(images.dims.size() == 3, "images file '", images_path, "' has ", images.dims.size(),
-           " dims but must have 3 (count, rows, cols); did you swap the images and labels files?");
+  LS_CHECK_IO(
+      images.dims.size() == 3, "images file '", images_path, "' has ", images.dims.size(),
+      " dims but must have 3 (count, rows, cols); did you swap the images and labels files?");
   LS_CHECK_IO(labels.dims.size() == 1, "labels file '", labels_path, "' has ", labels.dims.size(),
-           " dims but must have 1 (count); did you swap the images and labels files?");
+              " dims but must have 1 (count); did you swap the images and labels files?");
   int64_t count = images.dims[0];
   LS_CHECK_IO(count == labels.dims[0], "images file '", images_path, "' holds ", count,
-           " examples but labels file '", labels_path, "' holds ", labels.dims[0],
-           "; the counts must agree: pass files of the same split (both train or both test)");
+              " examples but labels file '", labels_path, "' holds ", labels.dims[0],
+              "; the counts must agree: pass files of the same split (both train or both test)");
   LS_CHECK_IO(count > 0, "images file '", images_path, "' and labels file '", labels_path,
-           "' hold 0 examples; an empty data set cannot be trained or evaluated on");
+              "' hold 0 examples; an empty data set cannot be trained or evaluated on");
   int64_t features = images.dims[1] * images.dims[2];
   LS_CHECK_IO(features > 0, "images file '", images_path, "' has images of ", images.dims[1], "x",
-           images.dims[2], " pixels; each image needs at least one pixel");
+              images.dims[2], " pixels; each image needs at least one pixel");
 
   Dataset ds;
   ds.name = images_path;
@@ -71,8 +72,8 @@ Dataset load_idx_pair(const std::string& images_path, const std::string& labels_
   for (int64_t i = 0; i < count; ++i) {
     uint8_t label = labels.data[static_cast<size_t>(i)];
     LS_CHECK_IO(label < classes, "labels file '", labels_path, "': label at index ", i, " is ",
-             int{label}, " but must be < ", classes,
-             " (the number of classes); pass the right class count or fix the file");
+                int{label}, " but must be < ", classes,
+                " (the number of classes); pass the right class count or fix the file");
     ds.labels[static_cast<size_t>(i)] = label;
   }
   static const std::array<float, 256> table = normalisation_table();
@@ -89,13 +90,13 @@ Dataset load_fashion_mnist(const std::string& dir, Split split) {
       "/usr/share/datasets/fashion-mnist (apt-get install dataset-fashion-mnist)";
   std::error_code ec;
   LS_CHECK_IO(fs::is_directory(dir, ec), "Fashion-MNIST directory '", dir,
-           "' does not exist or is not a directory; pass the folder holding ", prefix,
-           "-images-idx3-ubyte[.gz] and ", prefix, "-labels-idx1-ubyte[.gz]", kHint);
+              "' does not exist or is not a directory; pass the folder holding ", prefix,
+              "-images-idx3-ubyte[.gz] and ", prefix, "-labels-idx1-ubyte[.gz]", kHint);
   std::vector<std::string> missing;
   std::string images = find_file(dir, std::string(prefix) + "-images-idx3-ubyte", missing);
   std::string labels = find_file(dir, std::string(prefix) + "-labels-idx1-ubyte", missing);
   LS_CHECK_IO(missing.empty(), "Fashion-MNIST files missing in '", dir, "': tried ", join(missing),
-           " and found none of them", kHint);
+              " and found none of them", kHint);
   Dataset ds = load_idx_pair(images, labels, 10);
   ds.name = std::string("fashion-mnist/") + (split == Split::kTrain ? "train" : "test");
   return ds;

@@ -65,7 +65,7 @@ class PlainSource final : public Source {
   size_t read(uint8_t* out, size_t n) override {
     size_t got = std::fread(out, 1, n, file_);
     LS_CHECK_IO(!std::ferror(file_), "IDX file '", path_, "': read error: ", std::strerror(errno),
-             "; check that the file is readable and the disk is healthy");
+                "; check that the file is readable and the disk is healthy");
     return got;
   }
 
@@ -103,9 +103,10 @@ class GzipSource final : public Source {
     const char* message = gzerror(file_, &err);
     if (got >= 0 && err == Z_OK) return;
     LS_CHECK_IO(err != Z_ERRNO, "IDX file '", path_, "': read error: ", std::strerror(errno),
-             "; check that the file is readable and the disk is healthy");
-    LS_THROW_IO("IDX file '", path_, "': corrupt gzip stream (zlib: ", message ? message : "unknown",
-             "); the download is probably damaged: delete the file and fetch it again");
+                "; check that the file is readable and the disk is healthy");
+    LS_THROW_IO("IDX file '", path_,
+                "': corrupt gzip stream (zlib: ", message ? message : "unknown",
+                "); the download is probably damaged: delete the file and fetch it again");
   }
 
   const std::string& path_;
@@ -118,24 +119,24 @@ IdxArray read_from(const std::string& path, Source& src, std::optional<uint64_t>
   uint8_t prefix[4];
   size_t got = src.read(prefix, sizeof prefix);
   LS_CHECK_IO(got == sizeof prefix, "IDX file '", path, "': truncated header: it holds ", got,
-           " bytes but an IDX header needs at least 4; the file is damaged, fetch it again");
+              " bytes but an IDX header needs at least 4; the file is damaged, fetch it again");
   LS_CHECK_IO(prefix[0] == 0 && prefix[1] == 0, "IDX file '", path,
-           "': bad magic: the first two bytes must be 0 but are ", hex_byte(prefix[0]), " ",
-           hex_byte(prefix[1]),
-           "; this is not an IDX file (check the path and that it is not another format)");
+              "': bad magic: the first two bytes must be 0 but are ", hex_byte(prefix[0]), " ",
+              hex_byte(prefix[1]),
+              "; this is not an IDX file (check the path and that it is not another format)");
   uint8_t type = prefix[2];
   LS_CHECK_IO(type == kTypeUnsignedByte, "IDX file '", path, "': unsupported type ", hex_byte(type),
-           " (", type_name(type), "); only unsigned-byte (0x08) IDX files are supported");
+              " (", type_name(type), "); only unsigned-byte (0x08) IDX files are supported");
   int ndims = prefix[3];
   LS_CHECK_IO(ndims >= 1 && ndims <= kMaxDims, "IDX file '", path, "': bad dimension count ", ndims,
-           "; expected 1 to ", kMaxDims, " dims, so the file is damaged or not an IDX file");
+              "; expected 1 to ", kMaxDims, " dims, so the file is damaged or not an IDX file");
 
   uint8_t dim_bytes[4 * kMaxDims];
   size_t header_dims = 4 * static_cast<size_t>(ndims);
   got = src.read(dim_bytes, header_dims);
-  LS_CHECK_IO(got == header_dims, "IDX file '", path, "': truncated header: ", ndims,
-           " dims need ", header_dims, " bytes of sizes but only ", got,
-           " follow; the file is damaged, fetch it again");
+  LS_CHECK_IO(got == header_dims, "IDX file '", path, "': truncated header: ", ndims, " dims need ",
+              header_dims, " bytes of sizes but only ", got,
+              " follow; the file is damaged, fetch it again");
 
   IdxArray array;
   array.dims.resize(static_cast<size_t>(ndims));
@@ -151,8 +152,8 @@ IdxArray read_from(const std::string& path, Source& src, std::optional<uint64_t>
   for (int64_t d : array.dims) {
     if (payload == 0) break;
     LS_CHECK_IO(payload <= kMaxIdxBytes / static_cast<uint64_t>(d), "IDX file '", path,
-             "': too large: dims ", format_dims(array.dims), " describe more than ",
-             kMaxIdxBytes, " bytes, the most lockstep reads; the header is probably damaged");
+                "': too large: dims ", format_dims(array.dims), " describe more than ",
+                kMaxIdxBytes, " bytes, the most lockstep reads; the header is probably damaged");
     payload *= static_cast<uint64_t>(d);
   }
 
@@ -160,22 +161,22 @@ IdxArray read_from(const std::string& path, Source& src, std::optional<uint64_t>
     uint64_t expected = 4 + header_dims + payload;
     uint64_t have = *file_size - std::min<uint64_t>(*file_size, 4 + header_dims);
     LS_CHECK_IO(*file_size >= expected, "IDX file '", path, "': truncated data: dims ",
-             format_dims(array.dims), " need ", payload, " data bytes but the file holds only ",
-             have, "; the file is damaged, fetch it again");
+                format_dims(array.dims), " need ", payload, " data bytes but the file holds only ",
+                have, "; the file is damaged, fetch it again");
     LS_CHECK_IO(*file_size <= expected, "IDX file '", path, "': trailing garbage: dims ",
-             format_dims(array.dims), " describe ", payload, " data bytes but the file holds ",
-             have, "; the file is damaged or not an IDX file");
+                format_dims(array.dims), " describe ", payload, " data bytes but the file holds ",
+                have, "; the file is damaged or not an IDX file");
   }
 
   array.data.resize(static_cast<size_t>(payload));
   got = src.read(array.data.data(), array.data.size());
   LS_CHECK_IO(got == payload, "IDX file '", path, "': truncated data: dims ",
-           format_dims(array.dims), " need ", payload, " data bytes but the file holds only ",
-           got, "; the file is damaged, fetch it again");
+              format_dims(array.dims), " need ", payload, " data bytes but the file holds only ",
+              got, "; the file is damaged, fetch it again");
   uint8_t extra;
   LS_CHECK_IO(src.read(&extra, 1) == 0, "IDX file '", path, "': trailing garbage: more than the ",
-           payload, " data bytes that dims ", format_dims(array.dims),
-           " describe; the file is damaged or not an IDX file");
+              payload, " data bytes that dims ", format_dims(array.dims),
+              " describe; the file is damaged or not an IDX file");
   return array;
 }
 
@@ -186,17 +187,17 @@ IdxArray read_idx(const std::string& path) {
   std::error_code ec;
   fs::file_status status = fs::status(path, ec);
   LS_CHECK_IO(status.type() != fs::file_type::not_found, "IDX file '", path,
-           "' not found; check the path");
+              "' not found; check the path");
   LS_CHECK_IO(!ec, "IDX file '", path, "': cannot access: ", ec.message(),
-           "; check the path and the permissions of its folders");
+              "; check the path and the permissions of its folders");
   LS_CHECK_IO(fs::is_regular_file(status), "IDX file '", path,
-           "' is not a regular file; pass the path of an IDX file, not a directory");
+              "' is not a regular file; pass the path of an IDX file, not a directory");
   uint64_t file_size = fs::file_size(path, ec);
   LS_CHECK_IO(!ec, "IDX file '", path, "': cannot read its size: ", ec.message());
 
   std::FILE* file = std::fopen(path.c_str(), "rb");
   LS_CHECK_IO(file != nullptr, "IDX file '", path, "': cannot open: ", std::strerror(errno),
-           "; check its permissions");
+              "; check its permissions");
   auto plain = std::make_unique<PlainSource>(path, file);
   uint8_t magic[2] = {0, 0};
   size_t got = plain->read(magic, 2);
@@ -207,8 +208,8 @@ IdxArray read_idx(const std::string& path) {
   }
   plain.reset();
   gzFile gz = gzopen(path.c_str(), "rb");
-  LS_CHECK_IO(gz != nullptr, "IDX file '", path, "': cannot open gzip stream: ",
-           std::strerror(errno), "; check its permissions");
+  LS_CHECK_IO(gz != nullptr, "IDX file '", path,
+              "': cannot open gzip stream: ", std::strerror(errno), "; check its permissions");
   GzipSource source(path, gz);
   return read_from(path, source, std::nullopt);
 }
