@@ -10,7 +10,6 @@
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <typeindex>
 
 #include "engine/core/device.h"
@@ -32,10 +31,20 @@ bool register_op_table(DeviceKind kind, const Table* entries) {
   return detail::register_op_table(std::type_index(typeid(Table)), kind, entries);
 }
 
-// The table `kind` registered for this family, or null.
+// The table `kind` registered for this family, or null. Tables register while lockstep_ops
+// loads, before any op can run, so each family's tables are read from the registry once; every
+// op call after that is an array read, with no lock on the step's path.
 template <typename Table>
 const Table* find_op_table(DeviceKind kind) {
-  return static_cast<const Table*>(detail::find_op_table(std::type_index(typeid(Table)), kind));
+  static const std::array<const Table*, kDeviceKindCount> tables = [] {
+    std::array<const Table*, kDeviceKindCount> found{};
+    for (int k = 0; k < kDeviceKindCount; ++k) {
+      found[static_cast<size_t>(k)] = static_cast<const Table*>(detail::find_op_table(
+          std::type_index(typeid(Table)), static_cast<DeviceKind>(k)));
+    }
+    return found;
+  }();
+  return tables[static_cast<size_t>(kind)];
 }
 
 // The kernel in `slot` for the stream's backend; "<op> is not supported on <device>" if absent.
