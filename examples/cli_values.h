@@ -4,6 +4,8 @@
 // text (programs exit with 2 on it).
 #pragma once
 
+#include <lockstep/lockstep.h>
+
 #include <charconv>
 #include <cmath>
 #include <functional>
@@ -53,6 +55,16 @@ std::vector<T> parse_positive_list(std::string_view flag, std::string_view text)
     start = comma + 1;
   }
   return out;
+}
+
+// The devices of a --devices SPEC. A spec that is malformed or names devices this machine
+// lacks (cuda on a machine without a usable GPU, cuda:3 with two GPUs) is a usage error.
+inline std::vector<Device> parse_devices_flag(std::string_view flag, std::string_view spec) {
+  try {
+    return parse_devices(spec);
+  } catch (const Error& e) {
+    throw UsageError(std::string(flag) + ": " + e.message());
+  }
 }
 
 using FlagSetter = std::function<void(std::string_view flag, std::string_view value)>;

@@ -1,7 +1,8 @@
 // lockstep-train: trains an MLP on Fashion-MNIST, data-parallel over the given devices, and
 // reports test accuracy and throughput. It is also the example of embedding the engine: load
 // data, make a DataParallel, loop over batches, evaluate.
-// Exit codes: 0 success, 1 runtime failure, 2 usage error.
+// Ctrl-C or SIGTERM stops it after the current step, with a checkpoint when it keeps them.
+// Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 / 143 stopped by SIGINT / SIGTERM.
 #include <lockstep/lockstep.h>
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <limits>
 #include <numeric>
 
+#include "examples/stop_signals.h"
 #include "examples/train_options.h"
 
 namespace {
@@ -30,7 +32,10 @@ struct RunSummary {
   std::vector<int64_t> widths;  // the MLP's layer widths, input to output
   int64_t params = 0;
   int64_t steps = 0;
-  int64_t steps_run = 0;      // in this process (fewer than steps after --resume)
+  int64_t steps_run = 0;  // in this process (fewer than steps after --resume or a stop)
+  bool stopped = false;   // by a signal, after step `last_step`
+  int64_t last_step = 0;
+  std::string last_checkpoint;  // the one written when stopped, if any
   int64_t skipped_steps = 0;  // non-finite loss or gradients: the optimizer did not step
   double final_loss = 0;  // mean loss over the last (up to) 100 steps
   double train_seconds = 0;
@@ -88,13 +93,19 @@ class RecentLoss {
   std::deque<float> losses_;
 };
 
-// Steps first_step..total_steps, logging and checkpointing as the options say.
-void train_steps(const TrainOptions& o, ls::DataParallel& trainer, ls::data::Sampler& sampler,
-                 ls::data::BatchIterator& batches, int64_t first_step, int64_t total_steps,
-                 RecentLoss& recent) {
+ls::CheckpointRetention retention(const TrainOptions& o) {
+  return {static_cast<int>(o.keep_checkpoints), o.keep_every};
+}
+
+// Steps first_step..total_steps, logging and checkpointing as the options say. A stop signal
+// ends it between two steps; returns the last step taken.
+int64_t train_steps(const TrainOptions& o, ls::DataParallel& trainer, ls::data::Sampler& sampler,
+                    ls::data::BatchIterator& batches, int64_t first_step, int64_t total_steps,
+                    RecentLoss& recent, const StopSignals& stop) {
   ls::data::Batch batch;
   const Clock::time_point start = Clock::now();
   for (int64_t step = first_step; step <= total_steps; ++step) {
+    if (stop.stop_requested()) return step - 1;
     if (!batches.next(batch)) {
       sampler.set_epoch(sampler.epoch() + 1);
       batches.reset();
@@ -121,13 +132,15 @@ void train_steps(const TrainOptions& o, ls::DataParallel& trainer, ls::data::Sam
     const bool checkpoint_due = o.checkpoint_every > 0 && step % o.checkpoint_every == 0;
     if (!o.checkpoint_dir.empty() && (checkpoint_due || step == total_steps)) {
       const std::string path =
-          trainer.save(o.checkpoint_dir, {sampler.epoch(), batches.position()});
+          trainer.save(o.checkpoint_dir, {sampler.epoch(), batches.position()}, retention(o));
       std::printf("checkpoint: %s\n", path.c_str());
     }
   }
+  return total_steps;
 }
 
-RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices) {
+RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
+               const StopSignals& stop) {
   ls::data::Dataset train = ls::data::load_fashion_mnist(o.data_dir, ls::data::Split::kTrain);
   ls::data::Dataset test = ls::data::load_fashion_mnist(o.data_dir, ls::data::Split::kTest);
   std::vector<int64_t> widths{train.features};
@@ -150,17 +163,27 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices) {
 
   RecentLoss recent;
   const Clock::time_point start = Clock::now();
-  train_steps(o, trainer, sampler, batches, first_step, total_steps, recent);
+  const int64_t last_step =
+      train_steps(o, trainer, sampler, batches, first_step, total_steps, recent, stop);
   RunSummary summary;
+  summary.stopped = last_step < total_steps;
+  summary.last_step = last_step;
+  const bool saved_last = o.checkpoint_every > 0 && last_step % o.checkpoint_every == 0;
+  if (summary.stopped && !o.checkpoint_dir.empty() && last_step >= first_step && !saved_last) {
+    summary.last_checkpoint =
+        trainer.save(o.checkpoint_dir, {sampler.epoch(), batches.position()}, retention(o));
+  } else if (summary.stopped && !o.checkpoint_dir.empty()) {
+    summary.last_checkpoint = ls::latest_checkpoint(o.checkpoint_dir).value_or("");
+  }
   summary.widths = widths;
   summary.params = trainer.parameter_count();
   summary.train_seconds = seconds_since(start);
   summary.steps = total_steps;
-  summary.steps_run = total_steps - first_step + 1;
+  summary.steps_run = last_step - first_step + 1;
   summary.skipped_steps = trainer.skipped_steps();
   summary.final_loss = recent.mean();
-  summary.test = trainer.evaluate(test, 1000);
-  return summary;
+  if (!summary.stopped) summary.test = trainer.evaluate(test, 1000);
+  return summary;  // the trainer's threads are joined here, when it goes out of scope
 }
 
 void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, const RunSummary& s,
@@ -195,10 +218,31 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, c
 
 }  // namespace
 
+// Prints how the run ended after a stop signal; returns the exit code.
+int report_stop(const TrainOptions& o, const RunSummary& s, const StopSignals& stop) {
+  std::printf("stopped by %s after step %lld of %lld", stop.signal_name(),
+              static_cast<long long>(s.last_step), static_cast<long long>(s.steps));
+  if (!s.last_checkpoint.empty()) {
+    std::printf("; checkpoint %s; continue with the same flags and --resume\n",
+                s.last_checkpoint.c_str());
+  } else if (o.checkpoint_dir.empty()) {
+    std::printf(" (no --checkpoint-dir: nothing saved)\n");
+  } else {
+    std::printf(" (no step taken: nothing to save)\n");
+  }
+  return stop.exit_code();
+}
+
 int main(int argc, char** argv) {
+  const StopSignals stop;  // first: every thread started later inherits its signal mask
   TrainOptions options;
+  std::vector<ls::Device> devices;
   try {
     options = parse_train_options(argc, argv);
+    if (!options.help) {
+      ls::set_host_threads_per_device(options.host_threads);
+      devices = ls::cli::parse_devices_flag("--devices", options.devices);
+    }
   } catch (const UsageError& e) {
     std::fprintf(stderr, "lockstep-train: %s\n\n%s", e.what(), train_usage());
     return 2;
@@ -209,9 +253,8 @@ int main(int argc, char** argv) {
   }
   const Clock::time_point start = Clock::now();
   try {
-    ls::set_host_threads_per_device(options.host_threads);
-    std::vector<ls::Device> devices = ls::parse_devices(options.devices);
-    RunSummary summary = run(options, devices);
+    RunSummary summary = run(options, devices, stop);
+    if (summary.stopped) return report_stop(options, summary, stop);
     const double wall_s = seconds_since(start);
     std::printf("done: %lld steps, final loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
                 static_cast<long long>(summary.steps), summary.final_loss, summary.test.accuracy,

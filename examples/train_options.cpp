@@ -48,9 +48,16 @@ Trains a model on Fashion-MNIST and reports test accuracy and throughput.
   --log-every N         print progress every N steps (default 100; 0: only the summary)
   --json PATH           write the results as JSON
   --checkpoint-dir DIR  save checkpoints in DIR (DIR/step-NNNNNN, DIR/latest) at the end
-  --checkpoint-every K  ... and every K steps
+  --checkpoint-every K  ... and every K steps; also when stopped by Ctrl-C or SIGTERM
+  --keep-checkpoints N  keep the newest N checkpoints, removing older ones after each save
+                        (default 3; 0 keeps all)
+  --keep-every K        ... and also every checkpoint whose step is a multiple of K
   --resume              continue from DIR/latest (same flags; --steps/--epochs is the total)
   -h, --help            show this help
+
+Ctrl-C or SIGTERM stops the run after the current step (writing a checkpoint when
+--checkpoint-dir is given); a second one stops it at once.
+Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 / 143 stopped by SIGINT / SIGTERM.
 )";
 }
 
@@ -101,6 +108,14 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--checkpoint-dir", [&](auto, auto v) { o.checkpoint_dir = v; }},
       {"--checkpoint-every",
        [&](auto f, auto v) { o.checkpoint_every = parse_positive<int64_t>(f, v); }},
+      {"--keep-checkpoints",
+       [&](auto f, auto v) {
+         o.keep_checkpoints = parse_number<int64_t>(f, v);
+         if (o.keep_checkpoints < 0 || o.keep_checkpoints > 1000000)
+           throw UsageError("--keep-checkpoints must be in [0, 1000000] (0 keeps all), got " +
+                            std::string(v));
+       }},
+      {"--keep-every", [&](auto f, auto v) { o.keep_every = parse_positive<int64_t>(f, v); }},
   };
   ls::cli::parse_flags(argc, argv, setters,
                        {{"-h", [&] { o.help = true; }},
@@ -110,6 +125,9 @@ TrainOptions parse_train_options(int argc, char** argv) {
   if (o.log_every < 0) throw UsageError("--log-every must be >= 0");
   if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty()) {
     throw UsageError("--resume and --checkpoint-every need --checkpoint-dir");
+  }
+  if (o.keep_every > 0 && o.checkpoint_dir.empty()) {
+    throw UsageError("--keep-every needs --checkpoint-dir");
   }
   return o;
 }

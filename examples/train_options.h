@@ -34,6 +34,8 @@ struct TrainOptions {
   std::string json_path;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;  // steps; 0: only at the end (when checkpoint_dir is set)
+  int64_t keep_checkpoints = 3;  // the newest N checkpoints stay; 0: all
+  int64_t keep_every = 0;        // > 0: also every checkpoint whose step is a multiple of it
   bool resume = false;
   bool help = false;
 };

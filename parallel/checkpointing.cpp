@@ -53,7 +53,8 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   return checkpoint::latest_checkpoint(dir);
 }
 
-std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosition& position) {
+std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosition& position,
+                                     const CheckpointRetention& retention) {
   check_usable("save");
   HostState state = run_on<HostState>(0, [](Replica& r) {
     HostState s;
@@ -84,7 +85,7 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
   meta.optimizer_steps = state.optimizer_steps;
   meta.extra["devices"] = devices_str(devices_);
   meta.extra["skipped_steps"] = std::to_string(skipped_total_);
-  return checkpoint::commit_checkpoint(dir, meta, model, optimizer);
+  return checkpoint::commit_checkpoint(dir, meta, model, optimizer, retention);
 }
 
 TrainingPosition DataParallel::Impl::load(const std::string& dir) {

@@ -39,8 +39,9 @@ int64_t DataParallel::steps_taken() const { return impl_->steps_taken(); }
 int64_t DataParallel::skipped_steps() const { return impl_->skipped_steps(); }
 int64_t DataParallel::parameter_count() const { return impl_->parameter_count(); }
 const std::vector<Bucket>& DataParallel::buckets() const { return impl_->buckets(); }
-std::string DataParallel::save(const std::string& dir, const TrainingPosition& position) {
-  return impl_->save(dir, position);
+std::string DataParallel::save(const std::string& dir, const TrainingPosition& position,
+                               const CheckpointRetention& retention) {
+  return impl_->save(dir, position, retention);
 }
 TrainingPosition DataParallel::load(const std::string& dir) { return impl_->load(dir); }
 std::vector<float> DataParallel::parameters(int replica) { return impl_->parameters(replica); }

@@ -28,6 +28,7 @@
 #include "engine/core/allocator.h"
 #include "engine/core/device.h"
 #include "engine/core/tensor.h"
+#include "engine/model/checkpoint/retention.h"
 #include "engine/model/data/dataset.h"
 #include "engine/model/data/sampler.h"
 #include "parallel/buckets.h"
@@ -124,8 +125,12 @@ class DataParallel {
   // safetensors reads them. save() returns the committed directory; load() takes DIR (follows
   // `latest`) or a step directory, checks every tensor's name, dtype and shape against this model
   // and optimizer, restores all replicas and the step count, and returns the data position to
-  // continue from. File and disk errors are of kind io.
-  std::string save(const std::string& dir, const TrainingPosition& position = {});
+  // continue from. File and disk errors are of kind io. save() first checks the disk has room
+  // for the checkpoint (an io error naming the path, the bytes needed and the bytes free, with
+  // nothing written), and after the commit removes the older checkpoints `retention` does not
+  // keep (by default all but the newest 3; engine/model/checkpoint/retention.h).
+  std::string save(const std::string& dir, const TrainingPosition& position = {},
+                   const CheckpointRetention& retention = {});
   TrainingPosition load(const std::string& dir);
 
   // A host copy of replica r's flat parameter buffer (synchronizes that replica).

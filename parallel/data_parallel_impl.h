@@ -31,7 +31,8 @@ class DataParallel::Impl {
 
   StepResult step(const data::Batch& batch);
   EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
-  std::string save(const std::string& dir, const TrainingPosition& position);
+  std::string save(const std::string& dir, const TrainingPosition& position,
+                   const CheckpointRetention& retention);
   TrainingPosition load(const std::string& dir);
   std::vector<float> parameters(int replica);
   BucketTimeline last_timeline(int replica);

@@ -14,6 +14,7 @@
 
 #include "engine/core/runtime.h"
 #include "engine/core/system_info.h"
+#include "examples/cli_values.h"
 #include "parallel/communicator.h"
 
 namespace {
@@ -154,8 +155,14 @@ int main(int argc, char** argv) {
                  kUsage);
     return 2;
   }
+  std::vector<ls::Device> devices;
   try {
-    const std::vector<ls::Device> devices = ls::parse_devices(spec);
+    devices = ls::cli::parse_devices_flag("--devices", spec);
+  } catch (const ls::cli::UsageError& e) {
+    std::fprintf(stderr, "lockstep-doctor: %s\n%s", e.what(), kUsage);
+    return 2;
+  }
+  try {
     print_machine(devices);
     return known_answer_all_reduce(devices, std::chrono::milliseconds(timeout_ms)) ? 0 : 1;
   } catch (const std::exception& e) {

@@ -3,7 +3,9 @@
 // efficiency against one device, step time and exposed communication (table, JSON, PNG).
 // Files: scale_options (flags, device counts), scale_run (one measured run), progress (the
 // progress line), scale_report (table + JSON), scale_plot (runs plot_scale.py).
-// Exit codes: 0 success (a missing matplotlib is only a warning), 1 runtime failure, 2 usage.
+// Ctrl-C or SIGTERM ends the current run after its step and prints the finished runs' table.
+// Exit codes: 0 success (a missing matplotlib is only a warning), 1 runtime failure, 2 usage,
+// 130 / 143 stopped by SIGINT / SIGTERM.
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include "engine/core/device.h"
 #include "engine/core/runtime.h"
 #include "engine/model/data/dataset.h"
+#include "examples/stop_signals.h"
 #include "progress.h"
 #include "scale_options.h"
 #include "scale_plot.h"
@@ -48,7 +51,7 @@ void print_plan(const ScaleOptions& o, const DevicePlan& plan) {
   std::fflush(stdout);
 }
 
-int run(const ScaleOptions& o) {
+int run(const ScaleOptions& o, const StopSignals& stop) {
   const DevicePlan plan = resolve_device_counts(o);  // may throw UsageError
   ls::set_host_threads_per_device(o.host_threads);
   print_plan(o, plan);
@@ -57,7 +60,19 @@ int run(const ScaleOptions& o) {
   ProgressBar progress;
   std::vector<ScalePoint> points;
   for (int n : plan.counts) {
-    points.push_back(run_scale_point(o, train, first_devices(plan.kind, n), progress));
+    std::optional<ScalePoint> point =
+        run_scale_point(o, train, first_devices(plan.kind, n), progress, stop);
+    if (!point) {  // every replica thread of that run is joined by now
+      progress.end("stopped");
+      std::printf("stopped by %s during the %d-device run; no files written\n", stop.signal_name(),
+                  n);
+      if (!points.empty()) {
+        compute_efficiency(points);
+        print_table(o, points);
+      }
+      return stop.exit_code();
+    }
+    points.push_back(std::move(*point));
   }
   compute_efficiency(points);
   print_table(o, points);
@@ -81,6 +96,7 @@ int run(const ScaleOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const StopSignals stop;  // first: every thread started later inherits its signal mask
   ScaleOptions options;
   try {
     options = parse_scale_options(argc, argv);
@@ -88,7 +104,7 @@ int main(int argc, char** argv) {
       std::printf("%s", scale_usage());
       return 0;
     }
-    return run(options);
+    return run(options, stop);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "lockstep-scale: %s\n\n%s", e.what(), scale_usage());
     return 2;

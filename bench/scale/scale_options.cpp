@@ -31,9 +31,10 @@ std::vector<int> powers_of_two_up_to(int top) {
 
 int usable_gpus(std::string_view spec) {
   ls::CudaAvailability cuda = ls::cuda_availability();
-  LS_CHECK(cuda.device_count > 0, "--devices ", spec,
-           " asks for GPUs but none is usable: ", cuda.reason_unavailable,
-           ". Use --devices host:1,2 to scale over CPU cores.");
+  if (cuda.device_count == 0) {
+    throw UsageError("--devices " + std::string(spec) + " asks for GPUs but none is usable: " +
+                     cuda.reason_unavailable + ". Use --devices host:1,2 to scale over CPU cores.");
+  }
   return cuda.device_count;
 }
 
@@ -210,8 +211,11 @@ DevicePlan resolve_device_counts(const ScaleOptions& o) {
   }
   if (plan.kind == ls::DeviceKind::kCuda) {
     const int gpus = usable_gpus(spec);
-    LS_CHECK(plan.counts.back() <= gpus, "--devices ", spec, " asks for ", plan.counts.back(),
-             " GPUs; this machine has ", gpus);
+    if (plan.counts.back() > gpus) {
+      throw UsageError("--devices " + std::string(spec) + " asks for " +
+                       std::to_string(plan.counts.back()) + " GPUs; this machine has " +
+                       std::to_string(gpus));
+    }
   }
   return plan;
 }

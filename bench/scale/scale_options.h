@@ -5,7 +5,7 @@
 // host counts 1,2,4,... up to the core count plus the core count itself.
 // parse_scale_options throws UsageError (exit code 2) for unknown flags and bad values;
 // resolve_device_counts throws UsageError for lists the test cannot use (no 1-device baseline,
-// a strong-scaling global batch that does not divide by a count).
+// a strong-scaling global batch that does not divide by a count, more GPUs than the machine has).
 #pragma once
 
 #include <cstdint>

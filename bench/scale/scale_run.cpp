@@ -60,8 +60,9 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-ScalePoint run_scale_point(const ScaleOptions& o, const ls::data::Dataset& train,
-                           const std::vector<ls::Device>& devices, ProgressBar& progress) {
+std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const ls::data::Dataset& train,
+                                          const std::vector<ls::Device>& devices,
+                                          ProgressBar& progress, const StopSignals& stop) {
   const Clock::time_point run_start = Clock::now();
   ScalePoint point;
   point.devices = static_cast<int>(devices.size());
@@ -97,6 +98,7 @@ ScalePoint run_scale_point(const ScaleOptions& o, const ls::data::Dataset& train
                 std::string(ls::device_kind_name(devices[0].kind)).c_str(), point.devices);
   progress.begin(label, o.steps);
   for (int64_t step = 1; step <= o.warmup; ++step) {
+    if (stop.stop_requested()) return std::nullopt;
     next_batch(sampler, batches, batch);
     record_loss(trainer.step(batch).loss);
     progress.update(step, "warm-up", step == o.warmup);
@@ -109,6 +111,7 @@ ScalePoint run_scale_point(const ScaleOptions& o, const ls::data::Dataset& train
     const int64_t window_steps = timed * (w + 1) / o.windows - timed * w / o.windows;
     double window_ms = 0;
     for (int64_t s = 0; s < window_steps; ++s) {
+      if (stop.stop_requested()) return std::nullopt;
       const Clock::time_point t0 = Clock::now();
       next_batch(sampler, batches, batch);
       const float loss = trainer.step(batch).loss;

@@ -4,15 +4,18 @@
 // the real data, then times the remaining steps split into `windows` windows. Timed work is
 // the batch gather plus DataParallel::step (which returns once every replica has finished);
 // reading the step's timeline afterwards is not timed. Progress goes to the ProgressBar.
-// Throws ls::Error (from the engine) on runtime failures.
+// Returns nullopt when a stop signal (Ctrl-C, SIGTERM) arrives: it ends the run after the
+// current step. Throws ls::Error (from the engine) on runtime failures.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/core/device.h"
 #include "engine/model/data/dataset.h"
+#include "examples/stop_signals.h"
 #include "progress.h"
 #include "scale_options.h"
 
@@ -33,7 +36,9 @@ struct ScalePoint {
   double efficiency = 0;       // filled by the report: samples_per_s / (N * samples_per_s(1))
 };
 
-ScalePoint run_scale_point(const ScaleOptions& options, const ls::data::Dataset& train,
-                           const std::vector<ls::Device>& devices, ProgressBar& progress);
+std::optional<ScalePoint> run_scale_point(const ScaleOptions& options,
+                                          const ls::data::Dataset& train,
+                                          const std::vector<ls::Device>& devices,
+                                          ProgressBar& progress, const StopSignals& stop);
 
 double median(std::vector<double> values);

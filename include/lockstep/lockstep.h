@@ -3,6 +3,7 @@
 //   devices, dtypes, tensors, errors: engine/core/{device,dtype,tensor,stream,allocator,error}.h
 //   data sets and batches:            engine/model/data/{dataset,sampler}.h
 //   DataParallel, model and optimizer factories, checkpoints: parallel/data_parallel.h
+//   which checkpoints a directory keeps: engine/model/checkpoint/retention.h
 //   writing JSON reports:             engine/core/json.h
 #pragma once
 
@@ -13,6 +14,7 @@
 #include "engine/core/json.h"
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
+#include "engine/model/checkpoint/retention.h"
 #include "engine/model/data/dataset.h"
 #include "engine/model/data/sampler.h"
 #include "parallel/buckets.h"

@@ -3,6 +3,7 @@
 // are refused with a clear error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
@@ -111,6 +112,30 @@ TEST_F(CheckpointResume, CrashDuringCommitLeavesThePreviousCheckpoint) {
     EXPECT_EQ(fresh->parameters(0), saved) << "crash point " << static_cast<int>(point);
     EXPECT_EQ(position.batch_index, 3);
   }
+}
+
+TEST_F(CheckpointResume, SaveKeepsWhatTheRetentionSays) {
+  auto dp = make(2);
+  auto step_dirs = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      if (e.path().filename().string().starts_with("step-"))
+        names.push_back(e.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  for (int s = 1; s <= 5; ++s) {
+    train(*dp, {}, 1);
+    dp->save(dir_.string());  // default: the newest 3
+  }
+  EXPECT_EQ(step_dirs(), (std::vector<std::string>{"step-000003", "step-000004", "step-000005"}));
+  train(*dp, {}, 1);
+  dp->save(dir_.string(), {}, {.keep_last = 1, .keep_every = 4});
+  EXPECT_EQ(step_dirs(), (std::vector<std::string>{"step-000004", "step-000006"}));
+  auto fresh = make(2);
+  fresh->load(dir_.string());
+  EXPECT_EQ(fresh->parameters(1), dp->parameters(0));
 }
 
 TEST_F(CheckpointResume, AnotherModelIsRefused) {

@@ -3,14 +3,17 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 
 #include "engine/core/error.h"
 #include "engine/core/json.h"
@@ -31,6 +34,8 @@ constexpr uint64_t kMaxMetaBytes = uint64_t{16} << 20;
 constexpr uint64_t kMaxLatestBytes = 4096;
 
 std::atomic<CrashPoint> g_crash_point{CrashPoint::kNone};
+std::mutex g_free_bytes_mutex;
+std::optional<uint64_t> g_free_bytes_for_testing;  // guarded by g_free_bytes_mutex
 
 void maybe_crash(CrashPoint here, const char* what) {
   CrashPoint armed = here;
@@ -182,8 +187,9 @@ class MetaReader {
 
 // ---- commit ---------------------------------------------------------------------------------
 
-// Removes temporaries left by commits that died: `.tmp-step-N-PID` directories and
-// `.latest.tmp-PID-K` files whose PID is this process (one committer per DIR) or no process.
+// Removes temporaries left by commits that died: `.tmp-step-N-PID` and `.trash-step-N-PID`
+// directories and `.latest.tmp-PID-K` files whose PID is this process (one committer per DIR)
+// or no process.
 void remove_stale_temps(const std::string& dir) {
   auto owner_gone = [](std::string_view digits) {
     pid_t pid = 0;
@@ -195,7 +201,7 @@ void remove_stale_temps(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     std::string_view pid;
-    if (name.starts_with(".tmp-step-")) {
+    if (name.starts_with(".tmp-step-") || name.starts_with(".trash-step-")) {
       pid = std::string_view(name).substr(name.rfind('-') + 1);
     } else if (name.starts_with(".latest.tmp-")) {
       const std::string_view rest = std::string_view(name).substr(12);
@@ -268,6 +274,85 @@ void write_temp_dir(const std::string& temp, const CheckpointMeta& meta,
   fsync_dir(temp);
 }
 
+// ---- disk space -----------------------------------------------------------------------------
+
+uint64_t free_disk_bytes(const std::string& dir) {
+  {
+    std::lock_guard lock(g_free_bytes_mutex);
+    if (g_free_bytes_for_testing) return *g_free_bytes_for_testing;
+  }
+  struct statvfs fs_stat {};
+  LS_CHECK_IO(::statvfs(dir.c_str(), &fs_stat) == 0, "cannot read the free space of '", dir,
+              "': ", std::strerror(errno));
+  return static_cast<uint64_t>(fs_stat.f_bavail) * static_cast<uint64_t>(fs_stat.f_frsize);
+}
+
+// Fails before anything is written when the new checkpoint cannot fit: a half-written one would
+// only fail later, after filling the disk that the rest of the machine shares.
+void check_free_space(const std::string& dir, uint64_t needed) {
+  const uint64_t free = free_disk_bytes(dir);
+  LS_CHECK_IO(needed <= free, "not enough disk space to write a checkpoint in '", dir,
+              "': it needs about ", needed, " bytes (", needed >> 20,
+              " MiB) and the filesystem has ", free, " bytes (", free >> 20,
+              " MiB) free. Free some space, keep fewer checkpoints ",
+              "(--keep-checkpoints), or checkpoint to another disk; the previous checkpoint is "
+              "intact");
+}
+
+// ---- retention ------------------------------------------------------------------------------
+
+// Note [Checkpoint retention]
+// Pruning runs only after `latest` names the new checkpoint, so there is always one complete
+// checkpoint to resume from. Candidates are the step directories with a step below the new one
+// (never the new one, and never a higher step: that is another timeline's work, replaced when
+// this run commits that step). Of those, the newest keep_last - 1 stay, and any step that is a
+// multiple of keep_every. The rest go oldest first, each renamed to `.trash-step-N-PID` (one
+// atomic rename) before it is deleted: a crash in the middle leaves either a complete step
+// directory or a trash directory, never a half-deleted checkpoint under a step name. The next
+// commit deletes leftover trash (remove_stale_temps).
+std::vector<std::pair<int64_t, std::string>> checkpoints_to_prune(
+    const std::string& dir, int64_t committed_step, const CheckpointRetention& retention) {
+  std::vector<std::pair<int64_t, std::string>> older;  // (step, name)
+  if (retention.keep_last <= 0) return older;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!is_step_name(name) || !entry.is_directory(ec)) continue;
+    int64_t step = 0;
+    std::from_chars(name.data() + 5, name.data() + name.size(), step);
+    if (step < committed_step) older.emplace_back(step, name);
+  }
+  LS_CHECK_IO(!ec, "cannot list checkpoint directory '", dir, "': ", ec.message());
+  std::sort(older.begin(), older.end(), std::greater<>());  // newest first
+  const size_t kept_newest = std::min(older.size(), static_cast<size_t>(retention.keep_last - 1));
+  older.erase(older.begin(), older.begin() + static_cast<std::ptrdiff_t>(kept_newest));
+  std::erase_if(older, [&](const auto& c) {
+    return retention.keep_every > 0 && c.first % retention.keep_every == 0;
+  });
+  std::reverse(older.begin(), older.end());  // oldest first
+  return older;
+}
+
+void prune_checkpoints(const std::string& dir, const std::string& committed, int64_t committed_step,
+                       const CheckpointRetention& retention) {
+  bool first = true;
+  for (const auto& [step, name] : checkpoints_to_prune(dir, committed_step, retention)) {
+    const std::string trash = join(dir, ".trash-" + name + "-" + std::to_string(::getpid()));
+    std::error_code ec;
+    fs::remove_all(trash, ec);
+    LS_CHECK_IO(::rename(join(dir, name).c_str(), trash.c_str()) == 0, "checkpoint '", committed,
+                "' is committed, but removing the old checkpoint '", join(dir, name),
+                "' failed: rename: ", std::strerror(errno),
+                "; check the directory's permissions (older checkpoints are kept until then)");
+    fsync_dir(dir);
+    if (first) maybe_crash(CrashPoint::kDuringPrune, "while pruning old checkpoints");
+    first = false;
+    fs::remove_all(trash, ec);
+    LS_CHECK_IO(!ec, "checkpoint '", committed, "' is committed, but deleting the old checkpoint ",
+                "(renamed to '", trash, "') failed: ", ec.message());
+  }
+}
+
 std::string resolve_step_dir(const std::string& path) {
   std::error_code ec;
   if (fs::exists(join(path, kMetaFile), ec)) return path;
@@ -308,6 +393,25 @@ std::string checkpoint_step_name(int64_t step) {
 
 void set_checkpoint_crash_point_for_testing(CrashPoint point) { g_crash_point.store(point); }
 
+void set_free_disk_bytes_for_testing(std::optional<uint64_t> bytes) {
+  std::lock_guard lock(g_free_bytes_mutex);
+  g_free_bytes_for_testing = bytes;
+}
+
+uint64_t checkpoint_bytes_needed(const std::vector<NamedHostTensor>& model,
+                                 const std::vector<NamedHostTensor>& optimizer) {
+  // Headers are JSON: per tensor its name, dtype, shape and offsets. Each file may also round up
+  // to a filesystem block; meta.json and `latest` are small.
+  constexpr uint64_t kPerTensorHeader = 96, kPerFileSlack = 8192, kMetaAndLatest = 16384;
+  uint64_t bytes = 2 * kPerFileSlack + kMetaAndLatest;
+  for (const auto* tensors : {&model, &optimizer}) {
+    for (const NamedHostTensor& t : *tensors) {
+      bytes += t.data.size() + t.name.size() + kPerTensorHeader + 24 * t.shape.size();
+    }
+  }
+  return bytes;
+}
+
 // Note [Checkpoint commit protocol]
 // 1. Write model.safetensors, optimizer.safetensors and meta.json (sizes + CRC-32s) into
 //    DIR/.tmp-step-N-PID, each file fsynced; then fsync that directory.
@@ -318,9 +422,15 @@ void set_checkpoint_crash_point_for_testing(CrashPoint point) { g_crash_point.st
 // 4. Write DIR/latest via a temp file + fsync + rename + fsync DIR.
 // Until step 4's rename, `latest` names the previous (complete) checkpoint; after it, the new
 // one, which steps 1-3 made durable first. Leftover temps are removed by the next commit.
+// Before step 1 the free space is checked; after step 4 old checkpoints are pruned (Note
+// [Checkpoint retention]).
 std::string commit_checkpoint(const std::string& dir, const CheckpointMeta& meta,
                               const std::vector<NamedHostTensor>& model,
-                              const std::vector<NamedHostTensor>& optimizer) {
+                              const std::vector<NamedHostTensor>& optimizer,
+                              const CheckpointRetention& retention) {
+  LS_CHECK(retention.keep_last >= 0 && retention.keep_every >= 0,
+           "checkpoint retention: keep_last (", retention.keep_last, ") and keep_every (",
+           retention.keep_every, ") must be >= 0");
   const std::string name = checkpoint_step_name(meta.step);
   std::error_code ec;
   const bool created = fs::create_directories(dir, ec);
@@ -331,6 +441,7 @@ std::string commit_checkpoint(const std::string& dir, const CheckpointMeta& meta
     fsync_dir(abs.parent_path().string());
   }
   remove_stale_temps(dir);
+  check_free_space(dir, checkpoint_bytes_needed(model, optimizer));
   const std::string temp = join(dir, ".tmp-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(temp, ec);
   fs::create_directory(temp, ec);
@@ -355,6 +466,7 @@ std::string commit_checkpoint(const std::string& dir, const CheckpointMeta& meta
   if (g_crash_point.load() == CrashPoint::kAfterLatestTemp) latest.abandon();  // as a kill would
   maybe_crash(CrashPoint::kAfterLatestTemp, "after writing latest's temp file");
   latest.commit();
+  prune_checkpoints(dir, join(dir, name), meta.step, retention);
   return join(dir, name);
 }
 

@@ -1,0 +1,98 @@
+// StopSignals (see stop_signals.h).
+//
+// Two receivers share one async-signal-safe function, record_stop_signal(). Threads started
+// after the constructor block SIGINT and SIGTERM; the waiter thread takes them with sigwait().
+// But some threads exist before main() (OpenBLAS starts its pool when the library loads) and do
+// not block them; a handler installed with sigaction() covers a signal delivered to one of those.
+// A signal the parent set to be ignored (a non-interactive shell's background job ignores
+// SIGINT) stays ignored, as POSIX programs conventionally do.
+#include "examples/stop_signals.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <system_error>
+
+namespace {
+
+std::atomic<int> g_first_signal{0};  // one StopSignals per process
+
+void write_stderr(const char* text) {
+  const ssize_t ignored = ::write(STDERR_FILENO, text, std::strlen(text));
+  (void)ignored;
+}
+
+// Async-signal-safe: an atomic, write() and _exit() only.
+void record_stop_signal(int sig) {
+  int expected = 0;
+  if (g_first_signal.compare_exchange_strong(expected, sig)) {
+    write_stderr(sig == SIGINT ? "\nSIGINT" : "\nSIGTERM");
+    write_stderr(" received: stopping after the current step (send it again to stop at once)\n");
+    return;
+  }
+  // The second signal: the user will not wait. Leftover checkpoint temporaries are removed by
+  // the next save, and `latest` still names a complete checkpoint.
+  write_stderr(sig == SIGINT ? "SIGINT" : "SIGTERM");
+  write_stderr(" received again: exiting now\n");
+  ::_exit(128 + sig);
+}
+
+void on_stop_signal(int sig) { record_stop_signal(sig); }
+
+bool ignored_by_parent(int sig) {
+  struct sigaction current {};
+  return ::sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_IGN;
+}
+
+}  // namespace
+
+StopSignals::StopSignals() {
+  ::signal(SIGXFSZ, SIG_IGN);
+  sigemptyset(&handled_);
+  sigaddset(&handled_, SIGUSR2);  // wakes the waiter when this object is destroyed
+  for (int sig : {SIGINT, SIGTERM}) {
+    if (ignored_by_parent(sig)) continue;
+    sigaddset(&handled_, sig);
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    action.sa_flags = SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(sig, &action, nullptr);
+  }
+  if (const int rc = ::pthread_sigmask(SIG_BLOCK, &handled_, nullptr); rc != 0) {
+    throw std::system_error(rc, std::generic_category(), "pthread_sigmask");
+  }
+  waiter_ = std::thread([this] { wait_for_signals(); });
+}
+
+StopSignals::~StopSignals() {
+  shutting_down_.store(true);
+  ::pthread_kill(waiter_.native_handle(), SIGUSR2);
+  waiter_.join();
+}
+
+bool StopSignals::stop_requested() const { return g_first_signal.load() != 0; }
+
+int StopSignals::signal() const { return g_first_signal.load(); }
+
+const char* StopSignals::signal_name() const {
+  switch (signal()) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    default: return "no signal";
+  }
+}
+
+void StopSignals::wait_for_signals() {
+  while (true) {
+    int received = 0;
+    if (::sigwait(&handled_, &received) != 0) continue;
+    if (received != SIGUSR2) {
+      record_stop_signal(received);
+    } else if (shutting_down_.load()) {
+      return;  // SIGUSR2 from anyone else is ignored
+    }
+  }
+}
