@@ -1,8 +1,8 @@
 // The failure paths of DataParallel on host devices, one test per fault: an exception in one
-// replica's forward or backward, a replica that never issues a collective (watchdog timeout), a
-// replica stuck in its own code, mismatched collectives (desync), NaN on one replica, a run of
-// non-finite steps. Each failure must reach the caller as one clear ls::Error, quickly, with no
-// thread left blocked and the DataParallel destroyable.
+// replica's forward, backward or optimizer step, a replica that never issues a collective
+// (watchdog timeout), a replica stuck in its own code, mismatched collectives (desync), NaN on
+// one replica, a run of non-finite steps. Each failure must reach the caller as one clear
+// ls::Error, quickly, with no thread left blocked and the DataParallel destroyable.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -36,10 +36,10 @@ DataParallelOptions quick_timeout() {
 std::unique_ptr<DataParallel> faulty_run(const Fault& fault, int devices,
                                          const DataParallelOptions& options = quick_timeout(),
                                          std::vector<int64_t> widths = {16, 32, 10}) {
-  return std::make_unique<DataParallel>(
-      parse_devices("host:" + std::to_string(devices)),
-      testing::with_fault(mlp_factory(std::move(widths)), fault), make_optimizer_factory({}),
-      options, testing::with_fault(fault));
+  return std::make_unique<DataParallel>(parse_devices("host:" + std::to_string(devices)),
+                                        testing::with_fault(mlp_factory(std::move(widths)), fault),
+                                        testing::with_fault(make_optimizer_factory({}), fault),
+                                        options, testing::with_fault(fault));
 }
 
 // Runs steps until one throws; returns its message and checks the failure and the tear-down
@@ -86,6 +86,12 @@ TEST(Failure, ExceptionInBackwardNamesReplicaStepAndPhase) {
   expect_contains(
       m, "replica 0 on host:0 failed in step (step 3, backward)");  // 4 devices, 2 rows each
   expect_contains(m, "injected fault: exception in backward");
+}
+
+TEST(Failure, ExceptionInOptimizerNamesReplicaStepAndPhase) {
+  const std::string m = failure_of(with_fault(Kind::kThrowInOptimizer, 1, 3), 4);
+  expect_contains(m, "replica 1 on host:1 failed in step (step 3, optimizer)");
+  expect_contains(m, "injected fault: exception in optimizer");
 }
 
 TEST(Failure, MissingCollectiveTimesOutWithAReportOfEveryReplica) {

@@ -1,19 +1,25 @@
-// Fault injection for the failure tests, from outside the engine: a faulting Module wrapped
-// around the model (throw in forward or backward, stall in forward, NaN input) and a faulting
+// Fault injection for the failure tests and the fault soak, from outside the engine: a faulting
+// Module wrapped around the model (throw in forward or backward, stall in forward, NaN input), a
+// faulting Optimizer wrapped around the replica's optimizer (throw in its step) and a faulting
 // Communicator wrapped around a replica's communicator through EngineHooks (skip the step's
 // loss all-reduce, shorten its first gradient bucket's all-reduce by one element). The engine's
-// step path knows nothing of them. Steps count from 1, with accumulate = 1.
+// step path knows nothing of them. Steps count from 1, with accumulate = 1; a fault applies to
+// every wrapper it is given to and fires only in the one its kind belongs to.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "engine/model/autograd.h"
 #include "engine/model/nn/module.h"
+#include "engine/model/optim/optimizer.h"
 #include "ops/elementwise.h"
 #include "parallel/data_parallel.h"
 #include "parallel/engine_hooks.h"
@@ -22,12 +28,13 @@ namespace ls::testing {
 
 struct Fault {
   enum class Kind {
-    kThrowInForward,   // an exception from the replica's forward pass
-    kThrowInBackward,  // ... from its backward pass
-    kSkipCollective,   // the replica does not issue the step's last collective (the loss sum)
-    kWrongCount,       // it issues its first gradient bucket's all-reduce one element short
-    kStall,            // it sleeps in forward for `stall` (a replica stuck in user code)
-    kNaN,              // its input batch is all NaN
+    kThrowInForward,    // an exception from the replica's forward pass
+    kThrowInBackward,   // ... from its backward pass
+    kThrowInOptimizer,  // ... from its optimizer's step
+    kSkipCollective,    // the replica does not issue the step's last collective (the loss sum)
+    kWrongCount,        // it issues its first gradient bucket's all-reduce one element short
+    kStall,             // it sleeps in forward for `stall` (a replica stuck in user code)
+    kNaN,               // its input batch is all NaN
   };
   Kind kind = Kind::kThrowInForward;
   int replica = 0;
@@ -68,6 +75,44 @@ class FaultingModule final : public nn::Module {
 inline ModelFactory with_fault(ModelFactory model, Fault fault) {
   return [model, fault] {
     return std::make_unique<FaultingModule>(model(), fault, current_replica());
+  };
+}
+
+// The optimizer, throwing on its replica's optimizer step number `step` (steps the engine skipped
+// for non-finite gradients do not call the optimizer, so do not count).
+class FaultingOptimizer final : public optim::Optimizer {
+ public:
+  FaultingOptimizer(std::unique_ptr<optim::Optimizer> inner, Fault fault, int replica)
+      : inner_(std::move(inner)), fault_(fault), replica_(replica) {
+    steps_ = inner_->steps_taken();
+  }
+
+  void step(const Tensor& params, const Tensor& grads, Stream& stream) override {
+    if (fault_.kind == Fault::Kind::kThrowInOptimizer && replica_ == fault_.replica &&
+        steps_ + 1 == fault_.step) {
+      LS_THROW("injected fault: exception in optimizer");
+    }
+    // steps_taken() is not virtual: a checkpoint load sets this object's count, and the inner
+    // optimizer's update (AdamW's bias correction) must see it.
+    inner_->set_steps_taken(steps_);
+    inner_->step(params, grads, stream);
+    steps_ = inner_->steps_taken();
+  }
+  std::string name() const override { return inner_->name(); }
+  std::vector<std::pair<std::string, Tensor>> state() const override { return inner_->state(); }
+  float learning_rate() const override { return inner_->learning_rate(); }
+  void set_learning_rate(float lr) override { inner_->set_learning_rate(lr); }
+
+ private:
+  std::unique_ptr<optim::Optimizer> inner_;
+  Fault fault_;
+  int replica_;
+};
+
+inline OptimizerFactory with_fault(OptimizerFactory optimizer, Fault fault) {
+  return [optimizer, fault](const Tensor& params, Stream& stream) {
+    return std::unique_ptr<optim::Optimizer>(
+        new FaultingOptimizer(optimizer(params, stream), fault, current_replica()));
   };
 }
 

@@ -1,0 +1,33 @@
+// One scenario of the fault soak (tests/soak/soak.py drives many): what lockstep-soak-run
+// trains, which fault it injects where, and where it checkpoints. Parsed from the command line;
+// a bad flag is a cli::UsageError (the program exits with 2 on it).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "parallel/fault_injection.h"
+
+namespace ls::soak {
+
+struct Scenario {
+  int devices = 2;
+  std::optional<testing::Fault> fault;  // nullopt: a plain run (the kill -9 scenario's runs)
+  int64_t steps = 6;
+  uint32_t seed = 1;  // parameters and batches
+  std::chrono::milliseconds collective_timeout{400};
+  std::string checkpoint_dir;  // empty: no checkpoints
+  int64_t checkpoint_every = 1;
+  bool resume = false;     // continue from checkpoint_dir's latest checkpoint, if any
+  std::string digest_out;  // where a plain run writes its final state's digest
+};
+
+// "throw-forward", "stall", ...: the names the command line and the driver use.
+const char* fault_name(testing::Fault::Kind kind);
+
+// Throws cli::UsageError naming the bad flag; prints the usage and exits 0 on --help.
+Scenario parse_scenario(int argc, char** argv);
+
+}  // namespace ls::soak
