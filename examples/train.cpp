@@ -5,6 +5,7 @@
 // Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 / 143 stopped by SIGINT / SIGTERM.
 #include <lockstep/lockstep.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -52,6 +53,9 @@ ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
       std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
   options.heartbeat_interval =
       std::chrono::milliseconds(static_cast<int64_t>(o.heartbeat_s * 1000));
+  options.telemetry_path = o.telemetry_path;
+  options.telemetry_interval = std::chrono::milliseconds(
+      std::max<int64_t>(1, static_cast<int64_t>(o.telemetry_interval_s * 1000)));
   options.heartbeat = [](const std::string& line) {
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);

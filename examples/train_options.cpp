@@ -39,6 +39,9 @@ Trains a model on Fashion-MNIST and reports test accuracy and throughput.
                         a collective waiting longer stops the run with a report of where every
                         replica is (default 600)
   --heartbeat-s X       while a step runs longer, print where every replica is (default 30)
+  --telemetry FILE      append one JSON line per device every --telemetry-interval-s (default
+                        1) to FILE, flushed to the disk: step, memory, and on GPUs power,
+                        temperature, clocks, throttle reasons: the last seconds before a freeze
   --optimizer NAME      adamw (default) or sgd
   --lr X                learning rate (default 1e-3)
   --momentum X          SGD momentum (default 0)
@@ -83,6 +86,9 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--collective-timeout-s",
        [&](auto f, auto v) { o.collective_timeout_s = parse_positive<double>(f, v); }},
       {"--heartbeat-s", [&](auto f, auto v) { o.heartbeat_s = parse_positive<double>(f, v); }},
+      {"--telemetry", [&](auto, auto v) { o.telemetry_path = v; }},
+      {"--telemetry-interval-s",
+       [&](auto f, auto v) { o.telemetry_interval_s = parse_positive<double>(f, v); }},
       {"--optimizer",
        [&](auto f, auto v) {
          if (v != "adamw" && v != "sgd")

@@ -63,6 +63,8 @@ DataParallel::Impl::Impl(std::vector<Device> devices, const ModelFactory& model,
            "DataParallel needs a model and an optimizer factory");
   LS_CHECK(options_.collective_timeout.count() > 0, "collective timeout must be positive");
   LS_CHECK(options_.max_consecutive_skips >= 1, "max_consecutive_skips must be >= 1");
+  LS_CHECK(options_.telemetry_interval.count() > 0, "telemetry_interval must be positive, got ",
+           options_.telemetry_interval.count(), " ms");
   build_replicas(model, optimizer, hooks);
   try {
     run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
@@ -72,6 +74,16 @@ DataParallel::Impl::Impl(std::vector<Device> devices, const ModelFactory& model,
   }
   buckets_ = replicas_[0]->reducer().buckets();
   parameter_count_ = replicas_[0]->store().parameter_count();
+  if (!options_.telemetry_path.empty()) {
+    try {
+      telemetry_ = std::make_unique<TelemetryRecorder>(
+          options_.telemetry_path, options_.telemetry_interval, devices_,
+          [this] { return running_step_.load(); });
+    } catch (...) {
+      destroy_replicas();
+      throw;
+    }
+  }
 }
 
 void DataParallel::Impl::build_replicas(const ModelFactory& model,
@@ -118,7 +130,10 @@ void DataParallel::Impl::build_replicas(const ModelFactory& model,
   }
 }
 
-DataParallel::Impl::~Impl() { destroy_replicas(); }
+DataParallel::Impl::~Impl() {
+  telemetry_.reset();  // its last sample reads the replicas' allocators
+  destroy_replicas();
+}
 
 void DataParallel::Impl::destroy_replicas() {
   std::vector<std::future<void>> done;
@@ -249,6 +264,7 @@ std::string DataParallel::Impl::watch(std::vector<std::future<void>>& jobs,
         }
         if (std::optional<std::string> report = watchdog.check(where, now)) {
           stuck = *report;
+          if (telemetry_) stuck += "; " + telemetry_->last_samples();
           abort_all();
           aborted = true;
         }
@@ -306,6 +322,7 @@ StepResult DataParallel::Impl::step(const data::Batch& batch) {
   const int64_t features = static_cast<int64_t>(batch.images.size()) / batch.size;
   const std::vector<int64_t> rows = shard_rows(batch.size);
   std::vector<StepOutcome> outcomes(rows.size());
+  running_step_.store(steps_ + 1);
   run_on_all(
       [&](Replica& replica) {
         const int r = replica.rank();

@@ -77,6 +77,12 @@ struct DataParallelOptions {
   // with where every replica is: shows a live run is live.
   std::chrono::milliseconds heartbeat_interval{0};
   std::function<void(const std::string&)> heartbeat;
+  // Telemetry (off when empty): every telemetry_interval, one JSON line per device appended to
+  // this file and flushed to the disk: the step, memory in use and peak, and on GPUs power,
+  // temperature, clocks and throttle reasons. A hang report names the file and the last sample
+  // of each device. Format: parallel/telemetry.h.
+  std::string telemetry_path;
+  std::chrono::milliseconds telemetry_interval{1000};
 };
 
 struct StepResult {

@@ -7,6 +7,7 @@
 // Thread-safety: one calling thread at a time, like the public class.
 #pragma once
 
+#include <atomic>
 #include <exception>
 #include <functional>
 #include <future>
@@ -18,6 +19,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/engine_hooks.h"
 #include "parallel/replica.h"
+#include "parallel/telemetry.h"
 #include "parallel/watchdog.h"
 #include "parallel/worker_thread.h"
 
@@ -93,6 +95,8 @@ class DataParallel::Impl {
   int consecutive_skips_ = 0;
   std::string failure_;  // set once a replica has failed; every later call raises it
   ErrorKind failure_kind_ = ErrorKind::kInternal;
+  std::atomic<int64_t> running_step_{0};  // the step being run or last run, for telemetry
+  std::unique_ptr<TelemetryRecorder> telemetry_;  // when options_.telemetry_path is set
 };
 
 }  // namespace ls

@@ -27,6 +27,13 @@ struct GpuReport {
 
 GpuReport gpu_report();
 
+// Copies `bytes` from GPU `from` to GPU `to` (cudaMemcpyPeerAsync, with peer access enabled when
+// the pair allows it, else staged by the driver through the host) and returns the median rate
+// of 5 timed copies in GB/s (1e9 bytes/s). Raises ls::Error when a CUDA call fails, and in builds
+// without CUDA. It may hang on a machine whose peer-to-peer path is broken: call it from a
+// thread the caller can abandon.
+double peer_copy_gbps(int from, int to, int64_t bytes);
+
 struct HostInfo {
   int cores = 0;              // this process's affinity
   int64_t memory_bytes = 0;   // MemTotal

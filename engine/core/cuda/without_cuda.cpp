@@ -31,4 +31,7 @@ GpuReport gpu_report() {
   report.unavailable_reason = cuda_availability().reason_unavailable;
   return report;
 }
+double peer_copy_gbps(int from, int to, int64_t) {
+  LS_THROW("cannot copy from cuda:", from, " to cuda:", to, ": ", kNoCudaReason);
+}
 }  // namespace ls

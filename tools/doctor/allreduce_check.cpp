@@ -1,0 +1,159 @@
+// The known-answer all-reduce and the child-process runner (see allreduce_check.h).
+#include "tools/doctor/allreduce_check.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <future>
+#include <memory>
+
+#include "engine/core/error.h"
+#include "engine/core/runtime.h"
+#include "engine/core/tensor.h"
+#include "parallel/communicator.h"
+
+extern char** environ;
+
+namespace ls::doctor {
+namespace {
+
+// One rank's part; returns the number of wrong elements.
+int64_t known_answer_rank(Communicator& comm, Device device) {
+  constexpr int64_t kCount = (1 << 20) + 3;
+  DeviceRuntime& runtime = device_runtime(device);
+  runtime.bind_current_thread();
+  auto stream = runtime.create_stream();
+  std::vector<float> host(kCount);
+  for (int64_t i = 0; i < kCount; ++i)
+    host[static_cast<size_t>(i)] = static_cast<float>(comm.rank() + 1 + i % 7);
+  Tensor buffer = Tensor::from_host(host, {kCount}, device, *stream);
+  comm.all_reduce(buffer.data(), buffer.data(), kCount, DType::kF32, ReduceOp::kSum, *stream);
+  const std::vector<float> result = buffer.to_host_f32(*stream);
+  const int64_t n = comm.size();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < kCount; ++i) {
+    wrong += result[static_cast<size_t>(i)] != static_cast<float>(n * (n + 1) / 2 + n * (i % 7));
+  }
+  return wrong;
+}
+
+}  // namespace
+
+Finding known_answer_all_reduce(const std::vector<Device>& devices,
+                                std::chrono::milliseconds timeout, bool* hung) {
+  *hung = false;
+  Finding f{"all-reduce", devices_str(devices), Verdict::kOk, "", ""};
+  const std::string fix_p2p =
+      devices[0].is_cuda()
+          ? "see the p2p, acs and iommu findings; NCCL_P2P_DISABLE=1 works around a broken "
+            "peer-to-peer path (docs/troubleshooting.md)"
+          : "";
+  CommunicatorOptions options;
+  options.timeout = timeout;
+  std::vector<std::unique_ptr<Communicator>> comms;
+  try {
+    comms = make_communicators(devices, options);
+  } catch (const std::exception& e) {
+    return {"all-reduce", f.subject, Verdict::kFail,
+            std::string("cannot create the communicators: ") + e.what(), fix_p2p};
+  }
+  auto ranks = std::make_shared<std::vector<std::future<int64_t>>>();
+  for (size_t r = 0; r < devices.size(); ++r) {
+    Communicator* comm = comms[r].get();
+    const Device device = devices[r];
+    ranks->push_back(
+        std::async(std::launch::async, [comm, device] { return known_answer_rank(*comm, device); }));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout + std::chrono::seconds(5);
+  int64_t wrong = 0;
+  std::string failure;
+  for (size_t r = 0; r < ranks->size(); ++r) {
+    if ((*ranks)[r].wait_until(deadline) != std::future_status::ready) {
+      for (auto& c : comms) c->abort();
+      *hung = true;
+      // Deliberately leaked: a rank stuck in the driver can be neither joined (~future of
+      // std::async joins) nor have its communicator freed under it. The caller exits soon.
+      new std::shared_ptr<std::vector<std::future<int64_t>>>(ranks);
+      new std::vector<std::unique_ptr<Communicator>>(std::move(comms));
+      return {"all-reduce", f.subject, Verdict::kFail,
+              "hung: rank " + std::to_string(r) + " on " + devices[r].str() +
+                  " did not finish in " + std::to_string(timeout.count()) + " ms",
+              fix_p2p};
+    }
+    try {
+      wrong += (*ranks)[r].get();
+    } catch (const std::exception& e) {
+      if (failure.empty()) failure = e.what();
+    }
+  }
+  if (!failure.empty()) return {"all-reduce", f.subject, Verdict::kFail, "failed: " + failure, fix_p2p};
+  if (wrong != 0) {
+    return {"all-reduce", f.subject, Verdict::kFail,
+            std::to_string(wrong) + " wrong element(s) of " + std::to_string((1 << 20) + 3),
+            fix_p2p};
+  }
+  f.detail = "known-answer all-reduce over " + std::to_string(devices.size()) + " device(s) (" +
+             comms[0]->backend() + " backend): exact";
+  return f;
+}
+
+ChildResult run_self(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                     std::chrono::milliseconds limit) {
+  std::vector<std::string> argv_text{"/proc/self/exe"};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_text = env;
+  for (char** e = environ; *e; ++e) env_text.emplace_back(*e);  // later duplicates lose
+  std::vector<char*> envp;
+  for (std::string& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int pipe_fds[2];
+  LS_CHECK_IO(::pipe2(pipe_fds, O_CLOEXEC) == 0, "pipe: ", std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDERR_FILENO);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
+  if (rc != 0) {
+    ::close(pipe_fds[0]);
+    LS_THROW_IO("cannot run a child lockstep-doctor: ", std::strerror(rc));
+  }
+  ChildResult result;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  bool open = true;
+  while (open) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      result.timed_out = true;
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    pollfd p{pipe_fds[0], POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(pipe_fds[0], buf, sizeof buf);
+    if (n > 0) result.output.append(buf, static_cast<size_t>(n));
+    open = n > 0 || (n < 0 && errno == EINTR);
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+}  // namespace ls::doctor

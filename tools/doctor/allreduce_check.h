@@ -1,0 +1,33 @@
+// lockstep-doctor's known-answer all-reduce: a thread per device, exactly as training runs
+// collectives, with a bounded wait. Also the child-process runner the peer-to-peer checks use
+// to repeat it under another NCCL environment (NCCL reads its environment once per process).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "engine/core/device.h"
+#include "tools/doctor/finding.h"
+
+namespace ls::doctor {
+
+// Element i of rank r holds (r + 1) + i % 7, so the sum over n ranks is exact in f32; any wrong
+// element, error or a wait past `timeout` is a FAIL naming the devices. A rank stuck in the
+// driver cannot be joined: on a hang the caller gets the FAIL and must exit the process soon
+// (`hung` is set).
+Finding known_answer_all_reduce(const std::vector<Device>& devices,
+                                std::chrono::milliseconds timeout, bool* hung);
+
+struct ChildResult {
+  int exit_code = -1;      // -1 when it was killed
+  bool timed_out = false;  // killed after the time limit
+  std::string output;      // stdout and stderr together
+};
+
+// Runs this program again (/proc/self/exe) with `args` and the extra environment `env`
+// ("NAME=value"), waiting at most `limit`; a child past it is killed (SIGKILL).
+ChildResult run_self(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                     std::chrono::milliseconds limit);
+
+}  // namespace ls::doctor
