@@ -81,6 +81,19 @@ TEST(DoctorP2p, PcieLinkBandwidth) {
   EXPECT_EQ(pcie_link_gbps(5, 0), 0);
 }
 
+TEST(DoctorP2p, LinkBoundFromSysfs) {
+  SystemPaths paths;
+  paths.sys_root = kFixtures + "/pci/degraded_links/sys";
+  // cuda:0 trained at x4 of x16; cuda:1 idles at Gen1 but can run at Gen5 under load.
+  EXPECT_EQ(link_bound_of(paths, {0, "0000:17:00.0"}).text, "PCIe Gen5 x4");
+  EXPECT_EQ(link_bound_of(paths, {1, "0000:18:00.0"}).text, "PCIe Gen5 x16");
+  paths.sys_root = kFixtures + "/pci/switch_ok/sys";
+  const LinkBound full = link_bound_of(paths, {0, "0000:17:00.0"});
+  EXPECT_EQ(full.text, "PCIe Gen5 x16");
+  EXPECT_NEAR(full.gbps, 63.0, 0.1);
+  EXPECT_EQ(link_bound_of(paths, {5, "0000:99:00.0"}).gbps, 0);  // not in sysfs: unknown
+}
+
 TEST(DoctorP2p, CopyVerdicts) {
   const GpuId a{0, "0000:17:00.0"}, b{1, "0000:18:00.0"};
   const LinkBound gen5{pcie_link_gbps(5, 16), "PCIe Gen5 x16"};

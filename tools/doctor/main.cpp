@@ -25,6 +25,7 @@
 #include "tools/doctor/host_checks.h"
 #include "tools/doctor/machine.h"
 #include "tools/doctor/p2p_checks.h"
+#include "tools/doctor/pci_checks.h"
 
 namespace {
 
@@ -112,8 +113,16 @@ Findings diagnose(const DoctorOptions& o, const std::vector<ls::Device>& devices
   findings.push_back(check_host_memory("/proc/meminfo"));
   findings.push_back(check_cores(devices, ls::host_core_count(), 1));
   const std::vector<GpuId> gpus = gpus_of(devices, report);
-  const std::vector<LinkBound> links(gpus.size());
-  for (Finding& f : check_p2p(report, gpus, links, o.timeout)) findings.push_back(std::move(f));
+  const SystemPaths paths;
+  auto add = [&](Findings more) {
+    for (Finding& f : more) findings.push_back(std::move(f));
+  };
+  add(check_pcie_links(paths, gpus));
+  add(check_acs(paths, gpus));
+  add(check_iommu(paths, gpus));
+  std::vector<LinkBound> links;
+  for (const GpuId& gpu : gpus) links.push_back(link_bound_of(paths, gpu));
+  add(check_p2p(report, gpus, links, o.timeout));
   findings.push_back(known_answer_all_reduce(devices, o.timeout, hung));
   return findings;
 }

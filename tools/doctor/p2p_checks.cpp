@@ -39,6 +39,15 @@ double pcie_link_gbps(int generation, int width) {
   return kPerLane[generation] * width;
 }
 
+LinkBound link_bound_of(const SystemPaths& paths, const GpuId& gpu) {
+  const std::string dir = pci_device_dir(paths, gpu.pci_bus_id);
+  const int generation = pcie_generation(read_attribute(dir + "/max_link_speed").value_or(""));
+  const int width = pcie_width(read_attribute(dir + "/current_link_width").value_or(""));
+  const double gbps = pcie_link_gbps(generation, width);
+  if (gbps <= 0) return {};
+  return {gbps, "PCIe Gen" + std::to_string(generation) + " x" + std::to_string(width)};
+}
+
 Finding judge_peer_copy(const GpuId& a, const GpuId& b, bool peer_access, double gbps,
                         const std::string& error, const LinkBound& link_a,
                         const LinkBound& link_b) {

@@ -16,6 +16,7 @@
 #include "tools/doctor/allreduce_check.h"
 #include "tools/doctor/finding.h"
 #include "tools/doctor/machine.h"
+#include "tools/doctor/pci_sysfs.h"
 
 namespace ls::doctor {
 
@@ -28,6 +29,9 @@ struct LinkBound {
 // Theoretical per-direction bandwidth of a PCIe link: generation 1..6, width in lanes (0 when
 // either is out of range).
 double pcie_link_gbps(int generation, int width);
+// A GPU's bound from sysfs: its trained width at its maximum generation (an idle link drops its
+// generation to save power and speeds up under load; its width stays).
+LinkBound link_bound_of(const SystemPaths& paths, const GpuId& gpu);
 
 // The copy a->b measured at `gbps` (negative when it failed or hung, with `error`).
 Finding judge_peer_copy(const GpuId& a, const GpuId& b, bool peer_access, double gbps,
