@@ -76,9 +76,8 @@ DataParallel::Impl::Impl(std::vector<Device> devices, const ModelFactory& model,
   parameter_count_ = replicas_[0]->store().parameter_count();
   if (!options_.telemetry_path.empty()) {
     try {
-      telemetry_ = std::make_unique<TelemetryRecorder>(
-          options_.telemetry_path, options_.telemetry_interval, devices_,
-          [this] { return running_step_.load(); });
+      telemetry_ = std::make_unique<TelemetryRecorder>(options_.telemetry_path,
+                                                       options_.telemetry_interval, devices_);
     } catch (...) {
       destroy_replicas();
       throw;
@@ -322,7 +321,7 @@ StepResult DataParallel::Impl::step(const data::Batch& batch) {
   const int64_t features = static_cast<int64_t>(batch.images.size()) / batch.size;
   const std::vector<int64_t> rows = shard_rows(batch.size);
   std::vector<StepOutcome> outcomes(rows.size());
-  running_step_.store(steps_ + 1);
+  if (telemetry_) telemetry_->set_step(steps_ + 1);
   run_on_all(
       [&](Replica& replica) {
         const int r = replica.rank();

@@ -7,7 +7,6 @@
 // Thread-safety: one calling thread at a time, like the public class.
 #pragma once
 
-#include <atomic>
 #include <exception>
 #include <functional>
 #include <future>
@@ -95,7 +94,6 @@ class DataParallel::Impl {
   int consecutive_skips_ = 0;
   std::string failure_;  // set once a replica has failed; every later call raises it
   ErrorKind failure_kind_ = ErrorKind::kInternal;
-  std::atomic<int64_t> running_step_{0};  // the step being run or last run, for telemetry
   std::unique_ptr<TelemetryRecorder> telemetry_;  // when options_.telemetry_path is set
 };
 

@@ -21,11 +21,11 @@ Finding finding(const char* check, const std::string& subject, Verdict verdict, 
 std::optional<Findings> cannot_run(const char* check, const GpuMonitor* monitor,
                                    const std::vector<GpuId>& gpus) {
   if (gpus.empty()) {
-    return Findings{finding(check, "host", Verdict::kNotApplicable, "not applicable: no GPU")};
+    return Findings{finding(check, "host", Verdict::kNotApplicable, "no GPU")};
   }
   if (monitor != nullptr && !monitor->unavailable_reason().empty()) {
     return Findings{finding(check, "host", Verdict::kNotApplicable,
-                            "not applicable: " + monitor->unavailable_reason())};
+                            monitor->unavailable_reason())};
   }
   return std::nullopt;
 }
@@ -92,7 +92,7 @@ Finding sharing_of(GpuMonitor& monitor, const GpuId& gpu, pid_t self) {
   }
   if (!processes) {
     return finding(kCheck, gpu.name(), Verdict::kNotApplicable,
-                   "not applicable: the driver would not list the GPU's processes; " + mode_text);
+                   "the driver would not list the GPU's processes; " + mode_text);
   }
   return finding(kCheck, gpu.name(), Verdict::kOk, "no other compute process; " + mode_text);
 }
@@ -102,7 +102,7 @@ Finding memory_of(GpuMonitor& monitor, const GpuId& gpu, pid_t self) {
   const std::optional<GpuSample> s = monitor.sample(gpu.pci_bus_id);
   if (!s || s->memory_total_bytes <= 0) {
     return finding(kCheck, gpu.name(), Verdict::kNotApplicable,
-                   "not applicable: the driver does not report this GPU's memory");
+                   "the driver does not report this GPU's memory");
   }
   const int64_t total = s->memory_total_bytes;
   const int64_t free_bytes = s->memory_free_bytes >= 0
@@ -127,7 +127,7 @@ Finding power_thermal_of(GpuMonitor& monitor, const GpuId& gpu) {
   const std::optional<GpuSample> s = monitor.sample(gpu.pci_bus_id);
   if (!s) {
     return finding(kCheck, gpu.name(), Verdict::kNotApplicable,
-                   "not applicable: " + monitor.device_error(gpu.pci_bus_id));
+                   monitor.device_error(gpu.pci_bus_id));
   }
   std::vector<std::string> seen;
   char text[96];
@@ -245,7 +245,7 @@ Findings check_sharing(GpuMonitor& monitor, const std::vector<GpuId>& gpus, pid_
     const std::string error = monitor.device_error(gpu.pci_bus_id);
     out.push_back(error.empty() ? sharing_of(monitor, gpu, self)
                                 : finding("sharing", gpu.name(), Verdict::kNotApplicable,
-                                          "not applicable: " + error));
+                                          error));
   }
   return out;
 }
@@ -257,7 +257,7 @@ Findings check_memory(GpuMonitor& monitor, const std::vector<GpuId>& gpus, pid_t
     const std::string error = monitor.device_error(gpu.pci_bus_id);
     out.push_back(error.empty() ? memory_of(monitor, gpu, self)
                                 : finding("gpu-memory", gpu.name(), Verdict::kNotApplicable,
-                                          "not applicable: " + error));
+                                          error));
   }
   return out;
 }
@@ -273,7 +273,7 @@ Findings check_xid(const KernelLog& log, const std::vector<GpuId>& gpus) {
   if (auto na = cannot_run("xid", nullptr, gpus)) return *na;
   if (!log.unreadable_reason.empty()) {
     return {finding("xid", "host", Verdict::kNotApplicable,
-                    "not applicable: " + log.unreadable_reason)};
+                    log.unreadable_reason)};
   }
   const std::vector<XidEvent> events = parse_xids(log.text);
   Findings out;

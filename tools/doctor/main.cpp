@@ -17,15 +17,18 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/core/gpu_monitor.h"
 #include "engine/core/runtime.h"
 #include "engine/core/system_info.h"
 #include "examples/cli_values.h"
 #include "tools/doctor/allreduce_check.h"
 #include "tools/doctor/finding.h"
+#include "tools/doctor/gpu_health.h"
 #include "tools/doctor/host_checks.h"
 #include "tools/doctor/machine.h"
 #include "tools/doctor/p2p_checks.h"
 #include "tools/doctor/pci_checks.h"
+#include "tools/doctor/xid.h"
 
 namespace {
 
@@ -117,6 +120,13 @@ Findings diagnose(const DoctorOptions& o, const std::vector<ls::Device>& devices
   auto add = [&](Findings more) {
     for (Finding& f : more) findings.push_back(std::move(f));
   };
+  // NVML first, before any check makes a CUDA context: inside a container the driver reports
+  // host pids, and the doctor's own context would look like another job on the GPU.
+  const std::unique_ptr<ls::GpuMonitor> monitor = ls::make_nvml_monitor();
+  add(check_sharing(*monitor, gpus, ::getpid()));
+  add(check_memory(*monitor, gpus, ::getpid()));
+  add(check_power_thermal(*monitor, gpus));
+  add(check_xid(gpus.empty() ? KernelLog{} : read_kernel_log(), gpus));
   add(check_pcie_links(paths, gpus));
   add(check_acs(paths, gpus));
   add(check_iommu(paths, gpus));

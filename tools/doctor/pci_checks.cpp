@@ -188,14 +188,14 @@ Finding gpu_iommu_finding(const SystemPaths& paths, const GpuId& gpu,
 }  // namespace
 
 Findings check_pcie_links(const SystemPaths& paths, const std::vector<GpuId>& gpus) {
-  if (gpus.empty()) return {not_applicable("pcie-link", "host", "no GPU: not applicable")};
+  if (gpus.empty()) return {not_applicable("pcie-link", "host", "no GPU")};
   Findings out;
   for (const GpuId& gpu : gpus) out.push_back(link_finding(paths, gpu));
   return out;
 }
 
 Findings check_iommu(const SystemPaths& paths, const std::vector<GpuId>& gpus) {
-  if (gpus.empty()) return {not_applicable("iommu", "host", "no GPU: not applicable")};
+  if (gpus.empty()) return {not_applicable("iommu", "host", "no GPU")};
   std::vector<std::string> units;  // dmar0, ivhd0, ...: one per IOMMU the kernel drives
   std::error_code ec;
   for (fs::directory_iterator it(paths.sys_root + "/class/iommu", ec), end; !ec && it != end;
