@@ -3,8 +3,11 @@
 // measured (fixture) copy rates and child results, and the child-process runner with its time
 // limit.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -70,6 +73,24 @@ TEST(DoctorHost, CoresAgainstDeviceThreads) {
   const std::vector<Device> gpus = {{DeviceKind::kCuda, 0}, {DeviceKind::kCuda, 1}};
   EXPECT_EQ(check_cores(gpus, 2, 1).verdict, Verdict::kOk);
   EXPECT_EQ(check_cores(gpus, 1, 1).verdict, Verdict::kWarn);
+}
+
+TEST(DoctorHost, NumaNodesFromSysfs) {
+  const std::string root = ::testing::TempDir() + "/lockstep-numa-" + std::to_string(::getpid());
+  std::filesystem::create_directories(root + "/devices/system/node");
+  auto count = [&](const std::string& online) {
+    std::ofstream(root + "/devices/system/node/online") << online << "\n";
+    return numa_node_count(root);
+  };
+  EXPECT_EQ(count("0"), 1);
+  EXPECT_EQ(count("0-1"), 2);
+  EXPECT_EQ(count("0-1,3,5-7"), 6);
+  EXPECT_EQ(count("garbage"), 0);
+  EXPECT_EQ(count("3-1"), 0);
+  EXPECT_EQ(numa_node_count(root + "/missing"), 0);
+  EXPECT_NE(check_cores({{DeviceKind::kHost, 0}}, 2, 1, 2).detail.find(", 2 NUMA node(s)"),
+            std::string::npos);
+  std::filesystem::remove_all(root);
 }
 
 TEST(DoctorP2p, PcieLinkBandwidth) {

@@ -114,7 +114,7 @@ Findings diagnose(const DoctorOptions& o, const std::vector<ls::Device>& devices
                   const ls::GpuReport& report, bool* hung) {
   Findings findings;
   findings.push_back(check_host_memory("/proc/meminfo"));
-  findings.push_back(check_cores(devices, ls::host_core_count(), 1));
+  findings.push_back(check_cores(devices, ls::host_core_count(), 1, numa_node_count("/sys")));
   const std::vector<GpuId> gpus = gpus_of(devices, report);
   const SystemPaths paths;
   auto add = [&](Findings more) {
