@@ -24,7 +24,7 @@ struct TrainOptions {
   double bucket_mb = 25.0;
   double collective_timeout_s = 600;
   double heartbeat_s = 30;
-  std::string telemetry_path;   // empty: no telemetry
+  std::string telemetry_path;  // empty: no telemetry
   double telemetry_interval_s = 1;
   std::string optimizer = "adamw";
   float lr = 1e-3f;

@@ -57,7 +57,8 @@ void add_gpu_fields(const GpuSample& g, JsonWriter& json, std::string& described
   std::snprintf(buf, sizeof buf, ", %.0f W of %.0f W, %d C, SM %d of %d MHz", g.power_w,
                 g.power_limit_w, g.temperature_c, g.sm_clock_mhz, g.max_sm_clock_mhz);
   described += buf;
-  if (g.throttle_reasons_known) described += ", throttle " + throttle_reason_names(g.throttle_reasons);
+  if (g.throttle_reasons_known)
+    described += ", throttle " + throttle_reason_names(g.throttle_reasons);
 }
 
 }  // namespace
@@ -76,8 +77,8 @@ struct TelemetryRecorder::State {
   std::mutex mutex;  // guards the members below
   std::condition_variable wake;
   bool stopping = false;
-  bool finished = false;           // the thread has left its loop
-  std::vector<std::string> last;   // per device: the newest sample, described
+  bool finished = false;          // the thread has left its loop
+  std::vector<std::string> last;  // per device: the newest sample, described
 
   ~State() {
     if (fd >= 0) ::close(fd);
@@ -180,8 +181,8 @@ TelemetryRecorder::TelemetryRecorder(std::string path, std::chrono::milliseconds
   s.devices = std::move(devices);
   s.pci_bus_ids = std::move(pci_bus_ids);
   s.last.assign(s.devices.size(), "");
-  LS_CHECK(s.interval.count() > 0, "telemetry interval must be positive, got ",
-           s.interval.count(), " ms");
+  LS_CHECK(s.interval.count() > 0, "telemetry interval must be positive, got ", s.interval.count(),
+           " ms");
   LS_CHECK(s.pci_bus_ids.size() == s.devices.size(), "telemetry: ", s.pci_bus_ids.size(),
            " bus ids for ", s.devices.size(), " devices");
   bool any_gpu = false;

@@ -63,8 +63,10 @@ TEST(DoctorHost, MemoryFromMeminfo) {
 }
 
 TEST(DoctorHost, CoresAgainstDeviceThreads) {
-  const std::vector<Device> four_hosts = {{DeviceKind::kHost, 0}, {DeviceKind::kHost, 1},
-                                          {DeviceKind::kHost, 2}, {DeviceKind::kHost, 3}};
+  const std::vector<Device> four_hosts = {{DeviceKind::kHost, 0},
+                                          {DeviceKind::kHost, 1},
+                                          {DeviceKind::kHost, 2},
+                                          {DeviceKind::kHost, 3}};
   EXPECT_EQ(check_cores(four_hosts, 4, 1).verdict, Verdict::kOk);
   const Finding over = check_cores(four_hosts, 2, 1);
   EXPECT_EQ(over.verdict, Verdict::kWarn);
@@ -174,7 +176,8 @@ TEST(DoctorChild, DISABLED_PrintsEnvironmentAndSleeps) {
   const char* value = std::getenv("LOCKSTEP_DOCTOR_TEST_VALUE");
   std::printf("child sees %s\n", value ? value : "nothing");
   std::fflush(stdout);
-  if (std::getenv("LOCKSTEP_DOCTOR_TEST_SLEEP")) std::this_thread::sleep_for(std::chrono::seconds(30));
+  if (std::getenv("LOCKSTEP_DOCTOR_TEST_SLEEP"))
+    std::this_thread::sleep_for(std::chrono::seconds(30));
 }
 
 TEST(DoctorChild, RunSelfPassesTheEnvironmentAndBoundsTheWait) {
@@ -186,9 +189,9 @@ TEST(DoctorChild, RunSelfPassesTheEnvironmentAndBoundsTheWait) {
   EXPECT_EQ(quick.exit_code, 0) << quick.output;
   EXPECT_NE(quick.output.find("child sees 42"), std::string::npos) << quick.output;
   const auto start = std::chrono::steady_clock::now();
-  const ChildResult stuck = run_self(
-      args, {"LOCKSTEP_DOCTOR_TEST_VALUE=7", "LOCKSTEP_DOCTOR_TEST_SLEEP=1"},
-      std::chrono::milliseconds(1500));
+  const ChildResult stuck =
+      run_self(args, {"LOCKSTEP_DOCTOR_TEST_VALUE=7", "LOCKSTEP_DOCTOR_TEST_SLEEP=1"},
+               std::chrono::milliseconds(1500));
   EXPECT_TRUE(stuck.timed_out);
   EXPECT_EQ(stuck.exit_code, -1);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));

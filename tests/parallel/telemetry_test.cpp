@@ -26,8 +26,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_file(const std::string& name) {
-  return (fs::temp_directory_path() / ("lockstep-telemetry-" + std::to_string(::getpid()) + "-" +
-                                       name + ".jsonl"))
+  return (fs::temp_directory_path() /
+          ("lockstep-telemetry-" + std::to_string(::getpid()) + "-" + name + ".jsonl"))
       .string();
 }
 
@@ -47,7 +47,8 @@ TEST(Telemetry, StartSamplesPerDeviceAndStopLines) {
   {
     TelemetryRecorder recorder(path, std::chrono::milliseconds(20), parse_devices("host:2"));
     recorder.set_step(7);
-    while (recorder.samples_written() < 6) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    while (recorder.samples_written() < 6)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     recorder.set_step(9);
     const int64_t before = recorder.samples_written();
     while (recorder.samples_written() < before + 4)
@@ -110,7 +111,8 @@ TEST(Telemetry, GpuMetricsAreRecordedAndReported) {
     // host:1 stands in for a GPU: the monitor is asked by bus id.
     TelemetryRecorder recorder(path, std::chrono::milliseconds(20), parse_devices("host:2"),
                                std::make_unique<HotGpu>(), {"", "0000:3b:00.0"});
-    while (recorder.samples_written() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    while (recorder.samples_written() < 2)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const std::string report = recorder.last_samples();
     EXPECT_NE(report.find("host:1 at "), std::string::npos) << report;
     EXPECT_NE(report.find("700 W of 700 W, 91 C, SM 1100 of 1980 MHz, throttle sw power cap, "
@@ -170,8 +172,7 @@ TEST(Telemetry, AHangReportNamesTheFileAndTheLastSamples) {
       message = e.what();
     }
   }
-  EXPECT_NE(message.find("telemetry in " + path + "; last samples: host:0 at "),
-            std::string::npos)
+  EXPECT_NE(message.find("telemetry in " + path + "; last samples: host:0 at "), std::string::npos)
       << message;
   EXPECT_NE(message.find("host:1 at "), std::string::npos) << message;
   EXPECT_NE(message.find("step 2"), std::string::npos) << message;

@@ -155,8 +155,7 @@ std::vector<Bridge> bridges_above(const SystemPaths& paths, const std::vector<Gp
 }  // namespace
 
 Findings check_acs(const SystemPaths& paths, const std::vector<GpuId>& gpus) {
-  if (gpus.empty())
-    return {Finding{"acs", "host", Verdict::kNotApplicable, "no GPU", ""}};
+  if (gpus.empty()) return {Finding{"acs", "host", Verdict::kNotApplicable, "no GPU", ""}};
   Findings out;
   const std::vector<Bridge> bridges = bridges_above(paths, gpus, out);
   // lspci -vvv's view of the bridges, asked once and only if some config space is unreadable.

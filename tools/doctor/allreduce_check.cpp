@@ -67,8 +67,8 @@ Finding known_answer_all_reduce(const std::vector<Device>& devices,
   for (size_t r = 0; r < devices.size(); ++r) {
     Communicator* comm = comms[r].get();
     const Device device = devices[r];
-    ranks->push_back(
-        std::async(std::launch::async, [comm, device] { return known_answer_rank(*comm, device); }));
+    ranks->push_back(std::async(std::launch::async,
+                                [comm, device] { return known_answer_rank(*comm, device); }));
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout + std::chrono::seconds(5);
   int64_t wrong = 0;
@@ -92,7 +92,8 @@ Finding known_answer_all_reduce(const std::vector<Device>& devices,
       if (failure.empty()) failure = e.what();
     }
   }
-  if (!failure.empty()) return {"all-reduce", f.subject, Verdict::kFail, "failed: " + failure, fix_p2p};
+  if (!failure.empty())
+    return {"all-reduce", f.subject, Verdict::kFail, "failed: " + failure, fix_p2p};
   if (wrong != 0) {
     return {"all-reduce", f.subject, Verdict::kFail,
             std::to_string(wrong) + " wrong element(s) of " + std::to_string((1 << 20) + 3),

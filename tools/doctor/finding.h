@@ -22,8 +22,8 @@ struct Finding {
   std::string check;    // which check: "pcie-link", "acs", "iommu", "p2p", "power", ...
   std::string subject;  // what it is about: "cuda:0", "0000:16:02.0", "cuda:0<->cuda:1", "host"
   Verdict verdict = Verdict::kOk;
-  std::string detail;   // what was seen, e.g. "x8 at 16 GT/s, capable of x16 at 32 GT/s"
-  std::string fix;      // for WARN/FAIL: what to change, and where the advice comes from
+  std::string detail;  // what was seen, e.g. "x8 at 16 GT/s, capable of x16 at 32 GT/s"
+  std::string fix;     // for WARN/FAIL: what to change, and where the advice comes from
 };
 
 using Findings = std::vector<Finding>;

@@ -24,8 +24,7 @@ std::optional<Findings> cannot_run(const char* check, const GpuMonitor* monitor,
     return Findings{finding(check, "host", Verdict::kNotApplicable, "no GPU")};
   }
   if (monitor != nullptr && !monitor->unavailable_reason().empty()) {
-    return Findings{finding(check, "host", Verdict::kNotApplicable,
-                            monitor->unavailable_reason())};
+    return Findings{finding(check, "host", Verdict::kNotApplicable, monitor->unavailable_reason())};
   }
   return std::nullopt;
 }
@@ -244,8 +243,7 @@ Findings check_sharing(GpuMonitor& monitor, const std::vector<GpuId>& gpus, pid_
   for (const GpuId& gpu : gpus) {
     const std::string error = monitor.device_error(gpu.pci_bus_id);
     out.push_back(error.empty() ? sharing_of(monitor, gpu, self)
-                                : finding("sharing", gpu.name(), Verdict::kNotApplicable,
-                                          error));
+                                : finding("sharing", gpu.name(), Verdict::kNotApplicable, error));
   }
   return out;
 }
@@ -255,9 +253,9 @@ Findings check_memory(GpuMonitor& monitor, const std::vector<GpuId>& gpus, pid_t
   Findings out;
   for (const GpuId& gpu : gpus) {
     const std::string error = monitor.device_error(gpu.pci_bus_id);
-    out.push_back(error.empty() ? memory_of(monitor, gpu, self)
-                                : finding("gpu-memory", gpu.name(), Verdict::kNotApplicable,
-                                          error));
+    out.push_back(error.empty()
+                      ? memory_of(monitor, gpu, self)
+                      : finding("gpu-memory", gpu.name(), Verdict::kNotApplicable, error));
   }
   return out;
 }
@@ -272,8 +270,7 @@ Findings check_power_thermal(GpuMonitor& monitor, const std::vector<GpuId>& gpus
 Findings check_xid(const KernelLog& log, const std::vector<GpuId>& gpus) {
   if (auto na = cannot_run("xid", nullptr, gpus)) return *na;
   if (!log.unreadable_reason.empty()) {
-    return {finding("xid", "host", Verdict::kNotApplicable,
-                    log.unreadable_reason)};
+    return {finding("xid", "host", Verdict::kNotApplicable, log.unreadable_reason)};
   }
   const std::vector<XidEvent> events = parse_xids(log.text);
   Findings out;

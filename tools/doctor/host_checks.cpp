@@ -44,8 +44,9 @@ Finding check_host_memory(const std::string& meminfo_path) {
   f.detail = gib(available) + " of " + gib(total) + " available";
   if (available * 10 < total) {
     f.verdict = Verdict::kWarn;
-    f.fix = "other processes hold most of the memory: data loading and pinned buffers may fail "
-            "or swap; stop them or train with a smaller batch";
+    f.fix =
+        "other processes hold most of the memory: data loading and pinned buffers may fail "
+        "or swap; stop them or train with a smaller batch";
   }
   return f;
 }
@@ -81,10 +82,11 @@ Finding check_cores(const std::vector<Device>& devices, int cores, int threads_p
   if (numa_nodes > 0) f.detail += ", " + std::to_string(numa_nodes) + " NUMA node(s)";
   if (wanted > cores) {
     f.verdict = Verdict::kWarn;
-    f.fix = "more device threads than cores: replicas wait for a core, steps stretch and slow "
-            "collectives look like hangs; use fewer host devices (--devices host:" +
-            std::to_string(std::max(1, cores / std::max(1, threads_per_host_device))) +
-            ") or give the process more cores (taskset, the container's CPU limit)";
+    f.fix =
+        "more device threads than cores: replicas wait for a core, steps stretch and slow "
+        "collectives look like hangs; use fewer host devices (--devices host:" +
+        std::to_string(std::max(1, cores / std::max(1, threads_per_host_device))) +
+        ") or give the process more cores (taskset, the container's CPU limit)";
   }
   return f;
 }

@@ -164,8 +164,8 @@ int main(int argc, char** argv) {
     const ls::GpuReport report = ls::gpu_report();
     if (!options.json) print_machine(report, devices);
     const Findings findings = diagnose(options, devices, report, &hung);
-    std::printf("%s", options.json ? findings_json(findings).c_str()
-                                   : findings_table(findings).c_str());
+    std::printf("%s",
+                options.json ? findings_json(findings).c_str() : findings_table(findings).c_str());
     const Verdict verdict = overall_verdict(findings);
     if (!options.json) std::printf("\nverdict: %s\n", verdict_name(verdict));
     std::fflush(stdout);

@@ -56,8 +56,9 @@ Finding judge_peer_copy(const GpuId& a, const GpuId& b, bool peer_access, double
   if (gbps < 0) {
     f.verdict = Verdict::kFail;
     f.detail = access + "; the copy " + error;
-    f.fix = std::string("a copy between two GPUs that fails or hangs points at the PCIe path: "
-                        "check the acs and iommu findings; ") +
+    f.fix = std::string(
+                "a copy between two GPUs that fails or hangs points at the PCIe path: "
+                "check the acs and iommu findings; ") +
             kAcsGuide;
     return f;
   }
@@ -76,10 +77,12 @@ Finding judge_peer_copy(const GpuId& a, const GpuId& b, bool peer_access, double
   } else if (gbps < 0.3 * bound) {
     f.verdict = Verdict::kWarn;
     f.detail += ", under 30% of the link (" + bound_text + ")";
-    f.fix = std::string(peer_access ? "" : "without peer access the driver stages copies through "
-                                           "host memory; ") +
+    f.fix = std::string(peer_access ? ""
+                                    : "without peer access the driver stages copies through "
+                                      "host memory; ") +
             "peer traffic may be redirected through the CPU's root complex (ACS) or translated "
-            "by the IOMMU: see the acs and iommu findings; " + kAcsGuide;
+            "by the IOMMU: see the acs and iommu findings; " +
+            kAcsGuide;
   } else {
     f.detail += " (link: " + bound_text + ")";
   }
@@ -101,14 +104,16 @@ Finding judge_pair_all_reduce(const GpuId& a, const GpuId& b, const ChildResult&
   if (on_ok) return f;
   f.verdict = Verdict::kFail;
   if (off_ok) {
-    f.fix = std::string("the peer-to-peer path between these GPUs is broken. Workaround: run "
-                        "with NCCL_P2P_DISABLE=1 (slower). Fix: disable PCIe ACS on the bridges "
-                        "between them (BIOS, or setpci as the acs finding says) and boot with "
-                        "iommu=pt; ") +
+    f.fix = std::string(
+                "the peer-to-peer path between these GPUs is broken. Workaround: run "
+                "with NCCL_P2P_DISABLE=1 (slower). Fix: disable PCIe ACS on the bridges "
+                "between them (BIOS, or setpci as the acs finding says) and boot with "
+                "iommu=pt; ") +
             kAcsGuide;
   } else {
-    f.fix = "collectives fail even without peer-to-peer: check the driver (nvidia-smi), the "
-            "kernel log (xid findings) and that no other job holds the GPUs";
+    f.fix =
+        "collectives fail even without peer-to-peer: check the driver (nvidia-smi), the "
+        "kernel log (xid findings) and that no other job holds the GPUs";
   }
   return f;
 }
@@ -126,8 +131,9 @@ Findings check_p2p(const GpuReport& report, const std::vector<GpuId>& gpus,
     for (size_t j = i + 1; j < gpus.size(); ++j) {
       const GpuId& a = gpus[i];
       const GpuId& b = gpus[j];
-      const bool access = report.peer_access.size() > static_cast<size_t>(std::max(a.index, b.index)) &&
-                          report.peer_access[static_cast<size_t>(a.index)][static_cast<size_t>(b.index)];
+      const bool access =
+          report.peer_access.size() > static_cast<size_t>(std::max(a.index, b.index)) &&
+          report.peer_access[static_cast<size_t>(a.index)][static_cast<size_t>(b.index)];
       // The copy runs on a thread we can abandon: a broken P2P path can hang it in the driver.
       auto copy = std::make_shared<std::packaged_task<double()>>(
           [a, b] { return peer_copy_gbps(a.index, b.index, kCopyBytes); });
@@ -147,10 +153,10 @@ Findings check_p2p(const GpuReport& report, const std::vector<GpuId>& gpus,
       out.push_back(judge_peer_copy(a, b, access, gbps, error, links[i], links[j]));
       if (gbps < 0 && error.starts_with("hung")) return out;  // the device is wedged
 
-      const std::vector<std::string> args = {"--all-reduce-only", "--devices",
-                                             "cuda:" + std::to_string(a.index) + "," +
-                                                 std::to_string(b.index),
-                                             "--timeout-ms", std::to_string(timeout.count())};
+      const std::vector<std::string> args = {
+          "--all-reduce-only", "--devices",
+          "cuda:" + std::to_string(a.index) + "," + std::to_string(b.index), "--timeout-ms",
+          std::to_string(timeout.count())};
       const auto limit = timeout + std::chrono::seconds(30);  // NCCL's start-up included
       const ChildResult on = run_self(args, {}, limit);
       const ChildResult off = run_self(args, {"NCCL_P2P_DISABLE=1"}, limit);

@@ -35,8 +35,7 @@ LinkBound link_bound_of(const SystemPaths& paths, const GpuId& gpu);
 
 // The copy a->b measured at `gbps` (negative when it failed or hung, with `error`).
 Finding judge_peer_copy(const GpuId& a, const GpuId& b, bool peer_access, double gbps,
-                        const std::string& error, const LinkBound& link_a,
-                        const LinkBound& link_b);
+                        const std::string& error, const LinkBound& link_a, const LinkBound& link_b);
 Finding judge_pair_all_reduce(const GpuId& a, const GpuId& b, const ChildResult& p2p_on,
                               const ChildResult& p2p_off);
 
