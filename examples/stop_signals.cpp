@@ -1,7 +1,7 @@
 // StopSignals (see stop_signals.h).
 //
 // Two receivers share one async-signal-safe function, record_stop_signal(). Threads started
-// after the constructor block SIGINT and SIGTERM; the waiter thread takes them with sigwait().
+// after the constructor block SIGINT and SIGTERM; the waiter thread takes them with sigtimedwait().
 // But some threads exist before main() (OpenBLAS starts its pool when the library loads) and do
 // not block them; a handler installed with sigaction() covers a signal delivered to one of those.
 // A signal the parent set to be ignored (a non-interactive shell's background job ignores
@@ -51,7 +51,6 @@ bool ignored_by_parent(int sig) {
 StopSignals::StopSignals() {
   ::signal(SIGXFSZ, SIG_IGN);
   sigemptyset(&handled_);
-  sigaddset(&handled_, SIGUSR2);  // wakes the waiter when this object is destroyed
   for (int sig : {SIGINT, SIGTERM}) {
     if (ignored_by_parent(sig)) continue;
     sigaddset(&handled_, sig);
@@ -67,10 +66,15 @@ StopSignals::StopSignals() {
   waiter_ = std::thread([this] { wait_for_signals(); });
 }
 
+// Gives the signals back to the default action and unblocks them, so that a hang in the
+// program's own tear-down after this point still ends with Ctrl-C.
 StopSignals::~StopSignals() {
   shutting_down_.store(true);
-  ::pthread_kill(waiter_.native_handle(), SIGUSR2);
-  waiter_.join();
+  waiter_.join();  // within one sigtimedwait period
+  for (int sig : {SIGINT, SIGTERM}) {
+    if (sigismember(&handled_, sig)) ::signal(sig, SIG_DFL);
+  }
+  ::pthread_sigmask(SIG_UNBLOCK, &handled_, nullptr);
 }
 
 bool StopSignals::stop_requested() const { return g_first_signal.load() != 0; }
@@ -85,14 +89,13 @@ const char* StopSignals::signal_name() const {
   }
 }
 
+// sigtimedwait with a short period rather than a wake-up signal: the destructor only sets a flag,
+// and no other signal needs to be reserved (a process-directed SIGUSR2 would reach threads that
+// predate main() and kill the process).
 void StopSignals::wait_for_signals() {
-  while (true) {
-    int received = 0;
-    if (::sigwait(&handled_, &received) != 0) continue;
-    if (received != SIGUSR2) {
-      record_stop_signal(received);
-    } else if (shutting_down_.load()) {
-      return;  // SIGUSR2 from anyone else is ignored
-    }
+  const timespec period{0, 100'000'000};  // 100 ms: how long the destructor may wait
+  while (!shutting_down_.load()) {
+    const int received = ::sigtimedwait(&handled_, nullptr, &period);
+    if (received == SIGINT || received == SIGTERM) record_stop_signal(received);
   }
 }

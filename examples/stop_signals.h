@@ -3,7 +3,7 @@
 // The constructor blocks SIGINT and SIGTERM in the calling thread, so every thread started
 // afterwards (replica threads, kernel workers, the watchdog) inherits the mask: no signal ever
 // interrupts a replica in the middle of a step or a collective. One dedicated thread takes the
-// two signals with sigwait() (a handler covers threads that predate main(); see the .cpp). The
+// two signals with sigtimedwait() (a handler covers threads that predate main(); see the .cpp). The
 // first one is recorded (stop_requested()); the program finishes
 // its current step, writes a checkpoint when it keeps them, joins its threads and exits with
 // exit_code() (128 + the signal: 130 for SIGINT, 143 for SIGTERM, as shells report). A second

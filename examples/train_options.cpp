@@ -88,7 +88,12 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--heartbeat-s", [&](auto f, auto v) { o.heartbeat_s = parse_positive<double>(f, v); }},
       {"--telemetry", [&](auto, auto v) { o.telemetry_path = v; }},
       {"--telemetry-interval-s",
-       [&](auto f, auto v) { o.telemetry_interval_s = parse_positive<double>(f, v); }},
+       [&](auto f, auto v) {
+         o.telemetry_interval_s = parse_positive<double>(f, v);
+         if (o.telemetry_interval_s > 86400)
+           throw UsageError("--telemetry-interval-s must be at most 86400 (a day), got " +
+                            std::string(v));
+       }},
       {"--optimizer",
        [&](auto f, auto v) {
          if (v != "adamw" && v != "sgd")

@@ -54,9 +54,21 @@ void add_gpu_fields(const GpuSample& g, JsonWriter& json, std::string& described
     json.field("throttle", throttle_reason_names(g.throttle_reasons));
     json.field("throttle_bits", static_cast<int64_t>(g.throttle_reasons));
   }
-  std::snprintf(buf, sizeof buf, ", %.0f W of %.0f W, %d C, SM %d of %d MHz", g.power_w,
-                g.power_limit_w, g.temperature_c, g.sm_clock_mhz, g.max_sm_clock_mhz);
-  described += buf;
+  // The report names only what the driver reported (-1 is "unknown").
+  if (g.power_w >= 0) {
+    std::snprintf(buf, sizeof buf, ", %.0f W", g.power_w);
+    described += buf;
+    if (g.power_limit_w >= 0) {
+      std::snprintf(buf, sizeof buf, " of %.0f W", g.power_limit_w);
+      described += buf;
+    }
+  }
+  if (g.temperature_c >= 0) described += ", " + std::to_string(g.temperature_c) + " C";
+  if (g.sm_clock_mhz >= 0) {
+    described += ", SM " + std::to_string(g.sm_clock_mhz);
+    if (g.max_sm_clock_mhz >= 0) described += " of " + std::to_string(g.max_sm_clock_mhz);
+    described += " MHz";
+  }
   if (g.throttle_reasons_known)
     described += ", throttle " + throttle_reason_names(g.throttle_reasons);
 }
@@ -73,6 +85,8 @@ struct TelemetryRecorder::State {
   int fd = -1;
   std::atomic<int64_t> step{0};
   std::atomic<int64_t> samples_written{0};
+  std::vector<AllocatorStats> memory;  // per device, the newest readable counters (sampler only)
+  bool torn_line = false;              // a write failed part-way (sampler only)
 
   std::mutex mutex;  // guards the members below
   std::condition_variable wake;
@@ -84,14 +98,22 @@ struct TelemetryRecorder::State {
     if (fd >= 0) ::close(fd);
   }
 
-  void write_line(const std::string& text) {
+  void write_line(const std::string& line) {
+    // After a write that failed part-way (a full disk), end the fragment first, so every later
+    // line still parses on its own.
+    const std::string text = torn_line ? "\n" + line : line;
     size_t done = 0;
     while (done < text.size()) {
       const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
       if (n < 0 && errno == EINTR) continue;
-      LS_CHECK_IO(n > 0, "cannot write the telemetry file '", path, "': ", std::strerror(errno));
+      if (n <= 0) {
+        const int err = n < 0 ? errno : ENOSPC;
+        torn_line = torn_line || done > 0;
+        LS_THROW_IO("cannot write the telemetry file '", path, "': ", std::strerror(err));
+      }
       done += static_cast<size_t>(n);
     }
+    torn_line = false;
     // On the disk before the next sample: a machine reset keeps everything up to here.
     ::fdatasync(fd);
   }
@@ -103,19 +125,24 @@ struct TelemetryRecorder::State {
     const int64_t current = step.load();
     std::string lines;
     std::vector<std::string> described(devices.size());
+    memory.resize(devices.size());
     for (size_t i = 0; i < devices.size(); ++i) {
-      const AllocatorStats memory = device_runtime(devices[i]).allocator().stats();
+      // Never wait for the allocator: a replica may hold it inside a cudaMalloc that hangs.
+      const std::optional<AllocatorStats> now = device_runtime(devices[i]).allocator().try_stats();
+      if (now) memory[i] = *now;
       JsonWriter json;
       json.begin_object().field("event", "sample").field("time", time).field("t_s", t_s);
       json.field("device", devices[i].str()).field("step", current);
-      json.field("memory_in_use", memory.bytes_in_use);
-      json.field("memory_peak", memory.peak_bytes_in_use);
-      json.field("memory_reserved", memory.bytes_reserved);
+      json.field("memory_in_use", memory[i].bytes_in_use);
+      json.field("memory_peak", memory[i].peak_bytes_in_use);
+      json.field("memory_reserved", memory[i].bytes_reserved);
+      if (!now) json.field("memory_busy", true);  // the allocator was busy: the last values
       char head[64];
       std::snprintf(head, sizeof head, " at %.1f s: step %lld, ", t_s,
                     static_cast<long long>(current));
-      described[i] = devices[i].str() + head + gib(memory.bytes_in_use) + " in use (peak " +
-                     gib(memory.peak_bytes_in_use) + ")";
+      described[i] = devices[i].str() + head + gib(memory[i].bytes_in_use) + " in use (peak " +
+                     gib(memory[i].peak_bytes_in_use) + ")";
+      if (!now) described[i] += " [allocator busy]";
       if (monitor && !pci_bus_ids[i].empty()) {
         if (const std::optional<GpuSample> gpu = monitor->sample(pci_bus_ids[i])) {
           add_gpu_fields(*gpu, json, described[i]);
@@ -214,9 +241,15 @@ TelemetryRecorder::~TelemetryRecorder() {
   s.stopping = true;
   s.wake.notify_all();
   if (!s.wake.wait_for(lock, std::chrono::seconds(2), [&] { return s.finished; })) {
-    // Stuck in the driver: the thread keeps the state alive; the file has every earlier line.
+    // Stuck (in the driver, or fdatasync behind a big flush): the thread keeps the state alive.
+    // The stop line says so, written straight to the file (an O_APPEND write is safe beside
+    // the stuck thread's).
     lock.unlock();
     thread_.detach();
+    const std::string stop = "{\"event\": \"stop\", \"time\": \"" + utc_now() +
+                             "\", \"sampler\": \"abandoned: stuck for 2 s\"}\n";
+    const ssize_t ignored = ::write(s.fd, stop.data(), stop.size());
+    (void)ignored;
     return;
   }
   lock.unlock();

@@ -9,7 +9,10 @@
 //    "memory_in_use": ..., "memory_peak": ..., "memory_reserved": ...[, "power_w": ...,
 //    "power_limit_w": ..., "temperature_c": ..., "sm_clock_mhz": ..., "max_sm_clock_mhz": ...,
 //    "throttle": "sw power cap", "throttle_bits": 4]}
-//   {"event": "stop", "time": ..., "samples": N}   (absent when the process died)
+//   {"event": "stop", "time": ..., "samples": N}   (absent when the process died; "sampler":
+//    "abandoned: ..." when the sampler was stuck at exit)
+// A sample whose allocator was busy (a replica inside a system allocation) repeats the last
+// memory values with "memory_busy": true.
 // The sampler only reads (an atomic step, the allocators' locked counters, NVML); it never waits
 // for a replica, so a hung step cannot stop it. Its state is shared with the thread, so the
 // destructor can abandon a sampler stuck in the driver (a GPU fallen off the bus) instead of

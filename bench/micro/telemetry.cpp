@@ -3,7 +3,8 @@
 //                              benchmark thread sleeps. Counters:
 //     cpu_us_per_round   process CPU time per round of samples (every device once: JSON,
 //                        write, fdatasync); the sampler is the only thread at work
-//     wall_us_per_round  wall time per round (fdatasync waits for the disk, not the CPU)
+//     wall_us_per_round  wall time per round: the 1 ms wait between rounds plus the round
+//                        itself (fdatasync waits for the disk, not the CPU)
 //     cost_pct_at_1s     cpu_us_per_round / 1 s: the fraction of one core a 1 s interval takes
 //                        from training, which is also its share of every step's time
 // Measured this way because an A/B of whole training runs cannot resolve a cost this small on

@@ -84,4 +84,10 @@ AllocatorStats CachingAllocator::stats() const {
   return stats_;
 }
 
+std::optional<AllocatorStats> CachingAllocator::try_stats() const {
+  std::unique_lock lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return std::nullopt;
+  return stats_;
+}
+
 }  // namespace ls

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace ls {
@@ -43,6 +44,9 @@ class CachingAllocator {
   // Returns every cached (unused) block to the system.
   void release_cached();
   AllocatorStats stats() const;
+  // The same without waiting: nullopt while another thread holds the allocator, which may be
+  // inside the system's allocation call (a cudaMalloc stuck on a wedged GPU). For monitors.
+  std::optional<AllocatorStats> try_stats() const;
 
   // The size class a request is rounded up to: multiples of 512 B up to 1 MiB, then of 1/8 of the
   // next power of two, which bounds the waste at 12.5%.

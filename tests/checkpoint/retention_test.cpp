@@ -109,6 +109,27 @@ TEST_F(CheckpointTest, TooLittleFreeSpaceFailsBeforeWriting) {
   EXPECT_GE(needed, bytes_in(step_dir(2)) + fs::file_size(dir_ / "latest"));
 }
 
+TEST_F(CheckpointTest, ShortOfSpaceTheCheckpointsRetentionDropsGoFirst) {
+  const CheckpointRetention keep2{.keep_last = 2};
+  for (int64_t step = 1; step <= 4; ++step) commit(State(step), {.keep_last = 0});
+  const State next(5);
+  set_free_disk_bytes_for_testing(checkpoint_bytes_needed(next.model(), next.optimizer()) - 1);
+  // Still short after pruning (the simulated free space does not grow): an error, but the
+  // checkpoints the commit would have pruned anyway are gone, and `latest` is kept.
+  try {
+    commit(next, keep2);
+    FAIL() << "expected an ls::Error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains_all(e.message(), {"not enough disk space",
+                                           "after removing the old "
+                                           "checkpoints retention allows",
+                                           "DIR/latest"}));
+  }
+  EXPECT_EQ(step_names(), (Names{"step-000004"}));
+  EXPECT_EQ(latest_text(), "step-000004\n");
+  expect_state(load_checkpoint(dir_.string()), State(4));
+}
+
 // In a child process limited to 64 KiB per file (as `ulimit -f 64` would), commits a checkpoint
 // whose files are larger. Exit status 0: the commit failed with an io error saying why.
 int commit_under_file_size_limit(const std::string& dir) {

@@ -142,32 +142,54 @@ TEST(DoctorP2p, CopyVerdicts) {
             std::string::npos);
 }
 
+TEST(DoctorP2p, ChildRunsAreReadFromTheirJsonFinding) {
+  const auto child = [](int exit_code, Verdict verdict, const std::string& detail) {
+    return ChildResult{exit_code, false,
+                       "NCCL INFO noise\n" + findings_json({{"all-reduce", "cuda:0,cuda:1", verdict,
+                                                             detail, "fix"}})};
+  };
+  const PairRun exact = pair_run_of(child(0, Verdict::kOk, "known-answer ...: exact"));
+  EXPECT_EQ(exact.outcome, PairRun::Outcome::kExact);
+  const PairRun hung =
+      pair_run_of(child(1, Verdict::kFail, "hung: rank 1 on cuda:1 did not finish"));
+  EXPECT_EQ(hung.outcome, PairRun::Outcome::kHung);
+  EXPECT_EQ(hung.detail, "hung: rank 1 on cuda:1 did not finish");
+  const PairRun failed = pair_run_of(child(1, Verdict::kFail, "failed: ncclSystemError"));
+  EXPECT_EQ(failed.outcome, PairRun::Outcome::kFailed);
+  EXPECT_EQ(pair_run_of({-1, true, ""}).outcome, PairRun::Outcome::kHung);
+  const PairRun crashed = pair_run_of({-1, false, "Segmentation fault\n"});
+  EXPECT_EQ(crashed.outcome, PairRun::Outcome::kFailed);
+  EXPECT_NE(crashed.detail.find("no finding printed: Segmentation fault"), std::string::npos);
+  EXPECT_EQ(pair_run_of({0, false, "{\"verdict\": garbage"}).outcome, PairRun::Outcome::kFailed);
+}
+
 TEST(DoctorP2p, AllReduceVerdicts) {
   const GpuId a{0, ""}, b{1, ""};
-  const ChildResult ok{0, false, "OK all-reduce"};
-  const ChildResult hung{-1, true, ""};
-  const ChildResult failed{1, false, "FAIL  all-reduce  cuda:0,cuda:1  failed: ncclSystemError\n"};
+  const PairRun ok{PairRun::Outcome::kExact, "exact"};
+  const PairRun hung{PairRun::Outcome::kHung, "hung: rank 1 on cuda:1 did not finish in 20000 ms"};
+  const PairRun failed{PairRun::Outcome::kFailed, "failed: ncclSystemError"};
   EXPECT_EQ(judge_pair_all_reduce(a, b, ok, ok).verdict, Verdict::kOk);
   const Finding broken_p2p = judge_pair_all_reduce(a, b, hung, ok);
   EXPECT_EQ(broken_p2p.verdict, Verdict::kFail);
   EXPECT_EQ(broken_p2p.subject, "cuda:0<->cuda:1");
-  EXPECT_NE(broken_p2p.detail.find("with P2P: hung; with NCCL_P2P_DISABLE=1: exact"),
-            std::string::npos)
+  EXPECT_NE(broken_p2p.detail.find("with P2P: hung (hung: rank 1"), std::string::npos)
       << broken_p2p.detail;
+  EXPECT_NE(broken_p2p.detail.find("; with NCCL_P2P_DISABLE=1: exact"), std::string::npos);
   EXPECT_NE(broken_p2p.fix.find("NCCL_P2P_DISABLE=1"), std::string::npos);
   EXPECT_NE(broken_p2p.fix.find("iommu=pt"), std::string::npos);
   const Finding both = judge_pair_all_reduce(a, b, failed, failed);
   EXPECT_EQ(both.verdict, Verdict::kFail);
-  EXPECT_NE(both.detail.find("failed (FAIL  all-reduce  cuda:0,cuda:1  failed: ncclSystemError)"),
-            std::string::npos)
-      << both.detail;
+  EXPECT_NE(both.detail.find("failed (failed: ncclSystemError)"), std::string::npos) << both.detail;
   EXPECT_NE(both.fix.find("even without peer-to-peer"), std::string::npos);
 }
 
 TEST(DoctorP2p, OneOrNoGpuIsNotApplicable) {
-  EXPECT_EQ(check_p2p({}, {}, {}, std::chrono::milliseconds(100))[0].verdict,
+  bool wedged = true;
+  EXPECT_EQ(check_p2p({}, {}, {}, std::chrono::milliseconds(100), &wedged)[0].verdict,
             Verdict::kNotApplicable);
-  EXPECT_EQ(check_p2p({}, {GpuId{0, ""}}, {LinkBound{}}, std::chrono::milliseconds(100))[0].detail,
+  EXPECT_FALSE(wedged);
+  EXPECT_EQ(check_p2p({}, {GpuId{0, ""}}, {LinkBound{}}, std::chrono::milliseconds(100), &wedged)[0]
+                .detail,
             "one GPU: no pair to check");
 }
 

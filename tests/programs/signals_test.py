@@ -93,10 +93,12 @@ def train_trial(train, workdir, rng, trial):
     print(f"ok  {what}: stopped after step {step} in {took:.2f} s, resumed from it")
 
 
-def second_signal_trial(train):
-    # Steps of ~0.5 s (a 784-8192-10 MLP, batch 1024): the second SIGINT lands inside one.
+def second_signal_trial(train, workdir):
+    # After the first SIGINT the program finishes its step (~0.5 s: a 784-8192-10 MLP, batch
+    # 1024) and then writes a ~230 MB checkpoint: the second SIGINT, 10 ms later, lands in one
+    # of the two whatever the scheduler does between them.
     cmd = [train, "--devices", "host:1", "--hidden", "8192", "--batch", "1024", "--steps",
-           "1000", "--log-every", "1"]
+           "1000", "--log-every", "1", "--checkpoint-dir", os.path.join(workdir, "second")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = ""
     deadline = time.monotonic() + 60
@@ -105,7 +107,7 @@ def second_signal_trial(train):
         if not line and proc.poll() is not None:
             break
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.05)
+    time.sleep(0.01)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
     try:
@@ -147,7 +149,7 @@ def main():
     try:
         for trial in range(args.trials):
             train_trial(args.train, workdir, rng, trial)
-        second_signal_trial(args.train)
+        second_signal_trial(args.train, workdir)
         for trial in range(2):
             scale_trial(args.scale, rng, trial)
     finally:

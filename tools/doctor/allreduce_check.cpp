@@ -12,6 +12,7 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <thread>
 
 #include "engine/core/error.h"
 #include "engine/core/runtime.h"
@@ -43,6 +44,23 @@ int64_t known_answer_rank(Communicator& comm, Device device) {
   return wrong;
 }
 
+// Waits up to `limit` for child `pid` to exit; true with its exit code (-1 if killed by a
+// signal) when it did.
+bool reap_within(pid_t pid, int* exit_code, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (true) {
+    int status = 0;
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) {
+      *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      return true;
+    }
+    if (done < 0 && errno != EINTR) return true;  // not our child any more: nothing to wait for
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 }  // namespace
 
 Finding known_answer_all_reduce(const std::vector<Device>& devices,
@@ -57,8 +75,20 @@ Finding known_answer_all_reduce(const std::vector<Device>& devices,
   CommunicatorOptions options;
   options.timeout = timeout;
   std::vector<std::unique_ptr<Communicator>> comms;
+  // Creating them (NCCL's initialisation) can hang on a broken machine too: bounded as well.
+  auto made = std::make_shared<std::packaged_task<std::vector<std::unique_ptr<Communicator>>()>>(
+      [devices, options] { return make_communicators(devices, options); });
+  auto comms_future = made->get_future();
+  std::thread([made] { (*made)(); }).detach();
+  if (comms_future.wait_for(timeout + std::chrono::seconds(5)) != std::future_status::ready) {
+    *hung = true;
+    return {"all-reduce", f.subject, Verdict::kFail,
+            "hung creating the communicators (no result in " + std::to_string(timeout.count()) +
+                " ms + 5 s)",
+            fix_p2p};
+  }
   try {
-    comms = make_communicators(devices, options);
+    comms = comms_future.get();
   } catch (const std::exception& e) {
     return {"all-reduce", f.subject, Verdict::kFail,
             std::string("cannot create the communicators: ") + e.what(), fix_p2p};
@@ -150,10 +180,26 @@ ChildResult run_self(const std::vector<std::string>& args, const std::vector<std
     open = n > 0 || (n < 0 && errno == EINTR);
   }
   ::close(pipe_fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  if (!result.timed_out) {
+    // The output ended: the child is exiting. Give it until the limit like the rest.
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left > std::chrono::milliseconds(0)) {
+      result.timed_out = !reap_within(pid, &result.exit_code,
+                                      std::chrono::duration_cast<std::chrono::milliseconds>(left));
+    } else {
+      result.timed_out = true;
+    }
+    if (result.timed_out) ::kill(pid, SIGKILL);
   }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (result.timed_out) {
+    // A child stuck in the driver (uninterruptible sleep) outlives even SIGKILL: wait a little,
+    // then leave it rather than hang the doctor too.
+    int ignored = 0;
+    if (!reap_within(pid, &ignored, std::chrono::seconds(5))) {
+      result.output += "\n(the child could not be killed: stuck in the driver)";
+    }
+    result.exit_code = -1;
+  }
   return result;
 }
 

@@ -5,6 +5,8 @@
 //          processes and free memory, power/thermals/throttling, Xid errors in the kernel log,
 //          and per pair: peer access, a timed copy, NCCL all-reduce with P2P on and off
 //   all:   a known-answer all-reduce over the devices, a thread per device as training does
+// --all-reduce-only (internal) runs just the all-reduce and prints its finding as JSON: the
+// child process the per-pair checks start, with and without NCCL_P2P_DISABLE=1.
 // GPU checks say N/A on host devices. --json prints the findings as JSON instead.
 // Exit codes: 0 no FAIL (WARNs allowed), 1 a FAIL, 2 usage error.
 #include <lockstep/lockstep.h>
@@ -132,7 +134,16 @@ Findings diagnose(const DoctorOptions& o, const std::vector<ls::Device>& devices
   add(check_iommu(paths, gpus));
   std::vector<LinkBound> links;
   for (const GpuId& gpu : gpus) links.push_back(link_bound_of(paths, gpu));
-  add(check_p2p(report, gpus, links, o.timeout));
+  bool wedged = false;
+  add(check_p2p(report, gpus, links, o.timeout, &wedged));
+  if (wedged) {
+    *hung = true;
+    findings.push_back({"all-reduce", ls::devices_str(devices), Verdict::kNotApplicable,
+                        "skipped: a GPU copy hung in the driver, so no collective can run in this "
+                        "process (see the p2p-copy finding)",
+                        ""});
+    return findings;
+  }
   findings.push_back(known_answer_all_reduce(devices, o.timeout, hung));
   return findings;
 }
@@ -155,8 +166,9 @@ int main(int argc, char** argv) {
   }
   bool hung = false;
   if (options.all_reduce_only) {
+    // The parent reads this JSON finding (p2p_checks.cpp, pair_run_of).
     const Finding f = known_answer_all_reduce(devices, options.timeout, &hung);
-    std::printf("%s", findings_table({f}).c_str());
+    std::printf("%s", findings_json({f}).c_str());
     std::fflush(stdout);
     ::_exit(f.verdict == Verdict::kOk ? 0 : 1);
   }
@@ -173,7 +185,9 @@ int main(int argc, char** argv) {
     if (hung) ::_exit(code);  // a rank stuck in the driver cannot be joined
     return code;
   } catch (const std::exception& e) {
-    std::printf("FAIL: %s\n", e.what());
+    const Finding f{"doctor", "host", Verdict::kFail, std::string("could not finish: ") + e.what(),
+                    ""};
+    std::printf("%s", options.json ? findings_json({f}).c_str() : findings_table({f}).c_str());
     return 1;
   }
 }

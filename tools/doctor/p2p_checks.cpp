@@ -7,6 +7,8 @@
 #include <memory>
 #include <thread>
 
+#include "engine/core/json_reader.h"
+
 namespace ls::doctor {
 namespace {
 
@@ -89,16 +91,40 @@ Finding judge_peer_copy(const GpuId& a, const GpuId& b, bool peer_access, double
   return f;
 }
 
-Finding judge_pair_all_reduce(const GpuId& a, const GpuId& b, const ChildResult& p2p_on,
-                              const ChildResult& p2p_off) {
+PairRun pair_run_of(const ChildResult& child) {
+  if (child.timed_out) return {PairRun::Outcome::kHung, "the child was killed at its time limit"};
+  const size_t open = child.output.find("{\"verdict\"");
+  if (open == std::string::npos) {
+    return {PairRun::Outcome::kFailed, "exit " + std::to_string(child.exit_code) +
+                                           ", no finding printed: " + last_line(child.output)};
+  }
+  try {
+    const JsonValue json = parse_json(child.output.substr(open), "the child's finding");
+    const JsonValue& f = json.find("findings")->items().at(0);
+    const std::string detail = f.find("detail")->as_string();
+    if (f.find("verdict")->as_string() == "OK" && child.exit_code == 0) {
+      return {PairRun::Outcome::kExact, detail};
+    }
+    return {detail.starts_with("hung") ? PairRun::Outcome::kHung : PairRun::Outcome::kFailed,
+            detail};
+  } catch (const std::exception& e) {
+    return {PairRun::Outcome::kFailed, std::string("unreadable finding: ") + e.what()};
+  }
+}
+
+Finding judge_pair_all_reduce(const GpuId& a, const GpuId& b, const PairRun& p2p_on,
+                              const PairRun& p2p_off) {
   Finding f{"p2p-allreduce", pair_name(a, b), Verdict::kOk, "", ""};
-  auto describe = [](const ChildResult& r) -> std::string {
-    if (r.timed_out) return "hung";
-    if (r.exit_code == 0) return "exact";
-    return "failed (" + last_line(r.output) + ")";
+  auto describe = [](const PairRun& r) -> std::string {
+    switch (r.outcome) {
+      case PairRun::Outcome::kExact: return "exact";
+      case PairRun::Outcome::kHung: return "hung (" + r.detail + ")";
+      case PairRun::Outcome::kFailed: return "failed (" + r.detail + ")";
+    }
+    return "?";
   };
-  const bool on_ok = !p2p_on.timed_out && p2p_on.exit_code == 0;
-  const bool off_ok = !p2p_off.timed_out && p2p_off.exit_code == 0;
+  const bool on_ok = p2p_on.outcome == PairRun::Outcome::kExact;
+  const bool off_ok = p2p_off.outcome == PairRun::Outcome::kExact;
   f.detail = "NCCL all-reduce with P2P: " + describe(p2p_on) +
              "; with NCCL_P2P_DISABLE=1: " + describe(p2p_off);
   if (on_ok) return f;
@@ -119,7 +145,9 @@ Finding judge_pair_all_reduce(const GpuId& a, const GpuId& b, const ChildResult&
 }
 
 Findings check_p2p(const GpuReport& report, const std::vector<GpuId>& gpus,
-                   const std::vector<LinkBound>& links, std::chrono::milliseconds timeout) {
+                   const std::vector<LinkBound>& links, std::chrono::milliseconds timeout,
+                   bool* wedged) {
+  *wedged = false;
   Findings out;
   if (gpus.size() < 2) {
     out.push_back({"p2p", gpus.empty() ? "host" : gpus[0].name(), Verdict::kNotApplicable,
@@ -151,15 +179,18 @@ Findings check_p2p(const GpuReport& report, const std::vector<GpuId>& gpus,
         }
       }
       out.push_back(judge_peer_copy(a, b, access, gbps, error, links[i], links[j]));
-      if (gbps < 0 && error.starts_with("hung")) return out;  // the device is wedged
+      if (gbps < 0 && error.starts_with("hung")) {
+        *wedged = true;
+        return out;
+      }
 
       const std::vector<std::string> args = {
           "--all-reduce-only", "--devices",
           "cuda:" + std::to_string(a.index) + "," + std::to_string(b.index), "--timeout-ms",
           std::to_string(timeout.count())};
       const auto limit = timeout + std::chrono::seconds(30);  // NCCL's start-up included
-      const ChildResult on = run_self(args, {}, limit);
-      const ChildResult off = run_self(args, {"NCCL_P2P_DISABLE=1"}, limit);
+      const PairRun on = pair_run_of(run_self(args, {}, limit));
+      const PairRun off = pair_run_of(run_self(args, {"NCCL_P2P_DISABLE=1"}, limit));
       out.push_back(judge_pair_all_reduce(a, b, on, off));
     }
   }

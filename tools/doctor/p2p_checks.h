@@ -36,11 +36,22 @@ LinkBound link_bound_of(const SystemPaths& paths, const GpuId& gpu);
 // The copy a->b measured at `gbps` (negative when it failed or hung, with `error`).
 Finding judge_peer_copy(const GpuId& a, const GpuId& b, bool peer_access, double gbps,
                         const std::string& error, const LinkBound& link_a, const LinkBound& link_b);
-Finding judge_pair_all_reduce(const GpuId& a, const GpuId& b, const ChildResult& p2p_on,
-                              const ChildResult& p2p_off);
+// How one child all-reduce ended: from its exit and the JSON finding it prints (main.cpp's
+// --all-reduce-only).
+struct PairRun {
+  enum class Outcome { kExact, kHung, kFailed };
+  Outcome outcome = Outcome::kFailed;
+  std::string detail;  // the child's finding, or why there is none
+};
+PairRun pair_run_of(const ChildResult& child);
+Finding judge_pair_all_reduce(const GpuId& a, const GpuId& b, const PairRun& p2p_on,
+                              const PairRun& p2p_off);
 
-// Runs every check on every pair; `links` is indexed like `gpus`.
+// Runs every check on every pair; `links` is indexed like `gpus`. A copy that hangs ends the
+// checks and sets *wedged: a thread is stuck in the driver, so the caller must not use the GPUs
+// in this process again and should exit (_exit) when it has reported.
 Findings check_p2p(const GpuReport& report, const std::vector<GpuId>& gpus,
-                   const std::vector<LinkBound>& links, std::chrono::milliseconds timeout);
+                   const std::vector<LinkBound>& links, std::chrono::milliseconds timeout,
+                   bool* wedged);
 
 }  // namespace ls::doctor

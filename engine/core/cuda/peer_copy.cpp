@@ -13,27 +13,35 @@
 namespace ls {
 namespace {
 
-// Enables peer access from `device` to `peer` when the pair supports it; "already enabled" is
-// fine (another check may have done it).
-void enable_peer_access(int device, int peer) {
+// Enables peer access from `device` to `peer` when the pair supports it; returns whether this
+// call enabled it ("already enabled" is fine: someone else owns that mapping).
+bool enable_peer_access(int device, int peer) {
   int can = 0;
   LS_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device, peer));
-  if (!can) return;
+  if (!can) return false;
   LS_CUDA_CHECK(cudaSetDevice(device));
   const cudaError_t status = cudaDeviceEnablePeerAccess(peer, 0);
   if (status == cudaErrorPeerAccessAlreadyEnabled) {
     (void)cudaGetLastError();
-    return;
+    return false;
   }
   LS_CUDA_CHECK(status);
+  return true;
+}
+
+// Undoes what enable_peer_access did: a device has a limited number of peer mappings (8 on
+// PCIe systems), and the doctor measures every pair in one process.
+void disable_peer_access(int device, int peer) {
+  LS_CUDA_CHECK(cudaSetDevice(device));
+  LS_CUDA_CHECK(cudaDeviceDisablePeerAccess(peer));
 }
 
 }  // namespace
 
 double peer_copy_gbps(int from, int to, int64_t bytes) {
   LS_CHECK(bytes > 0, "peer_copy_gbps: bytes must be positive, got ", bytes);
-  enable_peer_access(from, to);
-  enable_peer_access(to, from);
+  const bool enabled_from = enable_peer_access(from, to);
+  const bool enabled_to = enable_peer_access(to, from);
   void* src = nullptr;
   void* dst = nullptr;
   LS_CUDA_CHECK(cudaSetDevice(from));
@@ -64,6 +72,8 @@ double peer_copy_gbps(int from, int to, int64_t bytes) {
   LS_CUDA_CHECK(cudaFree(src));
   LS_CUDA_CHECK(cudaSetDevice(to));
   LS_CUDA_CHECK(cudaFree(dst));
+  if (enabled_from) disable_peer_access(from, to);
+  if (enabled_to) disable_peer_access(to, from);
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];
 }

@@ -222,6 +222,24 @@ std::optional<std::string> latest_name_or_none(const std::string& dir) {
   return std::nullopt;
 }
 
+// Removes DIR/NAME (a step directory) so that no crash leaves half of it under its step name:
+// one atomic rename to `.trash-NAME-PID`, a directory fsync, then the deletion (Note [Checkpoint
+// retention]). Raises ls::Error (kind io) when the rename fails; a failed deletion leaves trash
+// that the next commit's remove_stale_temps removes.
+void move_to_trash_and_delete(const std::string& dir, const std::string& name,
+                              CrashPoint crash_after_rename = CrashPoint::kNone) {
+  const std::string trash = join(dir, ".trash-" + name + "-" + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::remove_all(trash, ec);
+  LS_CHECK_IO(::rename(join(dir, name).c_str(), trash.c_str()) == 0, "cannot remove '",
+              join(dir, name), "': rename to '", trash, "' failed: ", std::strerror(errno));
+  fsync_dir(dir);
+  if (crash_after_rename != CrashPoint::kNone) {
+    maybe_crash(crash_after_rename, "while pruning old checkpoints");
+  }
+  fs::remove_all(trash, ec);
+}
+
 // Moves the finished temp directory to DIR/NAME. Note [Checkpoint commit protocol], step 3.
 void install(const std::string& dir, const std::string& temp, const std::string& name) {
   const std::string target = join(dir, name);
@@ -239,9 +257,7 @@ void install(const std::string& dir, const std::string& temp, const std::string&
       return;
     }
     // Not the current checkpoint: left by a crash after its rename, or by an earlier run.
-    fs::remove_all(target, ec);
-    LS_CHECK_IO(!ec, "cannot remove the old '", target, "' to replace it: ", ec.message());
-    fsync_dir(dir);
+    move_to_trash_and_delete(dir, name);
   }
   LS_CHECK_IO(::rename(temp.c_str(), target.c_str()) == 0, "cannot rename '", temp, "' to '",
               target, "': ", std::strerror(errno));
@@ -294,32 +310,39 @@ void check_free_space(const std::string& dir, uint64_t needed) {
   LS_CHECK_IO(needed <= free, "not enough disk space to write a checkpoint in '", dir,
               "': it needs about ", needed, " bytes (", needed >> 20,
               " MiB) and the filesystem has ", free, " bytes (", free >> 20,
-              " MiB) free. Free some space, keep fewer checkpoints ",
-              "(--keep-checkpoints), or checkpoint to another disk; the previous checkpoint is "
-              "intact");
+              " MiB) free, after removing the old checkpoints retention allows. Free some space ",
+              "(old step directories may go, but not the one DIR/latest names), or checkpoint to "
+              "another disk; the previous checkpoint is intact");
 }
 
 // ---- retention ------------------------------------------------------------------------------
 
 // Note [Checkpoint retention]
-// Pruning runs only after `latest` names the new checkpoint, so there is always one complete
+// Pruning runs after `latest` names the new checkpoint, so there is always one complete
 // checkpoint to resume from. Candidates are the step directories with a step below the new one
 // (never the new one, and never a higher step: that is another timeline's work, replaced when
 // this run commits that step). Of those, the newest keep_last - 1 stay, and any step that is a
 // multiple of keep_every. The rest go oldest first, each renamed to `.trash-step-N-PID` (one
 // atomic rename) before it is deleted: a crash in the middle leaves either a complete step
 // directory or a trash directory, never a half-deleted checkpoint under a step name. The next
-// commit deletes leftover trash (remove_stale_temps).
+// commit deletes leftover trash (remove_stale_temps). Pruning is housekeeping: a failure is a
+// warning on stderr, never a failed commit (the new checkpoint is good; the old one stays).
+// The disk holds keep_last + 1 checkpoints while a commit runs. When the free-space check finds
+// too little room, the checkpoints this commit would prune anyway go first (all but the one
+// `latest` names), so a full disk of old checkpoints does not stop a run with retention on.
 std::vector<std::pair<int64_t, std::string>> checkpoints_to_prune(
     const std::string& dir, int64_t committed_step, const CheckpointRetention& retention) {
   std::vector<std::pair<int64_t, std::string>> older;  // (step, name)
   if (retention.keep_last <= 0) return older;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (!is_step_name(name) || !entry.is_directory(ec)) continue;
+  fs::directory_iterator it(dir, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code type_ec;
+    if (!is_step_name(name) || !it->is_directory(type_ec)) continue;
     int64_t step = 0;
-    std::from_chars(name.data() + 5, name.data() + name.size(), step);
+    const auto [end, parse] = std::from_chars(name.data() + 5, name.data() + name.size(), step);
+    if (parse != std::errc() || end != name.data() + name.size()) continue;  // out of range
     if (step < committed_step) older.emplace_back(step, name);
   }
   LS_CHECK_IO(!ec, "cannot list checkpoint directory '", dir, "': ", ec.message());
@@ -333,24 +356,31 @@ std::vector<std::pair<int64_t, std::string>> checkpoints_to_prune(
   return older;
 }
 
-void prune_checkpoints(const std::string& dir, const std::string& committed, int64_t committed_step,
-                       const CheckpointRetention& retention) {
-  bool first = true;
-  for (const auto& [step, name] : checkpoints_to_prune(dir, committed_step, retention)) {
-    const std::string trash = join(dir, ".trash-" + name + "-" + std::to_string(::getpid()));
-    std::error_code ec;
-    fs::remove_all(trash, ec);
-    LS_CHECK_IO(::rename(join(dir, name).c_str(), trash.c_str()) == 0, "checkpoint '", committed,
-                "' is committed, but removing the old checkpoint '", join(dir, name),
-                "' failed: rename: ", std::strerror(errno),
-                "; check the directory's permissions (older checkpoints are kept until then)");
-    fsync_dir(dir);
-    if (first) maybe_crash(CrashPoint::kDuringPrune, "while pruning old checkpoints");
-    first = false;
-    fs::remove_all(trash, ec);
-    LS_CHECK_IO(!ec, "checkpoint '", committed, "' is committed, but deleting the old checkpoint ",
-                "(renamed to '", trash, "') failed: ", ec.message());
+// Prunes what retention does not keep, except `spare` (the checkpoint `latest` names, when
+// pruning before a commit); a failure is reported on stderr and stops the pruning.
+void prune_checkpoints(const std::string& dir, int64_t committed_step,
+                       const CheckpointRetention& retention, const std::string& spare = "") {
+  try {
+    bool first = true;
+    for (const auto& [step, name] : checkpoints_to_prune(dir, committed_step, retention)) {
+      if (name == spare) continue;
+      move_to_trash_and_delete(dir, name, first ? CrashPoint::kDuringPrune : CrashPoint::kNone);
+      first = false;
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr,
+                 "lockstep: warning: checkpoint retention in '%s' stopped: %s (the checkpoints are "
+                 "intact; older ones are kept until a later save can remove them)\n",
+                 dir.c_str(), e.message().c_str());
   }
+}
+
+// The free-space check of Note [Checkpoint retention], pruning early when that makes room.
+void make_room(const std::string& dir, int64_t step, uint64_t needed,
+               const CheckpointRetention& retention) {
+  if (needed <= free_disk_bytes(dir)) return;
+  prune_checkpoints(dir, step, retention, latest_name_or_none(dir).value_or(""));
+  check_free_space(dir, needed);
 }
 
 std::string resolve_step_dir(const std::string& path) {
@@ -441,7 +471,7 @@ std::string commit_checkpoint(const std::string& dir, const CheckpointMeta& meta
     fsync_dir(abs.parent_path().string());
   }
   remove_stale_temps(dir);
-  check_free_space(dir, checkpoint_bytes_needed(model, optimizer));
+  make_room(dir, meta.step, checkpoint_bytes_needed(model, optimizer), retention);
   const std::string temp = join(dir, ".tmp-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(temp, ec);
   fs::create_directory(temp, ec);
@@ -466,7 +496,7 @@ std::string commit_checkpoint(const std::string& dir, const CheckpointMeta& meta
   if (g_crash_point.load() == CrashPoint::kAfterLatestTemp) latest.abandon();  // as a kill would
   maybe_crash(CrashPoint::kAfterLatestTemp, "after writing latest's temp file");
   latest.commit();
-  prune_checkpoints(dir, join(dir, name), meta.step, retention);
+  prune_checkpoints(dir, meta.step, retention);
   return join(dir, name);
 }
 
@@ -485,9 +515,11 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   return step_dir;
 }
 
-LoadedCheckpoint load_checkpoint(const std::string& dir_or_step_dir) {
+namespace {
+
+LoadedCheckpoint load_step_dir(const std::string& step_dir) {
   LoadedCheckpoint out;
-  out.path = resolve_step_dir(dir_or_step_dir);
+  out.path = step_dir;
   const std::string meta_path = join(out.path, kMetaFile);
   const std::vector<std::byte> text = read_file_bytes(meta_path, kMaxMetaBytes);
   MetaFile parsed = MetaReader(meta_path).parse(
@@ -501,6 +533,23 @@ LoadedCheckpoint load_checkpoint(const std::string& dir_or_step_dir) {
   out.model = load_verified(join(out.path, kModelFile), parsed.model, meta_path);
   out.optimizer = load_verified(join(out.path, kOptimizerFile), parsed.optimizer, meta_path);
   return out;
+}
+
+}  // namespace
+
+LoadedCheckpoint load_checkpoint(const std::string& dir_or_step_dir) {
+  const std::string step_dir = resolve_step_dir(dir_or_step_dir);
+  try {
+    return load_step_dir(step_dir);
+  } catch (const Error&) {
+    // A commit running alongside may have pruned the checkpoint `latest` named a moment ago
+    // (Note [Checkpoint retention]): when that directory is gone, follow `latest` once more.
+    std::error_code ec;
+    if (step_dir == dir_or_step_dir || fs::exists(step_dir, ec)) throw;
+    const std::string now = resolve_step_dir(dir_or_step_dir);
+    if (now == step_dir) throw;
+    return load_step_dir(now);
+  }
 }
 
 }  // namespace ls::checkpoint
