@@ -176,10 +176,8 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
   if (summary.stopped && !o.checkpoint_dir.empty() && last_step >= first_step && !saved_last) {
     summary.last_checkpoint =
         trainer.save(o.checkpoint_dir, {sampler.epoch(), batches.position()}, retention(o));
-  } else if (summary.stopped && !o.checkpoint_dir.empty() && o.resume) {
-    // Nothing new since the checkpoint this run resumed from (or the last periodic one).
-    summary.last_checkpoint = ls::latest_checkpoint(o.checkpoint_dir).value_or("");
-  } else if (summary.stopped && saved_last) {
+  } else if (summary.stopped && !o.checkpoint_dir.empty() && (o.resume || saved_last)) {
+    // Nothing new since the checkpoint this run resumed from, or its last periodic one.
     summary.last_checkpoint = ls::latest_checkpoint(o.checkpoint_dir).value_or("");
   }
   summary.widths = widths;

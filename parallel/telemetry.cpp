@@ -184,9 +184,7 @@ std::vector<std::string> bus_ids_of(const std::vector<Device>& devices) {
   if (!any_gpu) return ids;
   const GpuReport report = gpu_report();
   for (size_t i = 0; i < devices.size(); ++i) {
-    for (const GpuInfo& g : report.gpus) {
-      if (devices[i].is_cuda() && g.index == devices[i].index) ids[i] = g.pci_bus_id;
-    }
+    if (devices[i].is_cuda()) ids[i] = pci_bus_id_of(report, devices[i].index);
   }
   return ids;
 }

@@ -41,4 +41,11 @@ struct HostInfo {
 };
 HostInfo host_info();
 
+// Field `name` ("MemTotal", "MemAvailable", ...) of a /proc/meminfo-format file in bytes, or -1
+// when the file or field is missing or malformed.
+int64_t meminfo_bytes(const std::string& path, const std::string& name);
+
+// The PCI bus id the report gives GPU `cuda_index` ("0000:3B:00.0"), or "" when it has none.
+std::string pci_bus_id_of(const GpuReport& report, int cuda_index);
+
 }  // namespace ls

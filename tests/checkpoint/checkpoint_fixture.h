@@ -68,15 +68,7 @@ class CheckpointTest : public TempDirTest {
     return commit_checkpoint(dir_.string(), s.meta, s.model(), s.optimizer(), retention);
   }
   // The step directories in DIR, by name.
-  std::vector<std::string> step_names() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir_)) {
-      if (e.path().filename().string().starts_with("step-"))
-        out.push_back(e.path().filename().string());
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-  }
+  std::vector<std::string> step_names() const { return step_dir_names(dir_); }
   std::string latest_text() const {
     const Bytes b = read_all(dir_ / "latest");
     return std::string(reinterpret_cast<const char*>(b.data()), b.size());

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
@@ -71,6 +72,17 @@ inline ::testing::AssertionResult contains_all(const std::string& message,
 #define EXPECT_THROW_WITH(stmt, ...)                   \
   EXPECT_TRUE(::ls::checkpoint::testing::contains_all( \
       ::ls::checkpoint::testing::error_of([&] { stmt; }), {__VA_ARGS__}))
+
+// The step directories (step-NNNNNN) in a checkpoint directory, sorted by name.
+inline std::vector<std::string> step_dir_names(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename().string().starts_with("step-"))
+      out.push_back(e.path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 // Gives each test its own empty directory, removed afterwards.
 class TempDirTest : public ::testing::Test {

@@ -7,50 +7,15 @@
 
 #include <map>
 
+#include "engine/fixture_gpu_monitor.h"
+
 namespace ls::doctor {
 namespace {
 
 constexpr pid_t kSelf = 1000;
 constexpr int64_t kGiB = int64_t{1} << 30;
 
-// Canned NVML answers, by normalized bus id.
-class FixtureMonitor : public GpuMonitor {
- public:
-  struct Gpu {
-    GpuSample sample;
-    std::optional<std::vector<GpuProcess>> processes = std::vector<GpuProcess>{};
-    std::optional<ComputeMode> mode = ComputeMode::kDefault;
-  };
-
-  std::string unavailable;
-  std::map<std::string, Gpu> gpus;
-
-  Gpu& add(const std::string& bus_id) { return gpus[normalize_pci_bus_id(bus_id)]; }
-
-  std::string unavailable_reason() const override { return unavailable; }
-  std::string device_error(const std::string& bus_id) override {
-    if (!unavailable.empty()) return unavailable;
-    return find(bus_id) != nullptr ? "" : "NVML has no GPU at " + bus_id + " (Not Found)";
-  }
-  std::optional<GpuSample> sample(const std::string& bus_id) override {
-    const Gpu* gpu = find(bus_id);
-    return gpu != nullptr ? std::optional<GpuSample>(gpu->sample) : std::nullopt;
-  }
-  std::optional<std::vector<GpuProcess>> processes(const std::string& bus_id) override {
-    const Gpu* gpu = find(bus_id);
-    return gpu != nullptr ? gpu->processes : std::nullopt;
-  }
-  std::optional<ComputeMode> compute_mode(const std::string& bus_id) override {
-    const Gpu* gpu = find(bus_id);
-    return gpu != nullptr ? gpu->mode : std::nullopt;
-  }
-
- private:
-  const Gpu* find(const std::string& bus_id) const {
-    auto it = gpus.find(normalize_pci_bus_id(bus_id));
-    return it != gpus.end() ? &it->second : nullptr;
-  }
-};
+using testing::FixtureMonitor;
 
 // An idle H100-like GPU: 80 W of 700 W, 38 C, full clocks, 79 of 80 GiB free, only us on it.
 GpuSample healthy_sample() {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "checkpoint/checkpoint_test_util.h"
 #include "engine/core/error.h"
 #include "engine/model/checkpoint/checkpoint.h"
 #include "engine/model/data/sampler.h"
@@ -116,15 +117,7 @@ TEST_F(CheckpointResume, CrashDuringCommitLeavesThePreviousCheckpoint) {
 
 TEST_F(CheckpointResume, SaveKeepsWhatTheRetentionSays) {
   auto dp = make(2);
-  auto step_dirs = [&] {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_)) {
-      if (e.path().filename().string().starts_with("step-"))
-        names.push_back(e.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
-  };
+  auto step_dirs = [&] { return checkpoint::testing::step_dir_names(dir_); };
   for (int s = 1; s <= 5; ++s) {
     train(*dp, {}, 1);
     dp->save(dir_.string());  // default: the newest 3

@@ -16,6 +16,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/json_reader.h"
+#include "engine/fixture_gpu_monitor.h"
 #include "parallel/data_parallel.h"
 #include "parallel/fault_injection.h"
 #include "parallel/random_batch.h"
@@ -83,26 +84,19 @@ TEST(Telemetry, StartSamplesPerDeviceAndStopLines) {
   fs::remove(path);
 }
 
-// Answers like a GPU at its power cap, throttled by heat.
-class HotGpu final : public GpuMonitor {
- public:
-  std::string unavailable_reason() const override { return ""; }
-  std::string device_error(const std::string&) override { return ""; }
-  std::optional<GpuSample> sample(const std::string& bus) override {
-    if (bus != "0000:3b:00.0") return std::nullopt;
-    GpuSample s;
-    s.power_w = 700;
-    s.power_limit_w = 700;
-    s.temperature_c = 91;
-    s.sm_clock_mhz = 1100;
-    s.max_sm_clock_mhz = 1980;
-    s.throttle_reasons_known = true;
-    s.throttle_reasons = kThrottleSwPowerCap | kThrottleHwThermalSlowdown;
-    return s;
-  }
-  std::optional<std::vector<GpuProcess>> processes(const std::string&) override { return {}; }
-  std::optional<ComputeMode> compute_mode(const std::string&) override { return {}; }
-};
+// A GPU at its power cap, throttled by heat.
+std::unique_ptr<testing::FixtureMonitor> hot_gpu_at(const std::string& bus_id) {
+  auto monitor = std::make_unique<testing::FixtureMonitor>();
+  GpuSample& s = monitor->add(bus_id).sample;
+  s.power_w = 700;
+  s.power_limit_w = 700;
+  s.temperature_c = 91;
+  s.sm_clock_mhz = 1100;
+  s.max_sm_clock_mhz = 1980;
+  s.throttle_reasons_known = true;
+  s.throttle_reasons = kThrottleSwPowerCap | kThrottleHwThermalSlowdown;
+  return monitor;
+}
 
 TEST(Telemetry, GpuMetricsAreRecordedAndReported) {
   const std::string path = temp_file("gpu");
@@ -110,7 +104,7 @@ TEST(Telemetry, GpuMetricsAreRecordedAndReported) {
   {
     // host:1 stands in for a GPU: the monitor is asked by bus id.
     TelemetryRecorder recorder(path, std::chrono::milliseconds(20), parse_devices("host:2"),
-                               std::make_unique<HotGpu>(), {"", "0000:3b:00.0"});
+                               hot_gpu_at("0000:3b:00.0"), {"", "0000:3b:00.0"});
     while (recorder.samples_written() < 2)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const std::string report = recorder.last_samples();

@@ -76,11 +76,9 @@ Finding known_answer_all_reduce(const std::vector<Device>& devices,
   options.timeout = timeout;
   std::vector<std::unique_ptr<Communicator>> comms;
   // Creating them (NCCL's initialisation) can hang on a broken machine too: bounded as well.
-  auto made = std::make_shared<std::packaged_task<std::vector<std::unique_ptr<Communicator>>()>>(
-      [devices, options] { return make_communicators(devices, options); });
-  auto comms_future = made->get_future();
-  std::thread([made] { (*made)(); }).detach();
-  if (comms_future.wait_for(timeout + std::chrono::seconds(5)) != std::future_status::ready) {
+  auto made = run_abandonable([devices, options] { return make_communicators(devices, options); },
+                              timeout + std::chrono::seconds(5));
+  if (!made) {
     *hung = true;
     return {"all-reduce", f.subject, Verdict::kFail,
             "hung creating the communicators (no result in " + std::to_string(timeout.count()) +
@@ -88,7 +86,7 @@ Finding known_answer_all_reduce(const std::vector<Device>& devices,
             fix_p2p};
   }
   try {
-    comms = comms_future.get();
+    comms = made->get();
   } catch (const std::exception& e) {
     return {"all-reduce", f.subject, Verdict::kFail,
             std::string("cannot create the communicators: ") + e.what(), fix_p2p};

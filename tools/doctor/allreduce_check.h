@@ -4,7 +4,11 @@
 #pragma once
 
 #include <chrono>
+#include <future>
+#include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/core/device.h"
@@ -18,6 +22,20 @@ namespace ls::doctor {
 // (`hung` is set).
 Finding known_answer_all_reduce(const std::vector<Device>& devices,
                                 std::chrono::milliseconds timeout, bool* hung);
+
+// Runs fn() on a detached thread and waits up to `limit`: its future when it has finished (get()
+// returns the result or rethrows), nullopt when it has not. A thread stuck in the driver can be
+// neither joined nor cancelled, so an unfinished one is left behind; its state lives until it
+// ends. The doctor calls everything that may hang on a broken machine this way.
+template <typename Fn>
+auto run_abandonable(Fn fn, std::chrono::milliseconds limit)
+    -> std::optional<std::future<decltype(fn())>> {
+  auto task = std::make_shared<std::packaged_task<decltype(fn())()>>(std::move(fn));
+  std::future<decltype(fn())> result = task->get_future();
+  std::thread([task] { (*task)(); }).detach();
+  if (result.wait_for(limit) != std::future_status::ready) return std::nullopt;
+  return result;
+}
 
 struct ChildResult {
   int exit_code = -1;      // -1 when it was killed

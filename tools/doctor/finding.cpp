@@ -38,6 +38,12 @@ std::string findings_table(const Findings& findings) {
   return out;
 }
 
+std::string gib_text(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (int64_t{1} << 30));
+  return text;
+}
+
 Verdict overall_verdict(const Findings& findings) {
   Verdict worst = Verdict::kOk;
   for (const Finding& f : findings) {

@@ -4,6 +4,7 @@
 // a FAIL.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,8 @@ std::string findings_table(const Findings& findings);
 std::string findings_json(const Findings& findings);
 // The worst verdict (N/A counts as OK).
 Verdict overall_verdict(const Findings& findings);
+
+// A byte count as findings write it: "31.2 GiB".
+std::string gib_text(int64_t bytes);
 
 }  // namespace ls::doctor

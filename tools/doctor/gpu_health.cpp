@@ -29,17 +29,12 @@ std::optional<Findings> cannot_run(const char* check, const GpuMonitor* monitor,
   return std::nullopt;
 }
 
-std::string gib(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (int64_t{1} << 30));
-  return text;
-}
-
 // "pid 4242 (python, 20.0 GiB)"
 std::string describe(const GpuProcess& p) {
   std::string text = "pid " + std::to_string(p.pid);
   std::string about = p.name;
-  if (p.used_memory_bytes >= 0) about += (about.empty() ? "" : ", ") + gib(p.used_memory_bytes);
+  if (p.used_memory_bytes >= 0)
+    about += (about.empty() ? "" : ", ") + gib_text(p.used_memory_bytes);
   return about.empty() ? text : text + " (" + about + ")";
 }
 
@@ -107,7 +102,7 @@ Finding memory_of(GpuMonitor& monitor, const GpuId& gpu, pid_t self) {
   const int64_t free_bytes = s->memory_free_bytes >= 0
                                  ? s->memory_free_bytes
                                  : total - std::max<int64_t>(0, s->memory_used_bytes);
-  std::string detail = gib(free_bytes) + " free of " + gib(total);
+  std::string detail = gib_text(free_bytes) + " free of " + gib_text(total);
   const bool low = free_bytes < kLowFreeBytes ||
                    static_cast<double>(free_bytes) < kLowFreeFraction * static_cast<double>(total);
   if (!low) return finding(kCheck, gpu.name(), Verdict::kOk, detail);

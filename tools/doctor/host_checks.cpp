@@ -3,45 +3,23 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "engine/core/system_info.h"
+
 namespace ls::doctor {
-namespace {
-
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (int64_t{1} << 30));
-  return buf;
-}
-
-// "MemAvailable:   123456 kB" -> bytes; -1 when the field is absent or malformed.
-int64_t meminfo_field(const std::string& path, const std::string& name) {
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(name + ":", 0) != 0) continue;
-    std::istringstream fields(line.substr(name.size() + 1));
-    int64_t kib = -1;
-    std::string unit;
-    if (fields >> kib >> unit && unit == "kB" && kib >= 0) return kib * 1024;
-    return -1;
-  }
-  return -1;
-}
-
-}  // namespace
 
 Finding check_host_memory(const std::string& meminfo_path) {
   Finding f{"host-memory", "host", Verdict::kOk, "", ""};
-  const int64_t total = meminfo_field(meminfo_path, "MemTotal");
-  const int64_t available = meminfo_field(meminfo_path, "MemAvailable");
+  const int64_t total = meminfo_bytes(meminfo_path, "MemTotal");
+  const int64_t available = meminfo_bytes(meminfo_path, "MemAvailable");
   if (total <= 0 || available < 0) {
     f.verdict = Verdict::kNotApplicable;
     f.detail = "cannot read MemTotal/MemAvailable from " + meminfo_path;
     return f;
   }
-  f.detail = gib(available) + " of " + gib(total) + " available";
+  f.detail = gib_text(available) + " of " + gib_text(total) + " available";
   if (available * 10 < total) {
     f.verdict = Verdict::kWarn;
     f.fix =

@@ -102,12 +102,7 @@ void print_machine(const ls::GpuReport& gpu, const std::vector<ls::Device>& devi
 std::vector<GpuId> gpus_of(const std::vector<ls::Device>& devices, const ls::GpuReport& report) {
   std::vector<GpuId> gpus;
   for (const ls::Device& d : devices) {
-    if (!d.is_cuda()) continue;
-    std::string bus;
-    for (const ls::GpuInfo& g : report.gpus) {
-      if (g.index == d.index) bus = g.pci_bus_id;
-    }
-    gpus.push_back({d.index, bus});
+    if (d.is_cuda()) gpus.push_back({d.index, ls::pci_bus_id_of(report, d.index)});
   }
   return gpus;
 }

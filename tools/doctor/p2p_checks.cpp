@@ -4,8 +4,6 @@
 
 #include <cstdio>
 #include <future>
-#include <memory>
-#include <thread>
 
 #include "engine/core/json_reader.h"
 
@@ -163,17 +161,15 @@ Findings check_p2p(const GpuReport& report, const std::vector<GpuId>& gpus,
           report.peer_access.size() > static_cast<size_t>(std::max(a.index, b.index)) &&
           report.peer_access[static_cast<size_t>(a.index)][static_cast<size_t>(b.index)];
       // The copy runs on a thread we can abandon: a broken P2P path can hang it in the driver.
-      auto copy = std::make_shared<std::packaged_task<double()>>(
-          [a, b] { return peer_copy_gbps(a.index, b.index, kCopyBytes); });
-      std::future<double> rate = copy->get_future();
-      std::thread([copy] { (*copy)(); }).detach();
+      auto rate =
+          run_abandonable([a, b] { return peer_copy_gbps(a.index, b.index, kCopyBytes); }, timeout);
       double gbps = -1;
       std::string error;
-      if (rate.wait_for(timeout) != std::future_status::ready) {
+      if (!rate) {
         error = "hung (no result in " + std::to_string(timeout.count()) + " ms)";
       } else {
         try {
-          gbps = rate.get();
+          gbps = rate->get();
         } catch (const std::exception& e) {
           error = std::string("failed: ") + e.what();
         }
