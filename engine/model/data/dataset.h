@@ -1,7 +1,10 @@
-// An image-classification data set held in host memory, and its loaders from IDX files.
+// A data set held in host memory (images or token sequences), and its loaders from IDX files.
 //
-// Contract: images are count*features floats, row-major, pixels mapped x/255 then standardised
-// with the Fashion-MNIST training-set mean and std; labels are count ints in [0, classes).
+// Contract: each example is `features` inputs, either floats (`images`: Fashion-MNIST pixels
+// mapped x/255 then standardised with the training-set mean and std) or token ids (`tokens`:
+// sequences of `features` tokens, padded with the model's pad id); exactly one of the two is
+// filled. Each example has `label_width` labels in [0, classes) or kIgnoreLabel (-100, skipped
+// by the loss): 1 for classification, the sequence length for a language model's next tokens.
 // Loaders throw ls::Error naming the files on any shape, count or label problem; an empty data
 // set is an error. A loaded Dataset is immutable in practice and safe to read from many threads.
 #pragma once
@@ -21,8 +24,12 @@ struct Dataset {
   int64_t count = 0;
   int64_t features = 0;
   int classes = 0;
-  std::vector<float> images;   // count * features, normalised
-  std::vector<int32_t> labels;  // count
+  int64_t label_width = 1;       // labels per example
+  std::vector<float> images;     // count * features, normalised (float inputs), or empty
+  std::vector<int32_t> tokens;   // count * features token ids (sequence inputs), or empty
+  std::vector<int32_t> labels;   // count * label_width
+
+  bool has_tokens() const { return !tokens.empty(); }
 };
 
 // Images must be a 3-D IDX (N, rows, cols) and labels a 1-D IDX (N) with every label < classes.

@@ -52,17 +52,25 @@ void Sampler::set_epoch(int64_t epoch) {
 
 void gather_batch(const Dataset& ds, std::span<const int64_t> indices, Batch& out) {
   size_t n = indices.size();
-  size_t features = static_cast<size_t>(ds.features);
+  const size_t features = static_cast<size_t>(ds.features);
+  const size_t width = static_cast<size_t>(ds.label_width);
   out.size = static_cast<int64_t>(n);
-  out.images.resize(n * features);
-  out.labels.resize(n);
+  out.features = ds.features;
+  out.label_width = ds.label_width;
+  out.images.resize(ds.has_tokens() ? 0 : n * features);
+  out.tokens.resize(ds.has_tokens() ? n * features : 0);
+  out.labels.resize(n * width);
   for (size_t b = 0; b < n; ++b) {
-    int64_t i = indices[b];
+    const int64_t i = indices[b];
     LS_CHECK(i >= 0 && i < ds.count, "gather_batch: index ", i, " at position ", b,
              " is outside data set '", ds.name, "' of ", ds.count, " examples");
-    const float* src = ds.images.data() + static_cast<size_t>(i) * features;
-    std::copy_n(src, features, out.images.data() + b * features);
-    out.labels[b] = ds.labels[static_cast<size_t>(i)];
+    const size_t at = static_cast<size_t>(i);
+    if (ds.has_tokens()) {
+      std::copy_n(ds.tokens.data() + at * features, features, out.tokens.data() + b * features);
+    } else {
+      std::copy_n(ds.images.data() + at * features, features, out.images.data() + b * features);
+    }
+    std::copy_n(ds.labels.data() + at * width, width, out.labels.data() + b * width);
   }
 }
 

@@ -33,10 +33,14 @@ class Sampler {
   std::vector<int64_t> order_;
 };
 
+// The examples of one step, laid out like the Dataset they come from.
 struct Batch {
   int64_t size = 0;
-  std::vector<float> images;   // size * features
-  std::vector<int32_t> labels;  // size
+  int64_t features = 0;
+  int64_t label_width = 1;
+  std::vector<float> images;    // size * features, or empty for token inputs
+  std::vector<int32_t> tokens;  // size * features, or empty for float inputs
+  std::vector<int32_t> labels;  // size * label_width
 };
 
 // Copies the examples at `indices` into out (resizing, so capacity is reused).
