@@ -18,6 +18,9 @@
 
 namespace ls {
 
+// A label the loss skips (padding of a language model's targets), as PyTorch's ignore_index.
+inline constexpr int32_t kIgnoreLabel = -100;
+
 // The hint of the out-of-range label message, shared by both backends.
 inline constexpr const char* kLabelHint =
     "labels must be class indices below the number of logits columns";

@@ -11,6 +11,7 @@
 #include "engine/model/nn/module.h"
 #include "engine/model/optim/optimizer.h"
 #include "parallel/data_parallel_impl.h"
+#include "ops/softmax_xent.h"
 
 namespace ls {
 
@@ -313,28 +314,59 @@ std::vector<int64_t> DataParallel::Impl::shard_rows(int64_t global_rows) const {
   return rows;
 }
 
+namespace {
+// The rows [begin, end) of a Batch or Dataset (both lay examples out the same way).
+template <typename Examples>
+Shard shard_of(const Examples& ex, int64_t begin, int64_t end) {
+  Shard all{ex.images.empty() ? nullptr : ex.images.data(),
+            ex.tokens.empty() ? nullptr : ex.tokens.data(),
+            ex.labels.data(),
+            end,
+            ex.features,
+            ex.label_width,
+            0};
+  return all.slice(begin, end - begin);
+}
+
+// A batch's arrays must agree with its size, features and label width before any replica
+// reads them.
+void check_batch(const data::Batch& batch) {
+  const size_t n = static_cast<size_t>(batch.size), features = static_cast<size_t>(batch.features);
+  const size_t inputs = batch.tokens.empty() ? batch.images.size() : batch.tokens.size();
+  LS_CHECK(batch.size > 0 && batch.features > 0 && batch.label_width > 0 &&
+               (batch.images.empty() || batch.tokens.empty()) && inputs == n * features &&
+               batch.labels.size() == n * static_cast<size_t>(batch.label_width),
+           "malformed batch: ", batch.size, " examples of ", batch.features, " features and ",
+           batch.label_width, " label(s), but ", batch.images.size(), " float inputs, ",
+           batch.tokens.size(), " token inputs and ", batch.labels.size(),
+           " labels; fill exactly one of images and tokens with size * features values and "
+           "labels with size * label_width");
+}
+}  // namespace
+
 StepResult DataParallel::Impl::step(const data::Batch& batch) {
-  LS_CHECK(batch.size > 0 && static_cast<int64_t>(batch.labels.size()) == batch.size &&
-               batch.images.size() % static_cast<size_t>(batch.size) == 0,
-           "malformed batch: ", batch.size, " examples, ", batch.labels.size(), " labels, ",
-           batch.images.size(), " pixel values");
-  const int64_t features = static_cast<int64_t>(batch.images.size()) / batch.size;
+  check_batch(batch);
   const std::vector<int64_t> rows = shard_rows(batch.size);
+  int64_t global_labels = 0;
+  for (int32_t label : batch.labels) global_labels += label != kIgnoreLabel ? 1 : 0;
+  LS_CHECK(global_labels > 0, "every label of the batch is kIgnoreLabel (", kIgnoreLabel,
+           "), so it has no loss to train on; drop such batches");
   std::vector<StepOutcome> outcomes(rows.size());
   if (telemetry_) telemetry_->set_step(steps_ + 1);
   run_on_all(
       [&](Replica& replica) {
         const int r = replica.rank();
         const int64_t begin = std::accumulate(rows.begin(), rows.begin() + r, int64_t{0});
-        Shard shard{batch.images.data() + begin * features, batch.labels.data() + begin,
-                    rows[static_cast<size_t>(r)], features};
-        outcomes[static_cast<size_t>(r)] = replica.step(shard, batch.size, options_.accumulate);
+        const Shard shard = shard_of(batch, begin, begin + rows[static_cast<size_t>(r)]);
+        outcomes[static_cast<size_t>(r)] =
+            replica.step(shard, global_labels, options_.accumulate, steps_, options_.seed);
       },
       "step");
   ++steps_;
   const StepOutcome& outcome = outcomes[0];  // bitwise the same on every replica
-  StepResult result{static_cast<float>(outcome.global_loss_sum / static_cast<double>(batch.size)),
-                    outcome.skipped};
+  StepResult result{
+      static_cast<float>(outcome.global_loss_sum / static_cast<double>(global_labels)),
+      outcome.skipped};
   if (!outcome.skipped) {
     consecutive_skips_ = 0;
     return result;
@@ -360,8 +392,7 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
       [&](Replica& replica) {
         const int64_t r = replica.rank();
         const int64_t begin = dataset.count * r / n, end = dataset.count * (r + 1) / n;
-        Shard rows{dataset.images.data() + begin * dataset.features, dataset.labels.data() + begin,
-                   end - begin, dataset.features};
+        const Shard rows = shard_of(dataset, begin, end);
         if (rows.rows > 0) counts[static_cast<size_t>(r)] = replica.evaluate(rows, batch_size);
       },
       "evaluate");

@@ -92,46 +92,77 @@ void Replica::broadcast_parameters() {
   compute_->synchronize();
 }
 
+Shard Shard::slice(int64_t begin, int64_t count) const {
+  Shard out = *this;
+  if (images != nullptr) out.images = images + begin * features;
+  if (tokens != nullptr) out.tokens = tokens + begin * features;
+  out.labels = labels + begin * label_width;
+  out.rows = count;
+  out.first_row = first_row + begin;
+  return out;
+}
+
+int64_t Shard::counted_labels() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < rows * label_width; ++i) n += labels[i] != kIgnoreLabel ? 1 : 0;
+  return n;
+}
+
 void Replica::upload(const Shard& shard) {
   phase_ = Phase::kUpload;
-  if (!images_.defined() || images_.dim(0) != shard.rows || images_.dim(1) != shard.features) {
-    images_ = Tensor::empty({shard.rows, shard.features}, DType::kF32, device_);
-    labels_ = Tensor::empty({shard.rows}, DType::kI32, device_);
+  const DType input_type = shard.tokens != nullptr ? DType::kI32 : DType::kF32;
+  if (!inputs_.defined() || inputs_.dim(0) != shard.rows || inputs_.dim(1) != shard.features ||
+      inputs_.dtype() != input_type || labels_.numel() != shard.rows * shard.label_width) {
+    inputs_ = Tensor::empty({shard.rows, shard.features}, input_type, device_);
+    labels_ = Tensor::empty({shard.rows * shard.label_width}, DType::kI32, device_);
   }
-  images_.copy_from_host_async(shard.images, images_.nbytes(), *compute_);
+  const void* inputs = shard.tokens != nullptr ? static_cast<const void*>(shard.tokens)
+                                               : static_cast<const void*>(shard.images);
+  inputs_.copy_from_host_async(inputs, inputs_.nbytes(), *compute_);
   labels_.copy_from_host_async(shard.labels, labels_.nbytes(), *compute_);
 }
 
-void Replica::forward_backward(const Shard& shard, int64_t global_rows, int accumulate) {
+Var Replica::input_rows(Tape& tape, const Shard& shard, int64_t begin, int64_t end) const {
+  return tape.constant(inputs_.view(begin * shard.features, {end - begin, shard.features}));
+}
+
+void Replica::forward_backward(const Shard& shard, int64_t global_labels, int accumulate,
+                               const ForwardContext& context) {
   Stream& stream = *compute_;
-  const float grad_scale = 1.0f / static_cast<float>(global_rows);
+  const float grad_scale = 1.0f / static_cast<float>(global_labels);
   for (int m = 0; m < accumulate; ++m) {
     // Near-equal micro-batches: the later ones get the extra rows.
     const int64_t begin = shard.rows * m / accumulate;
     const int64_t end = shard.rows * (m + 1) / accumulate;
-    Tensor x = images_.view(begin * shard.features, {end - begin, shard.features});
-    Tensor y = labels_.view(begin, {end - begin});
+    Tensor y = labels_.view(begin * shard.label_width, {(end - begin) * shard.label_width});
     phase_ = Phase::kForward;
     Tape tape(stream);
+    ForwardContext micro = context;
+    micro.first_row += begin;
+    tape.set_context(micro);
     if (m + 1 == accumulate) {  // the all-reduce follows the last micro-batch only
       tape.set_grad_ready_hook([this](Parameter& p) { reducer_->on_grad_ready(p.index); });
     }
-    Var loss = nn::cross_entropy(tape, model_->forward(tape, tape.constant(x)), y, grad_scale);
-    axpy(static_cast<float>(end - begin), loss->value, loss_sum_, stream);  // mean -> sum
+    Var logits = model_->forward(tape, input_rows(tape, shard, begin, end));
+    Var loss = nn::cross_entropy(tape, logits, y, grad_scale);
+    // The loss is (sum over counted labels) / (logit rows): back to the sum.
+    axpy(static_cast<float>(logits->value.dim(0)), loss->value, loss_sum_, stream);
     phase_ = Phase::kBackward;
     tape.backward(loss);
   }
 }
 
-StepOutcome Replica::step(const Shard& shard, int64_t global_rows, int accumulate) {
-  LS_ASSERT(shard.rows >= accumulate && accumulate >= 1);
+StepOutcome Replica::step(const Shard& shard, int64_t global_labels, int accumulate,
+                          int64_t step_index, uint64_t dropout_seed) {
+  LS_ASSERT(shard.rows >= accumulate && accumulate >= 1 && global_labels > 0);
   Stream& stream = *compute_;
   upload(shard);
   stream.record(*step_start_);
   store_->zero_grad(stream);
   fill(loss_sum_, 0.0f, stream);
   reducer_->begin();
-  forward_backward(shard, global_rows, accumulate);
+  forward_backward(shard, global_labels, accumulate,
+                   ForwardContext{true, dropout_seed, step_index, shard.first_row});
 
   phase_ = Phase::kReduce;
   reducer_->finish();
@@ -161,11 +192,12 @@ EvalCounts Replica::evaluate(const Shard& rows, int64_t batch_size) {
   Tensor correct = Tensor::empty({1}, DType::kI32, device_);
   EvalCounts counts;
   for (int64_t begin = 0; begin < rows.rows; begin += batch_size) {
-    const int64_t n = std::min(batch_size, rows.rows - begin);
-    Shard batch{rows.images + begin * rows.features, rows.labels + begin, n, rows.features};
+    const Shard batch = rows.slice(begin, std::min(batch_size, rows.rows - begin));
+    const int64_t counted = batch.counted_labels();
+    if (counted == 0) continue;
     upload(batch);
     Tape tape(stream, /*record=*/false);
-    Var logits = model_->forward(tape, tape.constant(images_));
+    Var logits = model_->forward(tape, input_rows(tape, batch, 0, batch.rows));
     Var loss = nn::cross_entropy(tape, logits, labels_);
     count_correct(logits->value, labels_, correct, stream);
     int32_t correct_host = 0;
@@ -174,8 +206,9 @@ EvalCounts Replica::evaluate(const Shard& rows, int64_t batch_size) {
     loss->value.copy_to_host_async(&loss_host, sizeof loss_host, stream);
     stream.synchronize();
     counts.correct += correct_host;
-    counts.loss_sum += static_cast<double>(loss_host) * static_cast<double>(n);
-    counts.rows += n;
+    // The loss is (sum over counted labels) / (logit rows).
+    counts.loss_sum += static_cast<double>(loss_host) * static_cast<double>(logits->value.dim(0));
+    counts.rows += counted;
   }
   phase_ = Phase::kIdle;
   return counts;

@@ -30,16 +30,25 @@ namespace ls {
 enum class Phase { kIdle, kSetup, kUpload, kForward, kBackward, kReduce, kOptimizer, kEvaluate };
 const char* phase_name(Phase phase);
 
-// A replica's rows of the global batch, in host memory owned by the caller.
+// A replica's rows of the global batch, in host memory owned by the caller: float inputs
+// (images) or token ids, and label_width labels per row (kIgnoreLabel ones count for nothing).
 struct Shard {
-  const float* images = nullptr;  // rows * features
-  const int32_t* labels = nullptr;
+  const float* images = nullptr;   // rows * features, or null for token inputs
+  const int32_t* tokens = nullptr; // rows * features, or null for float inputs
+  const int32_t* labels = nullptr; // rows * label_width
   int64_t rows = 0;
   int64_t features = 0;
+  int64_t label_width = 1;
+  int64_t first_row = 0;           // global index of the first row (dropout masks)
+
+  // The rows [begin, begin + count) of this shard.
+  Shard slice(int64_t begin, int64_t count) const;
+  // Labels that count for the loss (not kIgnoreLabel).
+  int64_t counted_labels() const;
 };
 
 struct StepOutcome {
-  double global_loss_sum = 0;  // sum over the GLOBAL batch of the per-row loss (all-reduced)
+  double global_loss_sum = 0;  // sum over the GLOBAL batch of the per-label loss (all-reduced)
   int32_t nonfinite = 0;       // NaN/Inf values in the summed gradients
   bool skipped = false;        // the optimizer did not step (non-finite loss or gradients)
 };
@@ -47,7 +56,7 @@ struct StepOutcome {
 struct EvalCounts {
   double loss_sum = 0;
   int64_t correct = 0;
-  int64_t rows = 0;
+  int64_t rows = 0;  // labels counted (not kIgnoreLabel)
 };
 
 class Replica {
@@ -61,8 +70,10 @@ class Replica {
 
   // Makes every replica start from rank 0's parameters (a collective: all replicas call it).
   void broadcast_parameters();
-  // One step on this replica's shard of a global batch of `global_rows` rows.
-  StepOutcome step(const Shard& shard, int64_t global_rows, int accumulate);
+  // Step `step_index` on this replica's shard of a global batch with `global_labels` counted
+  // labels (the loss is their mean). `dropout_seed` keys the dropout masks.
+  StepOutcome step(const Shard& shard, int64_t global_labels, int accumulate, int64_t step_index,
+                   uint64_t dropout_seed);
   EvalCounts evaluate(const Shard& rows, int64_t batch_size);
 
   int rank() const { return rank_; }
@@ -84,7 +95,10 @@ class Replica {
  private:
   void upload(const Shard& shard);
   // Forward and backward of the shard's micro-batches; adds each one's loss sum to loss_sum_.
-  void forward_backward(const Shard& shard, int64_t global_rows, int accumulate);
+  void forward_backward(const Shard& shard, int64_t global_labels, int accumulate,
+                        const ForwardContext& context);
+  // The uploaded inputs of rows [begin, end) as the model's input Var.
+  Var input_rows(Tape& tape, const Shard& shard, int64_t begin, int64_t end) const;
 
   int rank_;
   Device device_;
@@ -98,7 +112,7 @@ class Replica {
   RecordingCommunicator& recorder_;  // inside comm_
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<Event> step_start_;
-  Tensor images_, labels_;  // device copies of the shard, reused across steps
+  Tensor inputs_, labels_;  // device copies of the shard, reused across steps
   Tensor loss_sum_;         // f32 [1]: this shard's loss sum, then (all-reduced) the global one
   Tensor nonfinite_;        // i32 [1]: non-finite values in the summed gradients
   float loss_sum_host_ = 0;

@@ -19,6 +19,7 @@ inline data::Batch random_batch(int64_t size, int64_t features) {
   std::normal_distribution<float> normal;
   data::Batch batch;
   batch.size = size;
+  batch.features = features;
   batch.images.reserve(static_cast<size_t>(size * features));
   for (int64_t i = 0; i < size * features; ++i) batch.images.push_back(normal(rng));
   for (int64_t i = 0; i < size; ++i) batch.labels.push_back(static_cast<int32_t>(rng() % 10));

@@ -35,6 +35,16 @@ struct VarNode {
 };
 using Var = std::shared_ptr<VarNode>;
 
+// What a forward pass needs to know beyond its inputs: whether it trains (dropout is on only
+// then) and where its rows sit in the global batch, so that a dropout mask is a function of
+// (seed, step, global example index, position) and N replicas draw the masks of one replica.
+struct ForwardContext {
+  bool training = false;
+  uint64_t seed = 0;      // the run's dropout seed
+  int64_t step = 0;       // the optimizer step being computed
+  int64_t first_row = 0;  // global index (in the step's batch) of this forward's first example
+};
+
 class Tape {
  public:
   // With record == false (evaluation), functions compute outputs and record nothing.
@@ -44,6 +54,8 @@ class Tape {
 
   Stream& stream() const { return stream_; }
   bool recording() const { return record_; }
+  const ForwardContext& context() const { return context_; }
+  void set_context(const ForwardContext& context) { context_ = context; }
 
   // A Var that needs no gradient (inputs, labels).
   Var constant(Tensor value) const;
@@ -80,6 +92,7 @@ class Tape {
 
   Stream& stream_;
   bool record_;
+  ForwardContext context_;
   std::vector<Node> nodes_;
   // One Var per parameter per tape, so a parameter used twice (tied weights) has one use count.
   std::unordered_map<Parameter*, Var> parameter_vars_;

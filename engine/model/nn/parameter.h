@@ -2,21 +2,28 @@
 // materialised by a ParameterStore) views of the flat parameter and gradient buffers.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/core/tensor.h"
 
 namespace ls {
 
 struct Init {
-  enum class Kind { kZeros, kOnes, kUniform, kNormal };
+  enum class Kind { kZeros, kOnes, kUniform, kNormal, kValues };
   Kind kind = Kind::kZeros;
   float scale = 0.0f;  // uniform: values in [-scale, scale]; normal: standard deviation
+  // kValues: the parameter's values, row-major, exactly numel of them (pretrained weights).
+  std::shared_ptr<const std::vector<float>> values;
 
-  static Init zeros() { return {Kind::kZeros, 0.0f}; }
-  static Init ones() { return {Kind::kOnes, 0.0f}; }
-  static Init uniform(float bound) { return {Kind::kUniform, bound}; }
-  static Init normal(float stddev) { return {Kind::kNormal, stddev}; }
+  static Init zeros() { return {Kind::kZeros, 0.0f, nullptr}; }
+  static Init ones() { return {Kind::kOnes, 0.0f, nullptr}; }
+  static Init uniform(float bound) { return {Kind::kUniform, bound, nullptr}; }
+  static Init normal(float stddev) { return {Kind::kNormal, stddev, nullptr}; }
+  static Init from_values(std::shared_ptr<const std::vector<float>> v) {
+    return {Kind::kValues, 0.0f, std::move(v)};
+  }
 };
 
 struct Parameter {

@@ -1,6 +1,7 @@
 // ParameterStore (see engine/model/nn/parameter_store.h).
 #include "engine/model/nn/parameter_store.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -27,6 +28,12 @@ void fill_init(const Init& init, std::span<float> out, std::mt19937_64& rng) {
         const float u2 = unit_uniform(rng);
         x = init.scale * std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
       }
+      break;
+    case Init::Kind::kValues:
+      LS_CHECK(init.values != nullptr && init.values->size() == out.size(),
+               "initial values: ", init.values ? init.values->size() : 0,
+               " given for a parameter of ", out.size(), " elements");
+      std::copy(init.values->begin(), init.values->end(), out.begin());
       break;
   }
 }

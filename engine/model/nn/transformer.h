@@ -1,0 +1,113 @@
+// Transformers: a GPT-style language model and an encoder + linear head classifier, one class.
+//
+// Input: token ids, i32 [B, T] with T <= max_seq; tokens equal to pad_id are padding (masked as
+// attention keys, skipped by pooling). Output: logits [B*T, vocab] for a language model (the
+// output head is the token embedding, tied as in GPT-2), [B, classes] for a classifier (an
+// encoder stack, pooling over the sequence, then a Linear head).
+// Layouts: GPT-2's (pre-norm blocks and a final LayerNorm, tanh GELU) and BERT's (post-norm, a
+// LayerNorm after the embeddings, token-type embeddings, erf GELU). Last-token pooling takes each
+// sequence's last real token by its padding mask, not position T-1 (see docs/transformers.md).
+// Parameter names (our own, engine/model/checkpoint/hf_transformer.h maps them to Hugging Face's):
+//   wte.weight, wpe.weight, [wtt.weight, ln_emb.*], h.<i>.{ln_1, attn.qkv, attn.proj, ln_2,
+//   mlp.fc, mlp.proj}.{weight, bias}, [ln_f.*], [head.weight, head.bias].
+// Thread-safety: a model is used by one thread (each replica owns its own).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model/nn/module.h"
+#include "ops/pooling.h"
+
+namespace ls::nn {
+
+enum class NormPlacement { kPre, kPost };  // GPT-2: LayerNorm before each sub-layer; BERT: after
+enum class GeluForm { kTanh, kErf };       // GPT-2's "gelu_new"; BERT's "gelu"
+
+struct TransformerConfig {
+  int64_t vocab = 258;  // the byte tokenizer: 256 bytes, pad, end of text
+  int64_t max_seq = 128;
+  int64_t layers = 4;
+  int64_t heads = 4;
+  int64_t hidden = 256;
+  int64_t ffn = 1024;   // inner width of each block's MLP
+  bool causal = true;   // a token attends to earlier tokens only
+  NormPlacement norm = NormPlacement::kPre;
+  GeluForm gelu = GeluForm::kTanh;
+  float dropout = 0.0f;  // embeddings, attention probabilities and residual branches
+  float layernorm_eps = 1e-5f;
+  int32_t pad_id = 256;
+  bool token_types = false;  // BERT: a token-type embedding (type 0 for every token)
+  int64_t token_type_count = 2;
+  int classes = 0;           // 0: a language model; > 0: a classifier with that many classes
+  Pooling pooling = Pooling::kLast;
+  bool head_bias = true;     // GPT-2's sequence classifier ("score") has none
+
+  bool is_classifier() const { return classes > 0; }
+  int64_t head_dim() const { return hidden / heads; }
+  // ls::Error naming the first bad field and how to fix it.
+  void validate() const;
+  std::string describe() const;  // "gpt 4 layers, 4 heads, hidden 256, ffn 1024, seq 128, ..."
+  // Parameters a model of this config has (no model needed).
+  int64_t parameter_count() const;
+  // Training FLOPs per token (forward + backward, 6N + attention), for MFU figures.
+  double train_flops_per_token(int64_t seq) const;
+};
+
+// The GPT-2 layout (pre-norm, causal, tanh GELU, tied head), and BERT's (post-norm, bidirectional,
+// erf GELU, token types, first-token pooling, eps 1e-12).
+TransformerConfig gpt_config(int64_t layers, int64_t heads, int64_t hidden, int64_t max_seq,
+                             int64_t vocab);
+TransformerConfig bert_config(int64_t layers, int64_t heads, int64_t hidden, int64_t max_seq,
+                              int64_t vocab);
+
+class Embedding final : public Module {
+ public:
+  Embedding(int64_t count, int64_t dim);  // N(0, 0.02) init, as GPT-2 and BERT
+  Var forward(Tape& tape, const Var& ids) override;  // ids: i32 tensor of n -> [n, dim]
+  Parameter& weight() { return weight_; }
+
+ private:
+  Parameter& weight_;
+};
+
+class LayerNorm final : public Module {
+ public:
+  LayerNorm(int64_t dim, float eps);
+  Var forward(Tape& tape, const Var& x) override;
+
+ private:
+  float eps_;
+  Parameter& weight_;
+  Parameter& bias_;
+};
+
+class TransformerBlock;
+
+class Transformer final : public Module {
+ public:
+  explicit Transformer(const TransformerConfig& config);
+  ~Transformer() override;
+  // tokens: a constant Var of i32 [B, T]; returns the logits (see the top of this file).
+  Var forward(Tape& tape, const Var& tokens) override;
+  // The final hidden states [B*T, hidden] (after ln_f in the pre-norm layout): what a Hugging
+  // Face model returns as last_hidden_state.
+  Var hidden_states(Tape& tape, const Var& tokens);
+  const TransformerConfig& config() const { return config_; }
+
+ private:
+  Var encode(Tape& tape, const Tensor& tokens, const Tensor& valid);
+
+  TransformerConfig config_;
+  Embedding* wte_;
+  Embedding* wpe_;
+  Embedding* wtt_ = nullptr;
+  LayerNorm* ln_emb_ = nullptr;
+  std::vector<TransformerBlock*> blocks_;
+  LayerNorm* ln_f_ = nullptr;
+  Module* head_ = nullptr;
+};
+
+}  // namespace ls::nn
