@@ -15,7 +15,10 @@ install(TARGETS lockstep lockstep_core lockstep_ops lockstep_model lockstep_para
 set(LOCKSTEP_PUBLIC_HEADERS
   engine/core/allocator.h engine/core/device.h engine/core/dtype.h engine/core/error.h
   engine/core/json.h engine/core/stream.h engine/core/tensor.h
-  engine/model/checkpoint/retention.h engine/model/data/dataset.h engine/model/data/sampler.h
+  engine/model/checkpoint/hf_transformer.h engine/model/checkpoint/retention.h
+  engine/model/data/dataset.h engine/model/data/prefetch.h engine/model/data/sampler.h
+  engine/model/data/text_corpus.h engine/model/data/tokenizer.h engine/model/data/wordnet.h
+  engine/model/nn/transformer_config.h
   parallel/buckets.h parallel/data_parallel.h)
 foreach(header IN LISTS LOCKSTEP_PUBLIC_HEADERS)
   get_filename_component(dir ${header} DIRECTORY)

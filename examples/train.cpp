@@ -1,12 +1,14 @@
-// lockstep-train: trains an MLP on Fashion-MNIST, data-parallel over the given devices, and
-// reports test accuracy and throughput. It is also the example of embedding the engine: load
-// data, make a DataParallel, loop over batches, evaluate.
+// lockstep-train: trains a model (an MLP on Fashion-MNIST, a GPT on dict-gcide, a transformer
+// classifier on WordNet supersenses; examples/workload.h) data-parallel over the given devices,
+// and reports test loss, accuracy and throughput. It is also the example of embedding the engine:
+// load data, make a DataParallel, loop over batches, evaluate.
 // Ctrl-C or SIGTERM stops it after the current step, with a checkpoint when it keeps them.
 // Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 / 143 stopped by SIGINT / SIGTERM.
 #include <lockstep/lockstep.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <limits>
@@ -14,6 +16,7 @@
 
 #include "examples/stop_signals.h"
 #include "examples/train_options.h"
+#include "examples/workload.h"
 
 namespace {
 
@@ -30,7 +33,9 @@ std::string format_eta(double seconds) {
 }
 
 struct RunSummary {
-  std::vector<int64_t> widths;  // the MLP's layer widths, input to output
+  std::string description;      // the model and data
+  std::vector<int64_t> widths;  // the MLP's layer widths, input to output (mlp only)
+  int64_t tokens_per_example = 0;
   int64_t params = 0;
   int64_t steps = 0;
   int64_t steps_run = 0;  // in this process (fewer than steps after --resume or a stop)
@@ -126,7 +131,7 @@ int64_t train_steps(const TrainOptions& o, ls::DataParallel& trainer, ls::data::
       const double elapsed = seconds_since(start);
       const double rate = static_cast<double>((step - first_step + 1) * o.batch) / elapsed;
       std::printf(
-          "step %lld/%lld  epoch %lld  loss %.4f  %.0f samples/s  ETA %s\n",
+          "step %lld/%lld  epoch %lld  loss %.4f  %.0f examples/s  ETA %s\n",
           static_cast<long long>(step), static_cast<long long>(total_steps),
           static_cast<long long>(sampler.epoch() + 1), static_cast<double>(result.loss), rate,
           format_eta(elapsed / static_cast<double>(step) * static_cast<double>(total_steps - step))
@@ -143,15 +148,42 @@ int64_t train_steps(const TrainOptions& o, ls::DataParallel& trainer, ls::data::
   return total_steps;
 }
 
+WorkloadOptions workload_options(const TrainOptions& o) {
+  WorkloadOptions w;
+  w.model = o.model;
+  w.data = o.data_dir;
+  w.hidden = o.hidden;
+  w.layers = o.layers;
+  w.heads = o.heads;
+  w.seq = o.seq;
+  w.dropout = o.dropout;
+  w.layout = o.layout;
+  w.pooling = o.pooling;
+  w.init = o.init;
+  w.tokenizer = o.tokenizer;
+  w.max_examples = o.max_examples;
+  return w;
+}
+
+// Writes replica 0's parameters as a Hugging Face checkpoint (--export-hf).
+void export_hf(const TrainOptions& o, const ls::nn::TransformerConfig& config,
+               ls::DataParallel& trainer) {
+  ls::checkpoint::HostTensors weights;
+  for (auto& p : trainer.named_parameters(0)) {
+    weights[p.name] = {std::move(p.shape), std::move(p.values)};
+  }
+  ls::checkpoint::write_hf(o.export_hf, config, weights);
+  std::printf("exported the model in Hugging Face form to %s\n", o.export_hf.c_str());
+}
+
 RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
                const StopSignals& stop) {
-  ls::data::Dataset train = ls::data::load_fashion_mnist(o.data_dir, ls::data::Split::kTrain);
-  ls::data::Dataset test = ls::data::load_fashion_mnist(o.data_dir, ls::data::Split::kTest);
-  std::vector<int64_t> widths{train.features};
-  widths.insert(widths.end(), o.hidden.begin(), o.hidden.end());
-  widths.push_back(train.classes);
+  const Workload work = make_workload(workload_options(o));
+  const ls::data::Dataset& train = work.train;
+  const ls::data::Dataset& test = work.test;
+  for (const std::string& note : work.notes) std::printf("note: %s\n", note.c_str());
   ls::DataParallel trainer(
-      devices, ls::mlp_factory(widths),
+      devices, work.model,
       ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}),
       data_parallel_options(o));
 
@@ -159,9 +191,10 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
   ls::data::BatchIterator batches(train, sampler, o.batch);
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * batches.batches_per_epoch();
   const int64_t first_step = resume_if_asked(o, trainer, sampler, batches);
-  std::printf("training mlp (%lld parameters) on %s: %lld steps of global batch %lld, %s lr %g,"
+  std::printf("training %s (%lld parameters) on %s: %lld steps of global batch %lld, %s lr %g,"
               " %zu gradient bucket(s)\n",
-              static_cast<long long>(trainer.parameter_count()), ls::devices_str(devices).c_str(),
+              work.description.c_str(), static_cast<long long>(trainer.parameter_count()),
+              ls::devices_str(devices).c_str(),
               static_cast<long long>(total_steps), static_cast<long long>(o.batch),
               o.optimizer.c_str(), static_cast<double>(o.lr), trainer.buckets().size());
 
@@ -180,14 +213,17 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
     // Nothing new since the checkpoint this run resumed from, or its last periodic one.
     summary.last_checkpoint = ls::latest_checkpoint(o.checkpoint_dir).value_or("");
   }
-  summary.widths = widths;
+  summary.description = work.description;
+  summary.widths = work.mlp_widths;
+  summary.tokens_per_example = work.tokens_per_example;
   summary.params = trainer.parameter_count();
   summary.train_seconds = seconds_since(start);
   summary.steps = total_steps;
   summary.steps_run = last_step - first_step + 1;
   summary.skipped_steps = trainer.skipped_steps();
   summary.final_loss = recent.mean();
-  if (!summary.stopped) summary.test = trainer.evaluate(test, 1000);
+  if (!summary.stopped) summary.test = trainer.evaluate(test, work.transformer ? 64 : 1000);
+  if (!summary.stopped && !o.export_hf.empty()) export_hf(o, *work.transformer, trainer);
   return summary;  // the trainer's threads are joined here, when it goes out of scope
 }
 
@@ -200,9 +236,12 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, c
   json.end_array();
   json.field("backend", std::string(ls::device_kind_name(devices[0].kind)));
   json.field("model", o.model);
-  json.key("widths").begin_array();
-  for (int64_t w : s.widths) json.value(w);
-  json.end_array();
+  json.field("description", s.description);
+  if (!s.widths.empty()) {
+    json.key("widths").begin_array();
+    for (int64_t w : s.widths) json.value(w);
+    json.end_array();
+  }
   json.field("params", s.params);
   json.field("optimizer", o.optimizer);
   json.field("lr", static_cast<double>(o.lr));
@@ -214,7 +253,12 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, c
   json.field("final_loss", s.final_loss);
   json.field("test_loss", s.test.loss);
   json.field("test_accuracy", s.test.accuracy);
+  if (o.model == "gpt") json.field("test_perplexity", std::exp(s.test.loss));
   json.field("samples_per_s", static_cast<double>(s.steps_run * o.batch) / s.train_seconds);
+  if (s.tokens_per_example > 0) {
+    json.field("tokens_per_s", static_cast<double>(s.steps_run * o.batch * s.tokens_per_example) /
+                                   s.train_seconds);
+  }
   json.field("train_s", s.train_seconds);
   json.field("wall_s", wall_s);
   json.end_object();
@@ -261,10 +305,18 @@ int main(int argc, char** argv) {
     RunSummary summary = run(options, devices, stop);
     if (summary.stopped) return report_stop(options, summary, stop);
     const double wall_s = seconds_since(start);
-    std::printf("done: %lld steps, final loss %.4f, test accuracy %.4f, %.0f samples/s, %.1f s\n",
-                static_cast<long long>(summary.steps), summary.final_loss, summary.test.accuracy,
-                static_cast<double>(summary.steps_run * options.batch) / summary.train_seconds,
-                wall_s);
+    const double examples_per_s =
+        static_cast<double>(summary.steps_run * options.batch) / summary.train_seconds;
+    std::printf("done: %lld steps, final loss %.4f, test loss %.4f, test accuracy %.4f",
+                static_cast<long long>(summary.steps), summary.final_loss, summary.test.loss,
+                summary.test.accuracy);
+    if (options.model == "gpt") std::printf(", test perplexity %.2f", std::exp(summary.test.loss));
+    std::printf(", %.0f examples/s", examples_per_s);
+    if (summary.tokens_per_example > 0) {
+      std::printf(" (%.0f tokens/s)",
+                  examples_per_s * static_cast<double>(summary.tokens_per_example));
+    }
+    std::printf(", %.1f s\n", wall_s);
     if (!options.json_path.empty()) {
       write_json(options, devices, summary, wall_s);
       std::printf("results written to %s\n", options.json_path.c_str());

@@ -21,17 +21,34 @@ std::vector<int64_t> parse_widths(std::string_view flag, std::string_view text) 
 
 const char* train_usage() {
   return R"(usage: lockstep-train [options]
-Trains a model on Fashion-MNIST and reports test accuracy and throughput.
+Trains a model data-parallel and reports its test loss, accuracy and throughput.
 
   --devices SPEC        devices to train on, one replica each: host:1 (default), host:N,
                         cuda, cuda:0,2, auto
-  --data DIR            Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist,
-                        from Debian's dataset-fashion-mnist package)
-  --model mlp           model kind (only mlp so far)
-  --hidden W[,W...]     hidden widths of the MLP (default 256: 784-256-10)
-  --epochs N            passes over the training set (default 8)
-  --steps N             train exactly N steps instead of whole epochs
-  --batch N             global batch size, split across the devices (default 128)
+  --model NAME          mlp (default): an MLP on Fashion-MNIST images;
+                        gpt: a GPT-2-layout language model on dict-gcide's English text;
+                        classifier: a transformer + 4-way linear head on WordNet noun glosses
+                        (supersenses animal, artifact, food, plant)
+  --data PATH           the model's data (defaults, from Debian packages: mlp
+                        /usr/share/datasets/fashion-mnist, gpt /usr/share/dictd/gcide.dict.dz,
+                        classifier /usr/share/wordnet/data.noun)
+  --hidden W[,W...]     mlp: hidden widths (default 256: 784-256-10); transformers: the hidden
+                        size (default 256)
+  --layers N, --heads N transformer blocks and attention heads (default 4, 4)
+  --seq N               tokens per example (default 128)
+  --dropout P           dropout of embeddings, attention and residual branches (default 0)
+  --layout NAME         classifier: gpt2 (default: pre-norm, causal, last-real-token pooling)
+                        or bert (post-norm, bidirectional, first-token pooling)
+  --pooling NAME        classifier: last, first or mean over the real (non-padding) tokens
+  --init DIR            start from a Hugging Face checkpoint (config.json, model.safetensors;
+                        GPT-2 or BERT); its sizes replace --layers/--heads/--hidden
+  --tokenizer DIR       GPT-2 BPE vocabulary (vocab.json, merges.txt) instead of byte tokens
+  --export-hf DIR       after training, write the model as a Hugging Face checkpoint
+  --max-examples N      use at most N training examples
+  --epochs N            passes over the training set (default: mlp 8, classifier 3)
+  --steps N             train exactly N steps instead of whole epochs (gpt default 300)
+  --batch N             global batch size, split across the devices (default: mlp 128,
+                        transformers 32)
   --accumulate K        K micro-batches per step, gradients all-reduced after the last (default 1)
   --uneven-shards       allow a global batch that does not divide by the device count
   --bucket-mb X         gradient bucket cap in MiB (default 25; the first bucket is 1 MiB)
@@ -72,12 +89,38 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--data", [&](auto, auto v) { o.data_dir = v; }},
       {"--model",
        [&](auto f, auto v) {
-         if (v != "mlp")
+         if (v != "mlp" && v != "gpt" && v != "classifier")
            throw UsageError(std::string(f) + ": unknown model '" + std::string(v) +
-                            "'; available: mlp");
+                            "'; available: mlp, gpt, classifier");
          o.model = v;
        }},
       {"--hidden", [&](auto f, auto v) { o.hidden = parse_widths(f, v); }},
+      {"--layers", [&](auto f, auto v) { o.layers = parse_positive<int64_t>(f, v); }},
+      {"--heads", [&](auto f, auto v) { o.heads = parse_positive<int64_t>(f, v); }},
+      {"--seq", [&](auto f, auto v) { o.seq = parse_positive<int64_t>(f, v); }},
+      {"--dropout",
+       [&](auto f, auto v) {
+         o.dropout = parse_number<float>(f, v);
+         if (!(o.dropout >= 0 && o.dropout < 1)) throw UsageError("--dropout must be in [0, 1)");
+       }},
+      {"--layout",
+       [&](auto f, auto v) {
+         if (v != "gpt2" && v != "bert")
+           throw UsageError(std::string(f) + ": unknown layout '" + std::string(v) +
+                            "'; use gpt2 or bert");
+         o.layout = v;
+       }},
+      {"--pooling",
+       [&](auto f, auto v) {
+         if (v != "last" && v != "first" && v != "mean")
+           throw UsageError(std::string(f) + ": unknown pooling '" + std::string(v) +
+                            "'; use last, first or mean");
+         o.pooling = v;
+       }},
+      {"--init", [&](auto, auto v) { o.init = v; }},
+      {"--tokenizer", [&](auto, auto v) { o.tokenizer = v; }},
+      {"--export-hf", [&](auto, auto v) { o.export_hf = v; }},
+      {"--max-examples", [&](auto f, auto v) { o.max_examples = parse_positive<int64_t>(f, v); }},
       {"--epochs", [&](auto f, auto v) { o.epochs = parse_positive<int64_t>(f, v); }},
       {"--steps", [&](auto f, auto v) { o.steps = parse_positive<int64_t>(f, v); }},
       {"--batch", [&](auto f, auto v) { o.batch = parse_positive<int64_t>(f, v); }},
@@ -134,6 +177,21 @@ TrainOptions parse_train_options(int argc, char** argv) {
                         {"--uneven-shards", [&] { o.uneven_shards = true; }},
                         {"--resume", [&] { o.resume = true; }}});
   if (o.log_every < 0) throw UsageError("--log-every must be >= 0");
+  const bool transformer = o.model != "mlp";
+  if (!transformer && (!o.init.empty() || !o.export_hf.empty() || !o.tokenizer.empty())) {
+    throw UsageError("--init, --export-hf and --tokenizer are for --model gpt or classifier");
+  }
+  if (transformer && o.hidden.size() > 1) {
+    throw UsageError("--hidden takes one width (the hidden size) for --model " + o.model);
+  }
+  if (o.batch == 0) o.batch = transformer ? 32 : 128;
+  if (o.epochs == 0 && o.steps == 0) {
+    if (o.model == "gpt") {
+      o.steps = 300;
+    } else {
+      o.epochs = o.model == "classifier" ? 3 : 8;
+    }
+  }
   if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty()) {
     throw UsageError("--resume and --checkpoint-every need --checkpoint-dir");
   }

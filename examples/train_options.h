@@ -13,12 +13,22 @@ using UsageError = ls::cli::UsageError;
 
 struct TrainOptions {
   std::string devices = "host:1";
-  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string data_dir;  // empty: the model's installed data set (examples/workload.h)
   std::string model = "mlp";
-  std::vector<int64_t> hidden = {256};
-  int64_t epochs = 8;
-  int64_t steps = 0;  // > 0: train this many steps instead of whole epochs
-  int64_t batch = 128;  // global: split across the devices
+  std::vector<int64_t> hidden;  // empty: the model's default (mlp 256, transformers 256)
+  int64_t layers = 4;           // transformers
+  int64_t heads = 4;
+  int64_t seq = 128;
+  float dropout = 0.0f;
+  std::string layout = "gpt2";  // classifier: gpt2 | bert
+  std::string pooling;          // classifier: last | first | mean
+  std::string init;             // Hugging Face model directory to start from
+  std::string tokenizer;        // GPT-2 BPE vocabulary directory (vocab.json, merges.txt)
+  std::string export_hf;        // write the trained model in Hugging Face form here
+  int64_t max_examples = 0;
+  int64_t epochs = 0;  // 0: the model's default (mlp 8, classifier 3; gpt trains --steps)
+  int64_t steps = 0;  // > 0: train this many steps instead of whole epochs (gpt default 300)
+  int64_t batch = 0;  // global, split across the devices; 0: mlp 128, transformers 32
   int64_t accumulate = 1;
   bool uneven_shards = false;
   double bucket_mb = 25.0;

@@ -9,6 +9,7 @@
 
 #include "engine/core/runtime.h"
 #include "engine/model/nn/module.h"
+#include "engine/model/nn/transformer.h"
 #include "engine/model/optim/optimizer.h"
 #include "parallel/data_parallel_impl.h"
 #include "ops/softmax_xent.h"
@@ -46,6 +47,16 @@ std::string DataParallel::save(const std::string& dir, const TrainingPosition& p
 }
 TrainingPosition DataParallel::load(const std::string& dir) { return impl_->load(dir); }
 std::vector<float> DataParallel::parameters(int replica) { return impl_->parameters(replica); }
+std::vector<DataParallel::NamedParameter> DataParallel::named_parameters(int replica) {
+  const std::vector<float> flat = impl_->parameters(replica);
+  std::vector<NamedParameter> out;
+  for (const Parameter* p : impl_->parameter_layout()) {
+    const auto begin = flat.begin() + static_cast<std::ptrdiff_t>(p->offset);
+    out.push_back({p->name, {p->shape.begin(), p->shape.end()},
+                   std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(p->numel()))});
+  }
+  return out;
+}
 BucketTimeline DataParallel::last_timeline(int replica) { return impl_->last_timeline(replica); }
 AllocatorStats DataParallel::allocator_stats(int replica) const {
   return impl_->allocator_stats(replica);
@@ -445,6 +456,25 @@ OptimizerFactory make_optimizer_factory(const OptimizerSpec& spec) {
 
 ModelFactory mlp_factory(std::vector<int64_t> widths) {
   return [widths] { return nn::mlp(widths); };
+}
+
+ModelFactory transformer_factory(nn::TransformerConfig config,
+                                 std::shared_ptr<const checkpoint::HostTensors> weights) {
+  config.validate();
+  return [config, weights]() -> std::unique_ptr<nn::Module> {
+    auto model = std::make_unique<nn::Transformer>(config);
+    if (weights == nullptr) return model;
+    // Every parameter the weights hold starts from them (replica 0's are broadcast anyway).
+    for (Parameter* p : model->parameters()) {
+      auto it = weights->find(p->name);
+      if (it == weights->end()) continue;
+      LS_CHECK(it->second.values.size() == static_cast<size_t>(p->numel()), "weights for ",
+               p->name, " have ", it->second.values.size(), " values; the parameter is ",
+               shape_str(p->shape));
+      p->init = Init::from_values(std::make_shared<const std::vector<float>>(it->second.values));
+    }
+    return model;
+  };
 }
 
 }  // namespace ls

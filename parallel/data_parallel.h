@@ -28,6 +28,7 @@
 #include "engine/core/allocator.h"
 #include "engine/core/device.h"
 #include "engine/core/tensor.h"
+#include "engine/model/checkpoint/hf_transformer.h"
 #include "engine/model/checkpoint/retention.h"
 #include "engine/model/data/dataset.h"
 #include "engine/model/data/sampler.h"
@@ -60,6 +61,10 @@ struct OptimizerSpec {
 OptimizerFactory make_optimizer_factory(const OptimizerSpec& spec);
 // Linear layers of these widths with ReLU between them, e.g. {784, 256, 10}.
 ModelFactory mlp_factory(std::vector<int64_t> widths);
+// A transformer (engine/model/nn/transformer_config.h); with `weights` (lockstep parameter
+// names, e.g. from checkpoint::read_hf_weights), every parameter they hold starts from them.
+ModelFactory transformer_factory(nn::TransformerConfig config,
+                                 std::shared_ptr<const checkpoint::HostTensors> weights = nullptr);
 
 // The rank of the replica whose thread calls it (model factories and model code may use it),
 // or -1 on any other thread.
@@ -141,6 +146,13 @@ class DataParallel {
 
   // A host copy of replica r's flat parameter buffer (synchronizes that replica).
   std::vector<float> parameters(int replica);
+  // Replica r's parameters one by one, under their module paths (e.g. to export a model).
+  struct NamedParameter {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<float> values;
+  };
+  std::vector<NamedParameter> named_parameters(int replica);
   // Replica r's timeline of the last step (bucket all-reduces and end of backward).
   BucketTimeline last_timeline(int replica);
   AllocatorStats allocator_stats(int replica) const;

@@ -55,27 +55,35 @@ int run(const ScaleOptions& o, const StopSignals& stop) {
   const DevicePlan plan = resolve_device_counts(o);  // may throw UsageError
   ls::set_host_threads_per_device(o.host_threads);
   print_plan(o, plan);
-  const ls::data::Dataset train = ls::data::load_fashion_mnist(o.data_dir, ls::data::Split::kTrain);
+  WorkloadOptions w;
+  w.model = o.model;
+  w.data = o.data_dir;
+  w.hidden = o.hidden;
+  w.layers = o.layers;
+  w.heads = o.heads;
+  w.seq = o.seq;
+  const Workload work = make_workload(w);
+  std::printf("model: %s\n", work.description.c_str());
 
   ProgressBar progress;
   std::vector<ScalePoint> points;
   for (int n : plan.counts) {
     std::optional<ScalePoint> point =
-        run_scale_point(o, train, first_devices(plan.kind, n), progress, stop);
+        run_scale_point(o, work, first_devices(plan.kind, n), progress, stop);
     if (!point) {  // every replica thread of that run is joined by now
       progress.end("stopped");
       std::printf("stopped by %s during the %d-device run; no files written\n", stop.signal_name(),
                   n);
       if (!points.empty()) {
         compute_efficiency(points);
-        print_table(o, points);
+        print_table(o, work.description, points);
       }
       return stop.exit_code();
     }
     points.push_back(std::move(*point));
   }
   compute_efficiency(points);
-  print_table(o, points);
+  print_table(o, work.description, points);
 
   std::string json_path = o.json_path;
   const bool temporary_json = json_path.empty() && !o.plot_path.empty();
@@ -84,7 +92,7 @@ int run(const ScaleOptions& o, const StopSignals& stop) {
                  ("lockstep-scale-" + std::to_string(getpid()) + ".json"))
                     .string();
   }
-  if (!json_path.empty()) write_scale_json(o, plan.kind, points, json_path);
+  if (!json_path.empty()) write_scale_json(o, work.description, plan.kind, points, json_path);
   if (!o.json_path.empty()) std::printf("results written to %s\n", o.json_path.c_str());
   if (!o.plot_path.empty() && draw_scale_plot(json_path, o.plot_path, !temporary_json)) {
     std::printf("plot written to %s\n", o.plot_path.c_str());

@@ -44,9 +44,10 @@ const char* scale_mode_name(ScaleMode mode) { return mode == ScaleMode::kWeak ? 
 
 const char* scale_usage() {
   return R"(usage: lockstep-scale [options]
-Scaling test: trains the same model on 1, 2, 4, ... devices of this machine (Fashion-MNIST)
-and reports throughput, scaling efficiency against one device, step time and exposed
-communication per device count, as a table, JSON and (with --plot) a PNG.
+Scaling test: trains the same model on 1, 2, 4, ... devices of this machine (by default a
+GPT on dict-gcide's English text) and reports throughput, scaling efficiency against one
+device, step time and exposed communication per device count, as a table, JSON and (with
+--plot) a PNG.
 
   --devices LIST        the device COUNTS to test (unlike lockstep-train, where host:N is one
                         list of N devices): host:1,2 runs on 1 then 2 host devices, cuda:1,2,4,8
@@ -54,16 +55,25 @@ communication per device count, as a table, JSON and (with --plot) a PNG.
                         else host counts 1,2,4,... up to the core count plus the core count;
                         host / cuda: the same for that kind. The list must contain 1 (the
                         baseline of the efficiency).
-  --data DIR            Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist,
-                        from Debian's dataset-fashion-mnist package)
-  --model mlp           model kind (only mlp so far)
-  --hidden W[,W...]     hidden widths of the MLP (default 1024,1024: 784-1024-1024-10)
+  --model NAME          gpt (default): a GPT-2-layout language model on dict-gcide;
+                        classifier: a transformer + 4-way head on WordNet glosses;
+                        mlp: an MLP on Fashion-MNIST
+  --data PATH           the model's data (default: its Debian package's files, see
+                        lockstep-train --help)
+  --hidden W[,W...]     transformers: hidden size (default 256); mlp: hidden widths
+                        (default 1024,1024: 784-1024-1024-10)
+  --layers N, --heads N, --seq N
+                        transformer blocks, heads, tokens per example (default 4, 4, 128)
   --mode weak|strong    weak (default): fixed batch per device, global batch grows with the
                         count; strong: fixed global batch split across the devices
-  --per-device-batch N  weak scaling: examples per device per step (default 128)
-  --global-batch N      strong scaling: examples per step, must divide by every count (default 1024)
-  --steps N             steps per device count, warm-up included (default 100)
-  --warmup N            untimed steps at the start of each run (default 10)
+  --per-device-batch N  weak scaling: examples per device per step (default: transformers 8,
+                        mlp 128)
+  --global-batch N      strong scaling: examples per step, must divide by every count
+                        (default: transformers 32, mlp 1024)
+  --steps N             steps per device count, warm-up included (default: transformers 30,
+                        mlp 100)
+  --warmup N            untimed steps at the start of each run (default: transformers 5,
+                        mlp 10)
   --windows N           the timed steps are split into N windows; throughput is the median over
                         the windows (default 5)
   --optimizer NAME      adamw (default) or sgd
@@ -104,19 +114,22 @@ void check_combination(const ScaleOptions& o, bool per_device_set, bool global_s
 
 ScaleOptions parse_scale_options(int argc, char** argv) {
   ScaleOptions o;
-  bool per_device_set = false, global_set = false;
+  bool per_device_set = false, global_set = false, warmup_set = false;
   using Setter = ls::cli::FlagSetter;
   const std::map<std::string_view, Setter> setters = {
       {"--devices", [&](auto, auto v) { o.devices = v; }},
       {"--data", [&](auto, auto v) { o.data_dir = v; }},
       {"--model",
        [&](auto f, auto v) {
-         if (v != "mlp")
+         if (v != "mlp" && v != "gpt" && v != "classifier")
            throw UsageError(std::string(f) + ": unknown model '" + std::string(v) +
-                            "'; available: mlp");
+                            "'; available: gpt, classifier, mlp");
          o.model = v;
        }},
       {"--hidden", [&](auto f, auto v) { o.hidden = parse_list<int64_t>(f, v); }},
+      {"--layers", [&](auto f, auto v) { o.layers = parse_positive<int64_t>(f, v); }},
+      {"--heads", [&](auto f, auto v) { o.heads = parse_positive<int64_t>(f, v); }},
+      {"--seq", [&](auto f, auto v) { o.seq = parse_positive<int64_t>(f, v); }},
       {"--mode",
        [&](auto f, auto v) {
          if (v == "weak")
@@ -141,6 +154,7 @@ ScaleOptions parse_scale_options(int argc, char** argv) {
       {"--warmup",
        [&](auto f, auto v) {
          o.warmup = parse_number<int64_t>(f, v);
+         warmup_set = true;
          if (o.warmup < 0) throw UsageError("--warmup must be >= 0, got " + std::string(v));
        }},
       {"--windows", [&](auto f, auto v) { o.windows = parse_positive<int64_t>(f, v); }},
@@ -170,6 +184,15 @@ ScaleOptions parse_scale_options(int argc, char** argv) {
   };
   ls::cli::parse_flags(argc, argv, setters,
                        {{"-h", [&] { o.help = true; }}, {"--help", [&] { o.help = true; }}});
+  const bool transformer = o.model != "mlp";
+  if (o.hidden.empty() && !transformer) o.hidden = {1024, 1024};
+  if (transformer && o.hidden.size() > 1) {
+    throw UsageError("--hidden takes one width (the hidden size) for --model " + o.model);
+  }
+  if (o.per_device_batch == 0) o.per_device_batch = transformer ? 8 : 128;
+  if (o.global_batch == 0) o.global_batch = transformer ? 32 : 1024;
+  if (o.steps == 0) o.steps = transformer ? 30 : 100;
+  if (o.warmup == 0 && !warmup_set) o.warmup = transformer ? 5 : 10;
   check_combination(o, per_device_set, global_set);
   return o;
 }

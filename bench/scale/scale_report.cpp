@@ -22,15 +22,6 @@ std::string cpu_model() {
   return "";
 }
 
-std::string widths_str(const std::vector<int64_t>& widths) {
-  std::string out;
-  for (int64_t w : widths) {
-    if (!out.empty()) out += '-';
-    out += std::to_string(w);
-  }
-  return out;
-}
-
 }  // namespace
 
 void compute_efficiency(std::vector<ScalePoint>& points) {
@@ -48,28 +39,31 @@ std::string backend_name(ls::DeviceKind kind) {
   return "lockstep-" + std::string(ls::device_kind_name(kind));
 }
 
-void print_table(const ScaleOptions& o, const std::vector<ScalePoint>& points) {
-  const std::string widths = points.empty() ? "" : widths_str(points.front().widths);
-  std::printf("\n%s scaling, mlp %s, %s, %lld timed steps per run (median of %lld windows)\n",
-              scale_mode_name(o.mode), widths.c_str(), o.optimizer.c_str(),
+void print_table(const ScaleOptions& o, const std::string& description,
+                 const std::vector<ScalePoint>& points) {
+  std::printf("\n%s scaling, %s, %s, %lld timed steps per run (median of %lld windows)\n",
+              scale_mode_name(o.mode), description.c_str(), o.optimizer.c_str(),
               static_cast<long long>(o.steps - o.warmup), static_cast<long long>(o.windows));
-  std::printf("%7s %8s %12s %12s %10s %9s %10s %10s %10s\n", "devices", "batch", "samples/s",
-              "per device", "efficiency", "step ms", "comm ms", "exposed ms", "final loss");
+  std::printf("%7s %8s %12s %12s %12s %10s %9s %10s %10s %10s\n", "devices", "batch",
+              "samples/s", "tokens/s", "per device", "efficiency", "step ms", "comm ms",
+              "exposed ms", "final loss");
   for (const ScalePoint& p : points) {
-    std::printf("%7d %8lld %12.0f %12.0f %10.3f %9.2f %10.2f %10.2f %10.4f\n", p.devices,
-                static_cast<long long>(p.global_batch), p.samples_per_s,
+    std::printf("%7d %8lld %12.0f %12.0f %12.0f %10.3f %9.2f %10.2f %10.2f %10.4f\n", p.devices,
+                static_cast<long long>(p.global_batch), p.samples_per_s, p.tokens_per_s,
                 p.samples_per_s / p.devices, p.efficiency, p.step_ms_median, p.comm_total_ms,
                 p.comm_exposed_ms, p.final_loss);
   }
   std::fflush(stdout);
 }
 
-void write_scale_json(const ScaleOptions& o, ls::DeviceKind kind,
-                      const std::vector<ScalePoint>& points, const std::string& path) {
+void write_scale_json(const ScaleOptions& o, const std::string& description,
+                      ls::DeviceKind kind, const std::vector<ScalePoint>& points,
+                      const std::string& path) {
   ls::JsonWriter json;
   json.begin_object();
   json.field("mode", std::string(scale_mode_name(o.mode)));
   json.field("model", o.model);
+  json.field("description", description);
   json.field("backend", backend_name(kind));
   json.field("device_kind", std::string(ls::device_kind_name(kind)));
   json.key("widths").begin_array();
@@ -102,6 +96,7 @@ void write_scale_json(const ScaleOptions& o, ls::DeviceKind kind,
     json.field("device_list", ls::devices_str(p.device_list));
     json.field("global_batch", p.global_batch);
     json.field("samples_per_s", p.samples_per_s);
+    if (p.tokens_per_s > 0) json.field("tokens_per_s", p.tokens_per_s);
     json.field("per_device_samples_per_s", p.samples_per_s / p.devices);
     json.field("efficiency", p.efficiency);
     json.field("step_ms_median", p.step_ms_median);

@@ -60,7 +60,7 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const ls::data::Dataset& train,
+std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload& work,
                                           const std::vector<ls::Device>& devices,
                                           ProgressBar& progress, const StopSignals& stop) {
   const Clock::time_point run_start = Clock::now();
@@ -69,16 +69,14 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const ls::data:
   point.device_list = devices;
   point.global_batch = global_batch_for(o, point.devices);
 
-  std::vector<int64_t> widths{train.features};
-  widths.insert(widths.end(), o.hidden.begin(), o.hidden.end());
-  widths.push_back(train.classes);
+  const ls::data::Dataset& train = work.train;
   ls::DataParallelOptions options;
   options.seed = o.seed;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   ls::DataParallel trainer(
-      devices, ls::mlp_factory(widths),
+      devices, work.model,
       ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}), options);
-  point.widths = widths;
+  point.widths = work.mlp_widths;
   point.params = trainer.parameter_count();
   point.buckets = static_cast<int64_t>(trainer.buckets().size());
 
@@ -131,6 +129,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const ls::data:
                                          (window_ms / 1000.0));
   }
   point.samples_per_s = median(point.window_samples_per_s);
+  point.tokens_per_s = point.samples_per_s * static_cast<double>(work.tokens_per_example);
   point.step_ms_median = median(step_ms);
   point.comm_exposed_ms = median(exposed_ms);
   point.comm_total_ms = median(comm_ms);

@@ -16,6 +16,7 @@
 #include "engine/core/device.h"
 #include "engine/model/data/dataset.h"
 #include "examples/stop_signals.h"
+#include "examples/workload.h"
 #include "progress.h"
 #include "scale_options.h"
 
@@ -23,11 +24,12 @@ struct ScalePoint {
   int devices = 0;
   std::vector<ls::Device> device_list;
   int64_t global_batch = 0;
-  std::vector<int64_t> widths;  // the MLP's layer widths, input to output
+  std::vector<int64_t> widths;  // the MLP's layer widths, input to output (mlp only)
   int64_t params = 0;
   int64_t buckets = 0;
   std::vector<double> window_samples_per_s;  // one per timed window
   double samples_per_s = 0;                  // median over the windows
+  double tokens_per_s = 0;                   // samples_per_s x tokens per example (sequences)
   double step_ms_median = 0;                 // median over the timed steps
   double comm_exposed_ms = 0;  // median over timed steps of max(0, last bucket end - backward end)
   double comm_total_ms = 0;    // median over timed steps of the summed bucket all-reduce times
@@ -36,8 +38,7 @@ struct ScalePoint {
   double efficiency = 0;       // filled by the report: samples_per_s / (N * samples_per_s(1))
 };
 
-std::optional<ScalePoint> run_scale_point(const ScaleOptions& options,
-                                          const ls::data::Dataset& train,
+std::optional<ScalePoint> run_scale_point(const ScaleOptions& options, const Workload& work,
                                           const std::vector<ls::Device>& devices,
                                           ProgressBar& progress, const StopSignals& stop);
 

@@ -16,11 +16,12 @@
 // Thread-safety: pure functions over files and host memory.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "engine/model/nn/transformer.h"
+#include "engine/model/nn/transformer_config.h"
 
 namespace ls::checkpoint {
 
@@ -42,10 +43,6 @@ nn::TransformerConfig read_hf_config(const std::string& dir);
 // `notes` (optional) receives one line per thing the caller should know (a head left fresh).
 HostTensors read_hf_weights(const std::string& dir, const nn::TransformerConfig& config,
                             std::vector<std::string>* notes = nullptr);
-
-// Sets every parameter of `model` that `weights` holds to those values (Init::from_values), so
-// the ParameterStore a replica builds starts from them. Raises ls::Error on a shape mismatch.
-void apply_weights(nn::Transformer& model, const HostTensors& weights);
 
 // Writes DIR/model.safetensors (Hugging Face names, f32) and DIR/config.json for `config`, from
 // lockstep parameters by name (e.g. read from a lockstep checkpoint's model.safetensors with

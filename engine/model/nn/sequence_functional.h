@@ -37,7 +37,7 @@ struct AttentionShape {
 Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const AttentionShape& shape,
               float dropout_p, uint64_t site);
 // x [B*T, C] -> [B, C] by `mode` over the valid positions (valid: i32 [B, T]).
-Var pool(Tape& tape, const Var& x, const Tensor& valid, Pooling mode, int64_t batch,
+Var pool(Tape& tape, const Var& x, const Tensor& valid, ls::Pooling mode, int64_t batch,
          int64_t seq);
 
 }  // namespace ls::nn

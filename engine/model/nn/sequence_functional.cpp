@@ -1,0 +1,222 @@
+// Differentiable sequence functions (see engine/model/nn/sequence_functional.h).
+// Every backward captures the Vars and saved tensors it needs by value, so they live until it has
+// run. Ops that always accumulate into a gradient (embedding, layernorm's dgamma) get a zeroed
+// gradient first when theirs is the first contribution to a non-parameter Var.
+#include "engine/model/nn/sequence_functional.h"
+
+#include <cmath>
+
+#include "engine/core/error.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/bias.h"
+#include "ops/dropout.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/gemm.h"
+#include "ops/layernorm.h"
+
+namespace ls::nn {
+namespace {
+
+Tensor like(const Tensor& t) { return Tensor::empty(t.shape(), DType::kF32, t.device()); }
+
+// Prepares v's gradient for an op that can only add into it.
+void begin_accumulating_grad(VarNode& v, Stream& stream) {
+  if (!Tape::begin_grad(v)) fill(v.grad, 0.0f, stream);
+}
+
+// dx (+)= dy, for functions whose gradient passes through unchanged.
+void pass_through(const Var& x, const Tensor& dy, Stream& stream) {
+  if (!x->requires_grad) return;
+  if (Tape::begin_grad(*x)) {
+    axpy(1.0f, dy, x->grad, stream);
+  } else {
+    x->grad.copy_from(dy, stream);
+  }
+}
+
+}  // namespace
+
+Var embedding(Tape& tape, const Var& table, const Tensor& ids) {
+  LS_CHECK(table->value.ndim() == 2, "embedding: the table is ", table->value.describe(),
+           "; expected [vocab, dim]");
+  Stream& stream = tape.stream();
+  Tensor out = Tensor::empty({ids.numel(), table->value.dim(1)}, DType::kF32, ids.device());
+  ls::embedding(table->value, ids, out, stream);
+  Var y = tape.output(std::move(out), {&table});
+  tape.record(y, {table}, [table, ids, &stream](const Tensor& dy) {
+    if (!table->requires_grad) return;
+    begin_accumulating_grad(*table, stream);
+    embedding_backward(dy, ids, table->grad, stream);
+  });
+  return y;
+}
+
+Var add_table_rows(Tape& tape, const Var& x, const Var& table, int64_t period) {
+  const Tensor& xv = x->value;
+  const int64_t dim = xv.ndim() == 2 ? xv.dim(1) : 0;
+  LS_CHECK(dim > 0 && period > 0 && xv.dim(0) % period == 0 && table->value.ndim() == 2 &&
+               table->value.dim(1) == dim && table->value.dim(0) >= period,
+           "add_table_rows: x ", xv.describe(), " and table ", table->value.describe(),
+           " with period ", period, ": expected x [rows, dim] with rows a multiple of the period "
+           "and a table of at least `period` rows of dim");
+  Stream& stream = tape.stream();
+  // Rows of x grouped by period are the rows of a [rows/period, period*dim] matrix, to which the
+  // table's first period rows add as one bias vector.
+  const Shape grouped{xv.dim(0) / period, period * dim};
+  Tensor y = like(xv);
+  y.copy_from(xv, stream);
+  bias_add(y.view(0, grouped), table->value.view(0, {period * dim}), stream);
+  Var out = tape.output(std::move(y), {&x, &table});
+  tape.record(out, {x, table}, [x, table, grouped, &stream](const Tensor& dy) {
+    pass_through(x, dy, stream);
+    if (!table->requires_grad) return;
+    begin_accumulating_grad(*table, stream);
+    bias_grad(dy.view(0, grouped), table->grad.view(0, {grouped[1]}), true, stream);
+  });
+  return out;
+}
+
+Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float eps) {
+  const Tensor& xv = x->value;
+  LS_CHECK(xv.ndim() == 2, "layernorm: x is ", xv.describe(), "; expected [rows, channels]");
+  Stream& stream = tape.stream();
+  Tensor y = like(xv);
+  Tensor mean = Tensor::empty({xv.dim(0)}, DType::kF32, xv.device());
+  Tensor rstd = Tensor::empty({xv.dim(0)}, DType::kF32, xv.device());
+  ls::layernorm(xv, gamma->value, beta->value, eps, y, mean, rstd, stream);
+  Var out = tape.output(std::move(y), {&x, &gamma, &beta});
+  tape.record(out, {x, gamma, beta}, [x, gamma, beta, mean, rstd, &stream](const Tensor& dy) {
+    const bool add = x->requires_grad && Tape::begin_grad(*x);
+    const Tensor dx = x->requires_grad ? x->grad : like(x->value);
+    const Tensor dgamma = gamma->requires_grad ? gamma->grad : like(gamma->value);
+    const Tensor dbeta = beta->requires_grad ? beta->grad : like(beta->value);
+    for (const Var& p : {gamma, beta}) {
+      if (p->requires_grad) begin_accumulating_grad(*p, stream);
+    }
+    if (!gamma->requires_grad) fill(dgamma, 0.0f, stream);
+    if (!beta->requires_grad) fill(dbeta, 0.0f, stream);
+    layernorm_backward(x->value, gamma->value, mean, rstd, dy, dx, add, dgamma, dbeta, stream);
+  });
+  return out;
+}
+
+Var gelu_erf(Tape& tape, const Var& x) {
+  Stream& stream = tape.stream();
+  Tensor y = like(x->value);
+  ls::gelu_erf(x->value, y, stream);
+  Var out = tape.output(std::move(y), {&x});
+  tape.record(out, {x}, [x, &stream](const Tensor& dy) {
+    if (!x->requires_grad) return;
+    const bool add = Tape::begin_grad(*x);
+    gelu_erf_backward(x->value, dy, x->grad, add, stream);
+  });
+  return out;
+}
+
+Var dropout(Tape& tape, const Var& x, float p, uint64_t site, int64_t row_len) {
+  const ForwardContext& ctx = tape.context();
+  if (!ctx.training || p == 0.0f) return x;
+  LS_CHECK(p > 0.0f && p < 1.0f, "dropout probability ", p, " must be in [0, 1)");
+  Stream& stream = tape.stream();
+  const uint64_t key = dropout_key(ctx.seed, ctx.step, site);
+  const int64_t first_row = ctx.first_row;
+  Tensor y = like(x->value);
+  ls::dropout(x->value, y, row_len, first_row, p, key, false, stream);
+  Var out = tape.output(std::move(y), {&x});
+  tape.record(out, {x}, [x, p, key, row_len, first_row, &stream](const Tensor& dy) {
+    if (!x->requires_grad) return;
+    const bool add = Tape::begin_grad(*x);
+    ls::dropout(dy, x->grad, row_len, first_row, p, key, add, stream);  // the same mask
+  });
+  return out;
+}
+
+Var reshape(Tape& tape, const Var& x, const Shape& shape) {
+  LS_CHECK(shape_numel(shape) == x->value.numel(), "reshape: ", x->value.describe(), " has ",
+           x->value.numel(), " elements, not the ", shape_numel(shape), " of ", shape_str(shape));
+  Stream& stream = tape.stream();
+  Var out = tape.output(x->value.view(0, shape), {&x});
+  tape.record(out, {x}, [x, &stream](const Tensor& dy) { pass_through(x, dy, stream); });
+  return out;
+}
+
+Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const AttentionShape& shape,
+              float dropout_p, uint64_t site) {
+  const int64_t b = shape.batch, t = shape.seq, h = shape.heads;
+  const Tensor& x = qkv->value;
+  LS_CHECK(b > 0 && t > 0 && h > 0 && x.ndim() == 2 && x.dim(0) == b * t && x.dim(1) % (3 * h) == 0,
+           "attention: qkv is ", x.describe(), "; expected [batch*seq, 3*heads*head_dim] = [",
+           b * t, ", a multiple of ", 3 * h, "]");
+  const int64_t d = x.dim(1) / (3 * h), c = h * d, bh = b * h;
+  Stream& stream = tape.stream();
+  const Device dev = x.device();
+  // q, k, v head-major: [3, B, H, T, D], so each is a batch of B*H [T, D] matrices.
+  Tensor heads = Tensor::empty({3, b, h, t, d}, DType::kF32, dev);
+  split_heads(x, heads, {b, t, 3, h, d}, false, stream);
+  const int64_t part = bh * t * d;
+  Tensor q = heads.view(0, {bh, t, d}), k = heads.view(part, {bh, t, d}),
+         v = heads.view(2 * part, {bh, t, d});
+  Tensor scores = Tensor::empty({bh, t, t}, DType::kF32, dev);
+  matmul_batched(q, false, k, true, scores, bh, 1.0f, 0.0f, stream);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  attention_softmax(scores, key_valid, h, shape.causal, scale, scores, stream);  // in place
+  const Tensor probs = scores;
+  const ForwardContext& ctx = tape.context();
+  const bool drop = ctx.training && dropout_p > 0.0f;
+  const uint64_t key = drop ? dropout_key(ctx.seed, ctx.step, site) : 0;
+  const int64_t first_row = ctx.first_row, row_len = h * t * t;
+  Tensor dropped = probs;
+  if (drop) {
+    dropped = like(probs);
+    ls::dropout(probs, dropped, row_len, first_row, dropout_p, key, false, stream);
+  }
+  Tensor context = Tensor::empty({bh, t, d}, DType::kF32, dev);
+  matmul_batched(dropped, false, v, false, context, bh, 1.0f, 0.0f, stream);
+  Tensor y = Tensor::empty({b * t, c}, DType::kF32, dev);
+  merge_heads(context, y, {b, t, 1, h, d}, false, stream);
+
+  Var out = tape.output(std::move(y), {&qkv});
+  tape.record(out, {qkv}, [=, &stream](const Tensor& dy) {
+    if (!qkv->requires_grad) return;
+    Tensor dcontext = Tensor::empty({bh, t, d}, DType::kF32, dev);
+    split_heads(dy, dcontext, {b, t, 1, h, d}, false, stream);
+    Tensor dheads = Tensor::empty({3, b, h, t, d}, DType::kF32, dev);
+    Tensor dq = dheads.view(0, {bh, t, d}), dk = dheads.view(part, {bh, t, d}),
+           dv = dheads.view(2 * part, {bh, t, d});
+    matmul_batched(dropped, true, dcontext, false, dv, bh, 1.0f, 0.0f, stream);
+    Tensor dprobs = Tensor::empty({bh, t, t}, DType::kF32, dev);
+    matmul_batched(dcontext, false, v, true, dprobs, bh, 1.0f, 0.0f, stream);
+    if (drop) {
+      Tensor undropped = like(dprobs);
+      ls::dropout(dprobs, undropped, row_len, first_row, dropout_p, key, false, stream);
+      dprobs = undropped;
+    }
+    attention_softmax_backward(probs, dprobs, scale, dprobs, stream);  // now d(scores)
+    matmul_batched(dprobs, false, k, false, dq, bh, 1.0f, 0.0f, stream);
+    matmul_batched(dprobs, true, q, false, dk, bh, 1.0f, 0.0f, stream);
+    const bool add = Tape::begin_grad(*qkv);
+    merge_heads(dheads, qkv->grad, {b, t, 3, h, d}, add, stream);
+  });
+  return out;
+}
+
+Var pool(Tape& tape, const Var& x, const Tensor& valid, ls::Pooling mode, int64_t batch,
+         int64_t seq) {
+  const Tensor& xv = x->value;
+  LS_CHECK(xv.ndim() == 2 && xv.dim(0) == batch * seq, "pool: x is ", xv.describe(),
+           "; expected [batch*seq, channels] = [", batch * seq, ", channels]");
+  Stream& stream = tape.stream();
+  Tensor y = Tensor::empty({batch, xv.dim(1)}, DType::kF32, xv.device());
+  ls::pool(xv, valid, mode, y, stream);
+  Var out = tape.output(std::move(y), {&x});
+  tape.record(out, {x}, [x, valid, mode, &stream](const Tensor& dy) {
+    if (!x->requires_grad) return;
+    const bool add = Tape::begin_grad(*x);
+    pool_backward(dy, valid, mode, x->grad, add, stream);
+  });
+  return out;
+}
+
+}  // namespace ls::nn
