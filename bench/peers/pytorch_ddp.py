@@ -6,13 +6,21 @@ for weights and biases), data (Fashion-MNIST IDX files, x/255 standardised with 
 std 0.3530), batches (a seeded shuffle per epoch, each rank taking its contiguous shard of the
 global batch), optimizer (AdamW lr 1e-3 wd 0.01 by default), modes, steps, warm-up and windows,
 and the SAME JSON schema as lockstep-scale. One process per device (torch.multiprocessing
-spawn on localhost, a free port), gloo on CPU with one compute thread per process
-(torch.set_num_threads(1) and OPENBLAS/OMP/MKL_NUM_THREADS=1), nccl on GPUs. Rank 0 times the
-steps (gather + forward + backward + all-reduce + optimizer); the result of each device count
-goes back to the parent through a temporary file.
+spawn on localhost, a free port), gloo on CPU with --host-threads compute threads per process
+(default 1, as lockstep-scale's flag of the same name: torch.set_num_threads(N) and
+OPENBLAS/OMP/MKL_NUM_THREADS=N), nccl on GPUs. Rank 0 times the steps (forward + backward +
+all-reduce + optimizer); the result of each device count goes back to the parent through a
+temporary file.
+
+PyTorch at its best: every batch of the run is cut from the shuffled data and made contiguous
+before the timed loop (so the loop has no indexing or copying on the Python side), gradients are
+set to None rather than zeroed, AdamW/SGD use their fused (else foreach) implementation where this
+torch has one, and --compile auto (the default) runs each device count both eagerly and with
+torch.compile(ddp_model) and reports the faster, naming it in each run's "torch_compile"
+(false/true) next to "compile_samples_per_s" with both numbers. --compile off / on run one.
 
   python3 bench/peers/pytorch_ddp.py --devices 1,2 --per-device-batch 128 --steps 100 \\
-      --warmup 10 --json out/pytorch-ddp.json
+      --warmup 10 --host-threads 1 --json out/pytorch-ddp.json
 
 Needs PyTorch (Debian: apt-get install -y python3-torch, then run with /usr/bin/python3).
 comm_exposed_ms is null: DDP does not expose its all-reduce timeline.
@@ -59,6 +67,12 @@ def parse_args(argv):
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--host-threads", "--threads", dest="host_threads", type=int, default=1,
+                   help="compute threads per process (lockstep-scale's --host-threads)")
+    p.add_argument("--compile", default="auto", choices=["auto", "off", "on"],
+                   help="torch.compile: auto runs both and reports the faster")
+    p.add_argument("--batch-pool-mb", type=float, default=1024.0,
+                   help="most memory per process for the pre-made batches; past it they repeat")
     p.add_argument("--json", default="")
     p.add_argument("--plot", default="", help="draw the plot with bench/scale/plot_scale.py")
     a = p.parse_args(argv)  # exits 2 on bad flags
@@ -74,7 +88,7 @@ def parse_args(argv):
         raise UsageError("--per-device-batch is for --mode weak; strong scaling takes --global-batch")
     a.per_device_batch = a.per_device_batch or 128
     a.global_batch = a.global_batch or 1024
-    for name in ("steps", "windows", "per_device_batch", "global_batch"):
+    for name in ("steps", "windows", "per_device_batch", "global_batch", "host_threads"):
         if getattr(a, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     if a.warmup < 0:
@@ -160,10 +174,50 @@ def make_mlp(widths, torch):
     return torch.nn.Sequential(*layers)
 
 
-def worker(rank, world, kind, a, port, result_path):
+def make_optimizer(params, a, torch):
+    """The fused implementation where this torch has one for these tensors, else foreach, else the
+    plain loop (torch 1.13 has no fused CPU AdamW)."""
+    params = list(params)
+    for impl in ({"fused": True}, {"foreach": True}, {}):
+        try:
+            if a.optimizer == "adamw":
+                opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=a.weight_decay, **impl)
+            else:
+                opt = torch.optim.SGD(params, lr=a.lr, momentum=a.momentum,
+                                      weight_decay=a.weight_decay, **impl)
+            return opt, next(iter(impl), "for-loop")
+        except (RuntimeError, TypeError, ValueError):
+            continue
+    raise RuntimeError("no optimizer implementation accepted these parameters")
+
+
+def premade_batches(x, y, a, rank, world, global_batch, device, torch):
+    """The batches of this rank for steps 0, 1, ... as contiguous tensors on the device: a seeded
+    shuffle per epoch (the last partial batch dropped, as lockstep does), each rank taking its
+    contiguous shard of the global batch. At most --batch-pool-mb of them; later steps reuse
+    them in turn."""
+    shard = global_batch // world
+    per_epoch = x.shape[0] // global_batch
+    if per_epoch == 0:
+        raise RuntimeError(f"global batch {global_batch} is larger than the training set")
+    bytes_per_batch = shard * (x.shape[1] * x.element_size() + y.element_size())
+    count = max(1, min(a.steps, int(a.batch_pool_mb * 2**20 // bytes_per_batch)))
+    gen = torch.Generator().manual_seed(a.seed)
+    batches, order = [], None
+    for s in range(count):
+        pos = s % per_epoch
+        if pos == 0:
+            order = torch.randperm(x.shape[0], generator=gen)
+        idx = order[pos * global_batch + rank * shard:pos * global_batch + (rank + 1) * shard]
+        batches.append((x.index_select(0, idx).contiguous().to(device),
+                        y.index_select(0, idx).contiguous().to(device)))
+    return batches
+
+
+def worker(rank, world, kind, a, port, result_path, use_compile):
     import torch
     import torch.distributed as dist
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.host_threads)
     torch.set_num_interop_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -175,42 +229,26 @@ def worker(rank, world, kind, a, port, result_path):
     sync = torch.cuda.synchronize if kind == "cuda" else (lambda: None)
 
     x, y = load_fashion_mnist(a.data, torch)
-    x, y = x.to(device), y.to(device)
     widths = [x.shape[1]] + a.hidden + [10]
     torch.manual_seed(a.seed)
     model = make_mlp(widths, torch).to(device)
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, device_ids=[rank] if kind == "cuda" else None, bucket_cap_mb=a.bucket_mb)
-    if a.optimizer == "adamw":
-        opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, weight_decay=a.weight_decay)
-    else:
-        opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=a.weight_decay)
+    opt, opt_impl = make_optimizer(ddp.parameters(), a, torch)
+    net = torch.compile(ddp) if use_compile else ddp  # Dynamo splits the graph at DDP's buckets
     loss_fn = torch.nn.CrossEntropyLoss()
 
     global_batch = a.per_device_batch * world if a.mode == "weak" else a.global_batch
-    shard = global_batch // world
-    per_epoch = x.shape[0] // global_batch  # drop the last partial batch, as lockstep does
-    if per_epoch == 0:
-        raise RuntimeError(f"global batch {global_batch} is larger than the training set")
-    gen = torch.Generator().manual_seed(a.seed)
-    state = {"epoch": 0, "pos": 0, "order": torch.randperm(x.shape[0], generator=gen)}
-
-    def next_indices():
-        if state["pos"] == per_epoch:
-            state["epoch"] += 1
-            state["pos"] = 0
-            state["order"] = torch.randperm(x.shape[0], generator=gen)
-        start = state["pos"] * global_batch + rank * shard
-        state["pos"] += 1
-        return state["order"][start:start + shard].to(device)
-
+    batches = premade_batches(x, y, a, rank, world, global_batch, device, torch)
+    del x, y
     losses = []
+    state = {"step": 0}
 
     def step():
-        idx = next_indices()
-        xb, yb = x.index_select(0, idx), y.index_select(0, idx)
-        opt.zero_grad(set_to_none=False)
-        loss = loss_fn(ddp(xb), yb)
+        xb, yb = batches[state["step"] % len(batches)]
+        state["step"] += 1
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(xb), yb)
         loss.backward()  # DDP all-reduces gradient buckets during backward
         opt.step()
         losses.append(loss.detach())
@@ -245,7 +283,8 @@ def worker(rank, world, kind, a, port, result_path):
                        "window_samples_per_s": windows,
                        "wall_s": time.perf_counter() - build_start,
                        "params": sum(p.numel() for p in model.parameters()),
-                       "widths": widths}, f)
+                       "widths": widths, "optimizer_impl": opt_impl,
+                       "batch_pool": len(batches)}, f)
     # Leave without running destructors: in torch 1.13 a DDP Reducer destroyed at interpreter
     # exit can deadlock with its gloo worker thread (seen here: a rank spinning forever after
     # its peer left). Everything this process owes is written; the barrier makes sure every
@@ -275,13 +314,19 @@ def cpu_model():
 
 def print_table(a, runs, widths):
     print(f"\n{a.mode} scaling, mlp {'-'.join(map(str, widths))}, {a.optimizer}, "
-          f"{a.steps - a.warmup} timed steps per run (median of {a.windows} windows), PyTorch DDP")
+          f"{a.steps - a.warmup} timed steps per run (median of {a.windows} windows), PyTorch DDP, "
+          f"{a.host_threads} thread(s) per process ('other': samples/s of the slower of eager and "
+          "torch.compile)")
     print(f"{'devices':>7} {'batch':>8} {'samples/s':>12} {'per device':>12} {'efficiency':>10} "
-          f"{'step ms':>9} {'final loss':>10}")
+          f"{'step ms':>9} {'final loss':>10} {'compiled':>8} {'other':>12}")
     for r in runs:
+        other = [v for k, v in r["compile_samples_per_s"].items()
+                 if k != ("compiled" if r["torch_compile"] else "eager")]
         print(f"{r['devices']:>7} {r['global_batch']:>8} {r['samples_per_s']:>12.0f} "
               f"{r['per_device_samples_per_s']:>12.0f} {r['efficiency']:>10.3f} "
-              f"{r['step_ms_median']:>9.2f} {r['final_loss']:>10.4f}")
+              f"{r['step_ms_median']:>9.2f} {r['final_loss']:>10.4f} "
+              f"{'yes' if r['torch_compile'] else 'no':>8} "
+              f"{(f'{other[0]:.0f}' if other else '-'):>12}")
     sys.stdout.flush()
 
 
@@ -291,12 +336,13 @@ def main(argv):
     except UsageError as e:
         print(f"pytorch_ddp.py: {e}", file=sys.stderr)
         return 2
-    # One compute thread per process, as lockstep's host devices use one core each. Must be set
-    # before torch loads its BLAS: torch.set_num_threads(1) alone leaves Debian's OpenBLAS with
-    # one thread per core (measured on 2 cores: 1 process at batch 256 ran 14400 samples/s using
-    # 1.3 cores, 8800 with OpenBLAS pinned to 1 thread). The spawned ranks inherit the environment.
+    # --host-threads compute threads per process, as lockstep's host devices use that many cores
+    # each (default 1). Must be set before torch loads its BLAS: torch.set_num_threads(1) alone
+    # leaves Debian's OpenBLAS with one thread per core (measured on 2 cores: 1 process at batch
+    # 256 ran 14400 samples/s using 1.3 cores, 8800 with OpenBLAS pinned to 1 thread). The
+    # spawned ranks inherit the environment.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = "1"
+        os.environ[var] = str(a.host_threads)
     try:
         import torch
         import torch.multiprocessing as mp
@@ -315,24 +361,50 @@ def main(argv):
     backend = f"pytorch-ddp-{'nccl' if kind == 'cuda' else 'gloo'}"
     print(f"pytorch_ddp.py: {a.mode} scaling with {backend} on {kind} device counts "
           f"{','.join(map(str, counts))} ({len(os.sched_getaffinity(0))} cores), torch {torch.__version__}")
+    variants = {"off": [False], "on": [True], "auto": [False, True]}[a.compile]
+    if True in variants and not hasattr(torch, "compile"):
+        if a.compile == "on":
+            print(f"pytorch_ddp.py: torch {torch.__version__} has no torch.compile", file=sys.stderr)
+            return 2
+        variants = [False]
     runs, info = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in counts:
-            path = os.path.join(tmp, f"run-{n}.json")
-            print(f"{backend} x{n}: {a.steps} steps ({a.warmup} warm-up) ...", file=sys.stderr, flush=True)
-            mp.spawn(worker, args=(n, kind, a, free_port(), path), nprocs=n, join=True)
-            with open(path) as f:
-                r = json.load(f)
-            info = {"params": r.pop("params"), "widths": r.pop("widths")}
+            tried = {}
+            for use_compile in variants:
+                name = "compiled" if use_compile else "eager"
+                path = os.path.join(tmp, f"run-{n}-{name}.json")
+                print(f"{backend} x{n} {name}: {a.steps} steps ({a.warmup} warm-up) ...",
+                      file=sys.stderr, flush=True)
+                try:
+                    mp.spawn(worker, args=(n, kind, a, free_port(), path, use_compile), nprocs=n,
+                             join=True)
+                except Exception as e:
+                    if not use_compile or a.compile == "on":
+                        raise
+                    print(f"{backend} x{n} compiled: failed ({type(e).__name__}: "
+                          f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); "
+                          "keeping the eager run", file=sys.stderr, flush=True)
+                    continue
+                with open(path) as f:
+                    tried[use_compile] = json.load(f)
+                print(f"{backend} x{n} {name}: {tried[use_compile]['samples_per_s']:.0f} samples/s",
+                      file=sys.stderr, flush=True)
+            best = max(tried, key=lambda c: tried[c]["samples_per_s"])
+            r = tried[best]
+            r["torch_compile"] = best
+            r["compile_samples_per_s"] = {("compiled" if c else "eager"): t["samples_per_s"]
+                                          for c, t in tried.items()}
+            info = {"params": r.pop("params"), "widths": r.pop("widths"),
+                    "optimizer_impl": r.pop("optimizer_impl"), "batch_pool": r.pop("batch_pool")}
             runs.append(r)
-            print(f"{backend} x{n}: {r['samples_per_s']:.0f} samples/s", file=sys.stderr, flush=True)
     base = runs[0]["samples_per_s"]
     for r in runs:
         r["per_device_samples_per_s"] = r["samples_per_s"] / r["devices"]
         r["efficiency"] = r["samples_per_s"] / (r["devices"] * base)
     ordered = ["devices", "device_list", "global_batch", "samples_per_s", "per_device_samples_per_s",
                "efficiency", "step_ms_median", "comm_exposed_ms", "final_loss",
-               "window_samples_per_s", "wall_s"]
+               "window_samples_per_s", "wall_s", "torch_compile", "compile_samples_per_s"]
     runs = [{k: r[k] for k in ordered} for r in runs]
     print_table(a, runs, info["widths"])
     doc = {"mode": a.mode, "model": a.model, "backend": backend, "device_kind": kind,
@@ -343,7 +415,11 @@ def main(argv):
     else:
         doc["global_batch"] = a.global_batch
     doc["torch_version"] = torch.__version__
-    doc["threads_per_process"] = 1
+    doc["threads_per_process"] = a.host_threads
+    doc["host_threads_per_device"] = a.host_threads  # lockstep-scale's name for the same setting
+    doc["compile"] = a.compile
+    doc["optimizer_impl"] = info["optimizer_impl"]
+    doc["premade_batches"] = info["batch_pool"]
     doc["machine"] = {"cores": len(os.sched_getaffinity(0)), "cpu": cpu_model(),
                       "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
     doc["runs"] = runs
