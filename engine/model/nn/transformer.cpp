@@ -214,7 +214,11 @@ Var Transformer::encode(Tape& tape, const Tensor& tokens, const Tensor& valid) {
   if (ln_emb_ != nullptr) x = ln_emb_->forward(tape, x);
   x = dropout(tape, x, config_.dropout, kEmbeddingSite, t * config_.hidden);
   const AttentionShape shape{b, t, config_.heads, config_.causal};
-  for (TransformerBlock* block : blocks_) x = block->forward(tape, x, valid, shape);
+  // Right padding cannot reach a real token through causal attention, so only a bidirectional
+  // model masks padding keys. (GPT-2 files often make the pad id the end-of-text id, which packed
+  // language-model data uses as a separator: it must stay visible.)
+  const Tensor key_valid = config_.causal ? Tensor() : valid;
+  for (TransformerBlock* block : blocks_) x = block->forward(tape, x, key_valid, shape);
   if (ln_f_ != nullptr) x = ln_f_->forward(tape, x);
   return x;
 }
@@ -240,17 +244,22 @@ Tensor check_tokens(const Var& tokens, const TransformerConfig& c) {
 }
 }  // namespace
 
-Var Transformer::hidden_states(Tape& tape, const Var& tokens) {
-  const Tensor ids = check_tokens(tokens, config_);
+Tensor Transformer::valid_mask(Tape& tape, const Tensor& ids) const {
+  // Needed by key masks (bidirectional models) and pooling (classifiers) only.
+  if (config_.causal && !config_.is_classifier()) return Tensor();
   Tensor valid = Tensor::empty(ids.shape(), DType::kI32, ids.device());
   token_mask(ids, config_.pad_id, valid, tape.stream());
-  return encode(tape, ids, valid);
+  return valid;
+}
+
+Var Transformer::hidden_states(Tape& tape, const Var& tokens) {
+  const Tensor ids = check_tokens(tokens, config_);
+  return encode(tape, ids, valid_mask(tape, ids));
 }
 
 Var Transformer::forward(Tape& tape, const Var& tokens) {
   const Tensor ids = check_tokens(tokens, config_);
-  Tensor valid = Tensor::empty(ids.shape(), DType::kI32, ids.device());
-  token_mask(ids, config_.pad_id, valid, tape.stream());
+  const Tensor valid = valid_mask(tape, ids);
   Var x = encode(tape, ids, valid);
   if (!config_.is_classifier()) {  // the tied head: logits = x wte^T
     return linear(tape, x, tape.parameter(wte_->weight()), nullptr);

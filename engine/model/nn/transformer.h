@@ -1,8 +1,9 @@
 // Transformers: a GPT-style language model and an encoder + linear head classifier, one class
 // (internal; applications configure it through engine/model/nn/transformer_config.h).
 //
-// Input: token ids, i32 [B, T] with T <= max_seq; tokens equal to pad_id are padding (masked as
-// attention keys, skipped by pooling). Output: logits [B*T, vocab] for a language model (the
+// Input: token ids, i32 [B, T] with T <= max_seq; tokens equal to pad_id are padding, skipped
+// by pooling and, in a bidirectional model, masked as attention keys (a causal model needs no
+// mask for right padding: no real token can attend to a later position). Output: logits [B*T, vocab] for a language model (the
 // output head is the token embedding, tied as in GPT-2), [B, classes] for a classifier (an
 // encoder stack, pooling over the sequence, then a Linear head).
 // Layouts: GPT-2's (pre-norm blocks and a final LayerNorm, tanh GELU) and BERT's (post-norm, a
@@ -60,6 +61,8 @@ class Transformer final : public Module {
 
  private:
   Var encode(Tape& tape, const Tensor& tokens, const Tensor& valid);
+  // i32 [B, T], 1 for a real token and 0 for padding; undefined when nothing needs it.
+  Tensor valid_mask(Tape& tape, const Tensor& ids) const;
 
   TransformerConfig config_;
   Embedding* wte_;

@@ -1,0 +1,194 @@
+// Hugging Face checkpoints: lockstep's forward on the committed GPT-2, GPT-2 classifier and BERT
+// fixtures (tests/fixtures/hf, made by scripts/make_hf_fixtures.py with transformers) matches
+// transformers' outputs; writing and reading back is lossless; missing, unknown and misshapen
+// tensors are errors that name them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "engine/core/json_reader.h"
+#include "engine/core/runtime.h"
+#include "engine/model/checkpoint/hf_transformer.h"
+#include "engine/model/checkpoint/safetensors.h"
+#include "engine/model/nn/parameter_store.h"
+#include "engine/model/nn/transformer.h"
+#include "parallel/data_parallel.h"
+
+namespace ls::checkpoint {
+namespace {
+
+const Device kHost0{DeviceKind::kHost, 0};
+const std::string kFixtures = std::string(LOCKSTEP_SOURCE_DIR) + "/tests/fixtures/hf/";
+
+JsonValue read_json(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_json(text.str(), path, JsonLimits{size_t{8} << 20});
+}
+
+// Nested JSON arrays of numbers, flattened in order.
+template <typename T>
+void flatten(const JsonValue& v, std::vector<T>& out) {
+  if (v.is_array()) {
+    for (const JsonValue& item : v.items()) flatten(item, out);
+  } else if constexpr (std::is_integral_v<T>) {
+    out.push_back(static_cast<T>(v.as_int64()));
+  } else {
+    out.push_back(static_cast<T>(v.as_double()));
+  }
+}
+
+struct Fixture {
+  nn::TransformerConfig config;
+  std::vector<int32_t> ids;
+  std::vector<float> expected;
+};
+
+Fixture load_fixture(const std::string& name, const char* output) {
+  Fixture f;
+  f.config = read_hf_config(kFixtures + name);
+  const JsonValue json = read_json(kFixtures + name + "/expected.json");
+  flatten(*json.find("input_ids"), f.ids);
+  flatten(*json.find(output), f.expected);
+  return f;
+}
+
+// The model's output (forward, or the final hidden states) on the fixture's input.
+std::vector<float> run(const nn::TransformerConfig& config, const HostTensors& weights,
+                       const std::vector<int32_t>& ids, bool hidden) {
+  auto stream = device_runtime(kHost0).create_stream();
+  auto module = transformer_factory(config, std::make_shared<const HostTensors>(weights))();
+  auto& model = dynamic_cast<nn::Transformer&>(*module);
+  nn::ParameterStore store(model, kHost0, *stream, 1);
+  Tensor tokens = Tensor::from_host_i32(ids, {2, static_cast<int64_t>(ids.size()) / 2}, kHost0,
+                                        *stream);
+  Tape tape(*stream, false);
+  Var out = hidden ? model.hidden_states(tape, tape.constant(tokens))
+                   : model.forward(tape, tape.constant(tokens));
+  return out->value.to_host_f32(*stream);
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
+  }
+  EXPECT_LE(worst, 1e-4) << "max abs difference from transformers' output";
+}
+
+TEST(HfTransformer, Gpt2LanguageModelLogitsMatchTransformers) {
+  Fixture f = load_fixture("gpt2", "logits");
+  EXPECT_EQ(hf_model_type(f.config), "gpt2");
+  expect_close(run(f.config, read_hf_weights(kFixtures + "gpt2", f.config), f.ids, false),
+               f.expected);
+}
+
+TEST(HfTransformer, Gpt2ClassifierPoolsTheLastRealTokenLikeTransformers) {
+  Fixture f = load_fixture("gpt2-cls", "logits");
+  f.config.classes = 4;
+  f.config.head_bias = false;
+  f.config.pooling = nn::Pooling::kLast;
+  expect_close(run(f.config, read_hf_weights(kFixtures + "gpt2-cls", f.config), f.ids, false),
+               f.expected);
+}
+
+TEST(HfTransformer, BertHiddenStatesMatchTransformersWithPadding) {
+  Fixture f = load_fixture("bert", "last_hidden_state");
+  EXPECT_EQ(hf_model_type(f.config), "bert");
+  expect_close(run(f.config, read_hf_weights(kFixtures + "bert", f.config), f.ids, true),
+               f.expected);
+}
+
+class HfFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("lockstep-hf-test-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  // A copy of fixture `name` with its tensors edited by `edit`.
+  std::string edited(const std::string& name,
+                     const std::function<void(std::vector<NamedHostTensor>&)>& edit) {
+    const SafetensorsFile file = read_safetensors(kFixtures + name + "/model.safetensors");
+    std::vector<NamedHostTensor> tensors;
+    for (const SafetensorsTensor& t : file.tensors()) {
+      tensors.push_back({t.name, t.dtype, t.shape, t.data});
+    }
+    edit(tensors);
+    const std::string out = (dir_ / name).string();
+    std::filesystem::create_directories(out);
+    std::filesystem::copy_file(kFixtures + name + "/config.json", out + "/config.json");
+    write_safetensors(out + "/model.safetensors", tensors);
+    return out;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(HfFiles, WritingAndReadingBackIsLossless) {
+  for (const char* name : {"gpt2", "gpt2-cls", "bert"}) {
+    nn::TransformerConfig config = read_hf_config(kFixtures + name);
+    if (std::string(name) == "gpt2-cls") {
+      config.classes = 4;
+      config.head_bias = false;
+    }
+    const HostTensors weights = read_hf_weights(kFixtures + name, config);
+    const std::string out = (dir_ / name).string();
+    write_hf(out, config, weights);
+    const nn::TransformerConfig back = read_hf_config(out);
+    EXPECT_EQ(back.hidden, config.hidden);
+    EXPECT_EQ(back.layers, config.layers);
+    EXPECT_EQ(back.gelu, config.gelu);
+    const HostTensors again = read_hf_weights(out, config);
+    ASSERT_EQ(again.size(), weights.size()) << name;
+    for (const auto& [param, t] : weights) {
+      EXPECT_EQ(again.at(param).shape, t.shape) << param;
+      EXPECT_EQ(again.at(param).values, t.values) << param;
+    }
+  }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST_F(HfFiles, MissingUnknownAndMisshapenTensorsAreNamed) {
+  const nn::TransformerConfig config = read_hf_config(kFixtures + "gpt2");
+  const std::string missing = edited("gpt2", [](std::vector<NamedHostTensor>& t) {
+    std::erase_if(t, [](const NamedHostTensor& x) { return x.name == "transformer.h.1.ln_2.bias"; });
+  });
+  EXPECT_NE(error_of([&] { read_hf_weights(missing, config); })
+                .find("lacks tensors a gpt2 model of this config needs: transformer.h.1.ln_2.bias"),
+            std::string::npos);
+
+  static const float extra[2] = {1, 2};
+  const std::string unknown = edited("gpt2", [](std::vector<NamedHostTensor>& t) {
+    t.push_back({"transformer.h.2.ln_1.weight", SafetensorsDType::kF32, {2},
+                 std::as_bytes(std::span<const float>(extra))});
+  });
+  EXPECT_NE(error_of([&] { read_hf_weights(unknown, config); })
+                .find("has no place for: transformer.h.2.ln_1.weight"),
+            std::string::npos);
+
+  nn::TransformerConfig wider = config;
+  wider.hidden = 64;
+  wider.ffn = 256;
+  EXPECT_NE(error_of([&] { read_hf_weights(kFixtures + "gpt2", wider); })
+                .find("transformer.wte.weight is [64, 32], expected [64, 64]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { read_hf_config("/nonexistent"); }).find("cannot open"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ls::checkpoint
