@@ -5,6 +5,8 @@
 // [m, k], op(b) [k, n] and c [m, n]. beta == 0 overwrites C (NaN in C does not propagate).
 // c must not overlap a or b. Asynchronous in stream order; every tensor must be on the stream's
 // device. Bad arguments raise ls::Error at the call, naming the argument and its shape.
+// matmul_batched: the same on 3-D [batch, rows, cols] tensors, one product per leading index
+// (e.g. the per-head Q K^T and P V of attention).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,13 @@ struct GemmOps {
   void (*gemm)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                int64_t ldc, Stream& stream) = nullptr;
+  // For i in [0, batch): gemm above on A_i = a + i * stride_a, B_i = b + i * stride_b and
+  // C_i = c + i * stride_c (the C_i must not overlap each other).
+  void (*gemm_strided_batched)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                               float alpha, const float* a, int64_t lda, int64_t stride_a,
+                               const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,
+                               int64_t ldc, int64_t stride_c, int64_t batch,
+                               Stream& stream) = nullptr;
 };
 
 namespace detail {
@@ -37,35 +46,54 @@ inline std::string describe_gemm_operand(const char* name, const Tensor& t, bool
                             t.describe(), ", trans_", name, "=", trans ? "true" : "false", ")");
 }
 
-// The [m, n, k] of op(a) op(b); an ls::Error that says which flag would make shapes agree.
+// The [m, n, k] of op(a) op(b), the matrices being dims (lead, lead + 1) of a, b and c (lead 0
+// for matmul, 1 for matmul_batched); an ls::Error that says which flag would make shapes agree.
+inline GemmDims check_gemm_shapes(const char* op, const Tensor& a, bool trans_a, const Tensor& b,
+                                  bool trans_b, const Tensor& c, int lead) {
+  const int r = lead, q = lead + 1;
+  const int64_t m = trans_a ? a.dim(q) : a.dim(r);
+  const int64_t k = trans_a ? a.dim(r) : a.dim(q);
+  const int64_t kb = trans_b ? b.dim(q) : b.dim(r);
+  const int64_t n = trans_b ? b.dim(r) : b.dim(q);
+  if (k != kb) {
+    // Suggest the flag that would make the shapes agree, the usual cause of this error.
+    const char* hint = "";
+    if (k == (trans_b ? b.dim(r) : b.dim(q))) {
+      hint = trans_b ? "; pass trans_b=false?" : "; pass trans_b=true?";
+    } else if ((trans_a ? a.dim(q) : a.dim(r)) == kb) {
+      hint = trans_a ? "; pass trans_a=false?" : "; pass trans_a=true?";
+    }
+    LS_THROW(op, ": inner dimensions differ: ", describe_gemm_operand("a", a, trans_a, m, k),
+             " and ", describe_gemm_operand("b", b, trans_b, kb, n), hint);
+  }
+  LS_CHECK(c.dim(r) == m && c.dim(q) == n, op, ": c is ", c.describe(), "; expected [",
+           lead == 1 ? ls::detail::concat(c.dim(0), ", ") : std::string(), m, ", ", n,
+           "] (rows of op(a) x columns of op(b)): ", describe_gemm_operand("a", a, trans_a, m, k),
+           ", ", describe_gemm_operand("b", b, trans_b, k, n));
+  LS_CHECK(!op_check::overlaps(c, a) && !op_check::overlaps(c, b), op, ": c (", c.describe(),
+           ") overlaps an input; write the product to a separate tensor");
+  return {m, n, k};
+}
+
 inline GemmDims check_matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                              const Tensor& c, const Stream& stream) {
   for (auto [name, t] : {std::pair{"a", &a}, {"b", &b}, {"c", &c}}) {
     if (t->defined()) op_check::matrix("matmul", name, *t, "a 2-D f32 tensor: reshape it first");
     op_check::tensor("matmul", name, *t, DType::kF32, stream);
   }
-  const int64_t m = trans_a ? a.dim(1) : a.dim(0);
-  const int64_t k = trans_a ? a.dim(0) : a.dim(1);
-  const int64_t kb = trans_b ? b.dim(1) : b.dim(0);
-  const int64_t n = trans_b ? b.dim(0) : b.dim(1);
-  if (k != kb) {
-    // Suggest the flag that would make the shapes agree, the usual cause of this error.
-    const char* hint = "";
-    if (k == (trans_b ? b.dim(0) : b.dim(1))) {
-      hint = trans_b ? "; pass trans_b=false?" : "; pass trans_b=true?";
-    } else if ((trans_a ? a.dim(1) : a.dim(0)) == kb) {
-      hint = trans_a ? "; pass trans_a=false?" : "; pass trans_a=true?";
-    }
-    LS_THROW("matmul: inner dimensions differ: ", describe_gemm_operand("a", a, trans_a, m, k),
-             " and ", describe_gemm_operand("b", b, trans_b, kb, n), hint);
+  return check_gemm_shapes("matmul", a, trans_a, b, trans_b, c, 0);
+}
+
+inline GemmDims check_matmul_batched(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                                     const Tensor& c, int64_t batch, const Stream& stream) {
+  LS_CHECK(batch >= 0, "matmul_batched: batch = ", batch, "; expected a count >= 0");
+  for (auto [name, t] : {std::pair{"a", &a}, {"b", &b}, {"c", &c}}) {
+    op_check::tensor("matmul_batched", name, *t, DType::kF32, stream);
+    LS_CHECK(t->ndim() == 3 && t->dim(0) == batch, "matmul_batched: ", name, " is ", t->describe(),
+             "; expected a 3-D [batch, rows, cols] tensor with batch = ", batch,
+             " (reshape it to [", batch, ", rows, cols] first)");
   }
-  LS_CHECK(c.dim(0) == m && c.dim(1) == n, "matmul: c is ", c.describe(), "; expected [", m,
-           ", ", n, "] (rows of op(a) x columns of op(b)): ",
-           describe_gemm_operand("a", a, trans_a, m, k), ", ",
-           describe_gemm_operand("b", b, trans_b, k, n));
-  LS_CHECK(!op_check::overlaps(c, a) && !op_check::overlaps(c, b), "matmul: c (", c.describe(),
-           ") overlaps an input; write the product to a separate tensor");
-  return {m, n, k};
+  return check_gemm_shapes("matmul_batched", a, trans_a, b, trans_b, c, 1);
 }
 }  // namespace detail
 
@@ -75,6 +103,17 @@ inline void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
   op_entry(&GemmOps::gemm, "matmul", stream)(trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(),
                                              a.dim(1), b.f32(), b.dim(1), beta, c.f32(), c.dim(1),
                                              stream);
+}
+
+// For i in [0, batch): c[i] = alpha op(a[i]) op(b[i]) + beta c[i]; a, b, c are 3-D
+// [batch, rows, cols] and contiguous, each matrix checked as matmul checks it.
+inline void matmul_batched(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                           const Tensor& c, int64_t batch, float alpha, float beta,
+                           Stream& stream) {
+  const detail::GemmDims d = detail::check_matmul_batched(a, trans_a, b, trans_b, c, batch, stream);
+  op_entry(&GemmOps::gemm_strided_batched, "matmul_batched", stream)(
+      trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(), a.dim(2), a.dim(1) * a.dim(2), b.f32(),
+      b.dim(2), b.dim(1) * b.dim(2), beta, c.f32(), c.dim(2), c.dim(1) * c.dim(2), batch, stream);
 }
 
 }  // namespace ls

@@ -1,13 +1,17 @@
 // Softmax cross-entropy over the rows of f32 logits [rows, cols] with i32 class labels [rows].
 // Kernels: ops/host/softmax_xent.cpp, ops/cuda/softmax_xent.cu.
 //
-// softmax_xent: loss (f32 [1]) = mean over rows of -log softmax(logits[r])[labels[r]]; when
-// dlogits (f32 [rows, cols]) is defined, dlogits = (softmax(logits) - onehot(labels)) * grad_scale
-// (grad_scale = 1/rows gives the gradient of the mean). dlogits may be logits itself (in place).
-// count_correct: correct (i32 [1]) = rows whose first maximum is at the label.
-// Shapes are checked at the call; labels are read on the device, so a label outside [0, cols) is
-// an error raised by the stream at its next synchronize()/check(), on every backend alike (CUDA
-// through the stream's DeviceFault, engine/core/device_fault.h). Asynchronous in stream order.
+// softmax_xent: loss (f32 [1]) = (sum over rows of -log softmax(logits[r])[labels[r]]) / rows;
+// when dlogits (f32 [rows, cols]) is defined, dlogits = (softmax(logits) - onehot(labels)) *
+// grad_scale (grad_scale = 1/rows gives the gradient of the loss). dlogits may be logits itself.
+// A row labelled kIgnoreLabel (-100, PyTorch's ignore_index) adds 0 to the sum and gets a 0
+// gradient row; it still counts in `rows`, so loss * rows is the sum over the other rows.
+// count_correct: correct (i32 [1]) = rows whose first maximum is at the label (ignored rows
+// skipped). count_labels: count (i32 [1]) = labels that are not kIgnoreLabel.
+// Shapes are checked at the call; labels are read on the device, so a label outside [0, cols)
+// other than kIgnoreLabel is an error raised by the stream at its next synchronize()/check(), on
+// every backend alike (CUDA through the stream's DeviceFault, engine/core/device_fault.h).
+// Asynchronous in stream order.
 #pragma once
 
 #include <cstdint>
@@ -18,21 +22,26 @@
 
 namespace ls {
 
-// A label the loss skips (padding of a language model's targets), as PyTorch's ignore_index.
+// The label of a row that takes no part in the loss (padding, unlabelled tokens).
 inline constexpr int32_t kIgnoreLabel = -100;
 
 // The hint of the out-of-range label message, shared by both backends.
 inline constexpr const char* kLabelHint =
-    "labels must be class indices below the number of logits columns";
+    "labels must be class indices below the number of logits columns, or -100 (kIgnoreLabel) "
+    "to skip a row";
 
 struct SoftmaxXentOps {
-  // *loss = mean_r -log softmax(logits[r])[labels[r]]; dlogits (may be null, may be logits)
-  // = (softmax - onehot) * grad_scale. A label outside [0, cols) is raised by the stream.
+  // *loss = sum_r -log softmax(logits[r])[labels[r]] / rows; dlogits (may be null, may be
+  // logits) = (softmax - onehot) * grad_scale; kIgnoreLabel rows add 0 and get 0 gradients.
+  // A label outside [0, cols) other than kIgnoreLabel is raised by the stream.
   void (*softmax_xent)(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                        float grad_scale, float* loss, float* dlogits, Stream& stream) = nullptr;
-  // *correct = rows whose argmax (first maximum on ties) is the label; bad labels as above.
+  // *correct = rows whose argmax (first maximum on ties) is the label; kIgnoreLabel rows are
+  // skipped; bad labels as above.
   void (*count_correct)(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                         int32_t* correct, Stream& stream) = nullptr;
+  // *count = labels[0..n) that are not kIgnoreLabel.
+  void (*count_labels)(const int32_t* labels, int64_t n, int32_t* count, Stream& stream) = nullptr;
 };
 
 namespace detail {
@@ -73,6 +82,19 @@ inline void count_correct(const Tensor& logits, const Tensor& labels, const Tens
   op_check::scalar("count_correct", "correct", correct);
   op_entry(&SoftmaxXentOps::count_correct, "count_correct", stream)(
       logits.f32(), labels.i32(), logits.dim(0), logits.dim(1), correct.i32(), stream);
+}
+
+// count (i32 [1]) = the labels (any shape) that are not kIgnoreLabel, counted on the device: the
+// number of rows a mean over the non-ignored rows divides by.
+inline void count_labels(const Tensor& labels, const Tensor& count, Stream& stream) {
+  op_check::tensor("count_labels", "labels", labels, DType::kI32, stream);
+  op_check::tensor("count_labels", "count", count, DType::kI32, stream);
+  op_check::scalar("count_labels", "count", count);
+  LS_CHECK(!op_check::overlaps(labels, count),
+           "count_labels: count overlaps labels; pass a "
+           "separate tensor");
+  op_entry(&SoftmaxXentOps::count_labels, "count_labels", stream)(labels.i32(), labels.numel(),
+                                                                  count.i32(), stream);
 }
 
 }  // namespace ls

@@ -120,11 +120,15 @@ class ThreadCublas {
 
 thread_local ThreadCublas t_cublas;
 
-// C = beta * C, the whole result when k == 0 or alpha == 0 (A and B are then not read). beta == 0
-// writes zeros, so NaNs in C do not survive, as in BLAS and the host kernel.
-__global__ void scale_matrix_kernel(float* c, int64_t rows, int64_t cols, int64_t ldc, float beta) {
-  LS_GRID_STRIDE_LOOP(i, rows * cols) {
-    float& value = c[(i / cols) * ldc + i % cols];
+// C_b = beta * C_b for the `batch` matrices C_b = c + b * stride_c: the whole result when
+// k == 0 or alpha == 0 (A and B are then not read). beta == 0 writes zeros, so NaNs in C do not
+// survive, as in BLAS and the host kernel.
+__global__ void scale_matrix_kernel(float* c, int64_t rows, int64_t cols, int64_t ldc, float beta,
+                                    int64_t batch, int64_t stride_c) {
+  const int64_t per_matrix = rows * cols;
+  LS_GRID_STRIDE_LOOP(i, batch * per_matrix) {
+    const int64_t b = i / per_matrix, e = i % per_matrix;
+    float& value = c[b * stride_c + (e / cols) * ldc + e % cols];
     value = beta == 0.0f ? 0.0f : beta * value;
   }
 }
@@ -145,7 +149,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) {
     if (beta == 1.0f) return;
-    scale_matrix_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(c, m, n, ldc, beta);
+    scale_matrix_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(c, m, n, ldc, beta, 1, 0);
     LS_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -163,9 +167,39 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
                               ld_b, a, ld_a, &beta, c, ld_c));
 }
 
+// See Note [Row-major GEMM through column-major cuBLAS]; the batch strides carry over unchanged.
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float* a, int64_t lda, int64_t stride_a, const float* b,
+                          int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                          int64_t stride_c, int64_t batch, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  const int device = launch.device();
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (k == 0 || alpha == 0.0f) {
+    if (beta == 1.0f) return;
+    scale_matrix_kernel<<<grid_for(batch * m * n), kThreads, 0, stream>>>(c, m, n, ldc, beta, batch,
+                                                                          stride_c);
+    LS_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const int ld_a = checked_int(std::max<int64_t>(lda, 1), "lda");
+  const int ld_b = checked_int(std::max<int64_t>(ldb, 1), "ldb");
+  const int ld_c = checked_int(std::max<int64_t>(ldc, 1), "ldc");
+  const int rows = checked_int(m, "m");
+  const int cols = checked_int(n, "n");
+  const int inner = checked_int(k, "k");
+  const int count = checked_int(batch, "batch");
+  cublasHandle_t handle = t_cublas.bind(device, stream);
+  LS_CUBLAS_CHECK(cublasSgemmStridedBatched(
+      handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, cols, rows,
+      inner, &alpha, b, ld_b, static_cast<long long>(stride_b), a, ld_a,
+      static_cast<long long>(stride_a), &beta, c, ld_c, static_cast<long long>(stride_c), count));
+}
 
 const GemmOps kCudaGemm{
     .gemm = gemm,
+    .gemm_strided_batched = gemm_strided_batched,
 };
 LS_REGISTER_OP_TABLE(GemmOps, DeviceKind::kCuda, kCudaGemm);
 

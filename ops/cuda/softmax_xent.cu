@@ -1,5 +1,5 @@
-// Softmax cross-entropy (mean loss + dlogits) and count_correct on CUDA: the CUDA kernels of
-// ops/softmax_xent.h.
+// Softmax cross-entropy (mean loss + dlogits), count_correct and count_labels on CUDA: the CUDA
+// kernels of ops/softmax_xent.h. Rows labelled kIgnoreLabel add 0 and get a 0 gradient row.
 //
 // Note [Deterministic softmax_xent without scratch memory]
 // One launch, no scratch: block 0 computes the mean loss alone (thread t sums the losses of rows
@@ -11,8 +11,8 @@
 // A label outside [0, cols) cannot raise an error on the device: the loss block records it in
 // the stream's DeviceFault (engine/core/device_fault.h), which the stream raises at its next
 // synchronize() with the host kernel's message; that row's loss and dlogits are NaN meanwhile.
-// count_correct is integer-only, so a per-block count added with atomicAdd is exact and
-// deterministic; the count is zeroed first in stream order.
+// count_correct and count_labels are integer-only, so a per-block count added with atomicAdd is
+// exact and deterministic; the count is zeroed first in stream order.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -66,6 +66,7 @@ __device__ float block_sum(float v, float* shared) {
 
 // -log softmax(x)[label] for one row, computed by one thread, columns in order.
 __device__ float row_loss(const float* x, int64_t cols, int32_t label) {
+  if (label == kIgnoreLabel) return 0.0f;
   if (label < 0 || label >= cols) return __int_as_float(0x7fc00000);  // NaN, see the Note
   float max_value = x[0];
   for (int64_t c = 1; c < cols; ++c) max_value = fmaxf(max_value, x[c]);
@@ -86,7 +87,7 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
   if (loss != nullptr && blockIdx.x == 0) {
     double partial = 0.0;
     for (int64_t r = tid; r < rows; r += kThreads) {
-      if (labels[r] < 0 || labels[r] >= cols) {
+      if ((labels[r] < 0 || labels[r] >= cols) && labels[r] != kIgnoreLabel) {
         report_out_of_range(fault, "softmax_xent", "label", hint, r, labels[r], cols);
       }
       partial += row_loss(logits + r * cols, cols, labels[r]);
@@ -104,6 +105,10 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
   const float* x = logits + r * cols;
   float* dx = dlogits + r * cols;  // may be x itself: each thread reads x[c] before writing dx[c]
   const int32_t label = labels[r];
+  if (label == kIgnoreLabel) {
+    for (int64_t c = tid; c < cols; c += kThreads) dx[c] = 0.0f;
+    return;
+  }
   if (label < 0 || label >= cols) {
     for (int64_t c = tid; c < cols; c += kThreads) dx[c] = __int_as_float(0x7fc00000);
     return;
@@ -128,6 +133,7 @@ __global__ void count_correct_kernel(const float* logits, const int32_t* labels,
   int count = 0;
   LS_GRID_STRIDE_LOOP(r, rows) {
     if (cols == 0) break;  // no class can match
+    if (labels[r] == kIgnoreLabel) continue;
     if (labels[r] < 0 || labels[r] >= cols) {
       report_out_of_range(fault, "count_correct", "label", hint, r, labels[r], cols);
     }
@@ -149,6 +155,20 @@ __global__ void count_correct_kernel(const float* logits, const int32_t* labels,
     __syncthreads();
   }
   if (threadIdx.x == 0 && counts[0] != 0) atomicAdd(correct, counts[0]);
+}
+
+// *count += the labels of this block's grid-stride share that are not kIgnoreLabel.
+__global__ void count_labels_kernel(const int32_t* labels, int64_t n, int32_t* count) {
+  __shared__ int counts[kThreads];
+  int local = 0;
+  LS_GRID_STRIDE_LOOP(i, n) { local += labels[i] != kIgnoreLabel ? 1 : 0; }
+  counts[threadIdx.x] = local;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (static_cast<int>(threadIdx.x) < stride) counts[threadIdx.x] += counts[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && counts[0] != 0) atomicAdd(count, counts[0]);
 }
 
 }  // namespace
@@ -192,10 +212,19 @@ void count_correct(const float* logits, const int32_t* labels, int64_t rows, int
   LS_CUDA_CHECK_LAUNCH();
 }
 
+void count_labels(const int32_t* labels, int64_t n, int32_t* count, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  LS_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int32_t), stream));
+  if (n == 0) return;
+  count_labels_kernel<<<grid_for(n), kThreads, 0, stream>>>(labels, n, count);
+  LS_CUDA_CHECK_LAUNCH();
+}
 
 const SoftmaxXentOps kCudaSoftmaxXent{
     .softmax_xent = softmax_xent,
     .count_correct = count_correct,
+    .count_labels = count_labels,
 };
 LS_REGISTER_OP_TABLE(SoftmaxXentOps, DeviceKind::kCuda, kCudaSoftmaxXent);
 

@@ -4,6 +4,8 @@
 // the machine. Chunk boundaries depend only on (m, threads), so results are reproducible for a
 // given thread count; they may differ in the last bits between thread counts, because OpenBLAS
 // picks its kernel (e.g. its small-matrix path) by the size of each call.
+// gemm_strided_batched splits over the batch instead, one cblas_sgemm per matrix, so its results
+// do not depend on the thread count at all.
 #include "ops/gemm.h"
 
 #include <cblas.h>
@@ -80,8 +82,34 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   });
 }
 
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float* a, int64_t lda, int64_t stride_a, const float* b,
+                          int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                          int64_t stride_c, int64_t batch, Stream& stream) {
+  LS_ASSERT(m >= 0 && n >= 0 && k >= 0 && batch >= 0, "gemm_strided_batched sizes m=", m, " n=", n,
+            " k=", k, " batch=", batch);
+  if (m == 0 || n == 0 || batch == 0) return;
+  ensure_single_threaded_blas();
+  // Enough matrices per chunk that each chunk is worth a task.
+  const int64_t grain = std::max<int64_t>(1, kMinSplitFlops / std::max<int64_t>(1, m * n * k));
+  host_enqueue(stream, [=] {
+    host_parallel_for(0, batch, grain, [=](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        float* ci = c + i * stride_c;
+        if (k == 0 || alpha == 0.0f) {  // BLAS rejects k == 0; the result is beta * C
+          scale_c(m, n, beta, ci, ldc);
+        } else {
+          sgemm_rows(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb,
+                     beta, ci, ldc);
+        }
+      }
+    });
+  });
+}
+
 const GemmOps kHostGemm{
     .gemm = gemm,
+    .gemm_strided_batched = gemm_strided_batched,
 };
 LS_REGISTER_OP_TABLE(GemmOps, DeviceKind::kHost, kHostGemm);
 

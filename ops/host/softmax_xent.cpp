@@ -1,4 +1,4 @@
-// Host softmax + cross-entropy and accuracy count, parallel over rows.
+// Host softmax + cross-entropy, accuracy and label counts, parallel over rows.
 // Numerically stable: each row subtracts its max before exp. Row losses (f32) go to a per-worker
 // scratch buffer and are then summed in row order in double, so the loss is bitwise the same
 // whatever the chunking. Labels are validated before any output is written; an out-of-range
@@ -23,15 +23,19 @@ namespace {
 // The same message as the CUDA kernels' (engine/core/device_fault.h).
 void check_labels(const char* op, const int32_t* labels, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
-    if (labels[r] < 0 || labels[r] >= cols) [[unlikely]] {
+    if ((labels[r] < 0 || labels[r] >= cols) && labels[r] != kIgnoreLabel) [[unlikely]] {
       LS_THROW(describe_out_of_range(op, "label", r, labels[r], cols, kLabelHint));
     }
   }
 }
 
 // Loss of one row, -log softmax(x)[label]; writes (softmax(x) - onehot) * grad_scale to dx when
-// dx is not null.
+// dx is not null. An ignored row has loss 0 and a 0 gradient.
 float xent_row(const float* x, int32_t label, int64_t cols, float grad_scale, float* dx) {
+  if (label == kIgnoreLabel) {
+    if (dx != nullptr) std::fill(dx, dx + cols, 0.0f);
+    return 0.0f;
+  }
   float max = x[0];
   for (int64_t c = 1; c < cols; ++c) max = x[c] > max ? x[c] : max;
   const float label_shifted = x[label] - max;  // read before dx (maybe x) is written
@@ -91,7 +95,7 @@ void count_correct(const float* logits, const int32_t* labels, int64_t rows,
                           int64_t best = 0;
                           for (int64_t c = 1; c < cols; ++c)
                             best = x[c] > x[best] ? c : best;  // first max wins
-                          local += best == labels[r] ? 1 : 0;
+                          local += best == labels[r] ? 1 : 0;  // never kIgnoreLabel
                         }
                         count.fetch_add(local, std::memory_order_relaxed);
                       });
@@ -99,9 +103,19 @@ void count_correct(const float* logits, const int32_t* labels, int64_t rows,
   });
 }
 
+void count_labels(const int32_t* labels, int64_t n, int32_t* count, Stream& stream) {
+  LS_ASSERT(n >= 0, "count_labels size n=", n);
+  host_enqueue(stream, [=] {
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; ++i) total += labels[i] != kIgnoreLabel ? 1 : 0;
+    *count = static_cast<int32_t>(total);
+  });
+}
+
 const SoftmaxXentOps kHostSoftmaxXent{
     .softmax_xent = softmax_xent,
     .count_correct = count_correct,
+    .count_labels = count_labels,
 };
 LS_REGISTER_OP_TABLE(SoftmaxXentOps, DeviceKind::kHost, kHostSoftmaxXent);
 

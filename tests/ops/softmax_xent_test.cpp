@@ -1,11 +1,13 @@
 // softmax_xent and count_correct against a double-precision reference (including logits far
 // from 0, which overflow exp without the max shift); in-place gradients; dlogits against central
 // differences of the loss; out-of-range labels surfacing at synchronize(); first-max ties;
-// results bitwise independent of chunking; argument errors.
+// results bitwise independent of chunking; kIgnoreLabel rows (no loss, zero gradient, skipped by
+// count_correct, not counted by count_labels); argument errors.
 #include "ops/softmax_xent.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/host/host_ops.h"
@@ -24,6 +26,7 @@ XentRef reference_xent(const std::vector<float>& x, const std::vector<int32_t>& 
   XentRef ref;
   ref.dlogits.resize(x.size());
   for (int64_t r = 0; r < rows; ++r) {
+    if (labels[r] == kIgnoreLabel) continue;  // loss 0, gradient row 0
     const float* row = x.data() + r * cols;
     double max = row[0];
     for (int64_t c = 1; c < cols; ++c) max = std::max(max, static_cast<double>(row[c]));
@@ -170,6 +173,65 @@ TEST_F(SoftmaxXentTest, ResultsDoNotDependOnChunking) {
   }
 }
 
+// Rows labelled kIgnoreLabel: no loss (the sum is still divided by all rows), a zero gradient
+// row (also in place), skipped by count_correct, not counted by count_labels; other negative
+// labels are still errors.
+TEST_F(SoftmaxXentTest, IgnoredLabelsAddNothing) {
+  const int64_t rows = 7, cols = 5;
+  const auto x = random_vector(rows * cols, 12, -3, 3);
+  std::vector<int32_t> labels = random_labels(rows, cols, 13);
+  labels[1] = labels[4] = labels[6] = kIgnoreLabel;
+  const float grad_scale = 1.0f / rows;
+  const XentRef ref = reference_xent(x, labels, rows, cols, grad_scale);
+  Tensor tl = upload_i32(labels, {rows});
+  Tensor loss = Tensor::empty({1}, DType::kF32, dev_);
+  Tensor dlogits = upload(std::vector<float>(rows * cols, std::nanf("")), {rows, cols});
+  softmax_xent(upload(x, {rows, cols}), tl, loss, dlogits, grad_scale, *stream_);
+  EXPECT_TRUE(all_close(download(loss), {ref.loss}, 1e-5, 1e-7));
+  const auto grad = download(dlogits);
+  EXPECT_TRUE(all_close(grad, ref.dlogits, 1e-4, 1e-7));
+  for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(grad[4 * cols + c], 0.0f);
+  Tensor inplace = upload(x, {rows, cols});
+  softmax_xent(inplace, tl, loss, inplace, grad_scale, *stream_);
+  EXPECT_TRUE(bitwise_equal(download(inplace), grad));
+
+  // dlogits is the gradient of the loss with the ignored rows left out.
+  auto loss_of = [&](const std::vector<float>& xv) {
+    softmax_xent(upload(xv, {rows, cols}), tl, loss, Tensor(), 1.0f, *stream_);
+    return static_cast<double>(download(loss)[0]);
+  };
+  EXPECT_TRUE(all_close(grad, fd_gradient(loss_of, x, 1e-2f), 1e-2, 1e-3));
+
+  // Every row ignored: loss 0.
+  const std::vector<int32_t> none(rows, kIgnoreLabel);
+  softmax_xent(upload(x, {rows, cols}), upload_i32(none, {rows}), loss, Tensor(), 1, *stream_);
+  EXPECT_EQ(download(loss)[0], 0.0f);
+
+  Tensor correct = Tensor::empty({1}, DType::kI32, dev_);
+  std::vector<int32_t> argmax(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    argmax[r] =
+        static_cast<int32_t>(std::max_element(x.begin() + r * cols, x.begin() + (r + 1) * cols) -
+                             (x.begin() + r * cols));
+  }
+  argmax[2] = kIgnoreLabel;
+  count_correct(upload(x, {rows, cols}), upload_i32(argmax, {rows}), correct, *stream_);
+  EXPECT_EQ(correct.to_host_i32(*stream_)[0], rows - 1);
+  Tensor count = Tensor::empty({1}, DType::kI32, dev_);
+  count_labels(tl, count, *stream_);
+  EXPECT_EQ(count.to_host_i32(*stream_)[0], rows - 3);
+  count_labels(upload_i32(none, {1, rows}), count, *stream_);
+  EXPECT_EQ(count.to_host_i32(*stream_)[0], 0);
+
+  labels[0] = -5;
+  softmax_xent(upload(x, {rows, cols}), upload_i32(labels, {rows}), loss, Tensor(), 1, *stream_);
+  const std::string msg = error_of([&] { stream_->synchronize(); });
+  EXPECT_TRUE(contains(msg, "label -5 in row 0"));
+  EXPECT_TRUE(contains(msg, "-100 (kIgnoreLabel)"));
+  count_correct(upload(x, {rows, cols}), upload_i32(labels, {rows}), correct, *stream_);
+  EXPECT_THROW(stream_->synchronize(), Error);
+}
+
 TEST_F(SoftmaxXentTest, ArgumentErrors) {
   Tensor logits = Tensor::empty({4, 3}, DType::kF32, dev_);
   Tensor labels = upload_i32({0, 1, 2, 0}, {4});
@@ -196,6 +258,10 @@ TEST_F(SoftmaxXentTest, ArgumentErrors) {
   EXPECT_TRUE(contains(msg, "2-D [rows, classes]"));
   msg = error_of([&] { count_correct(logits, labels, loss, *stream_); });
   EXPECT_TRUE(contains(msg, "count_correct: correct is f32[1]"));
+  msg = error_of([&] { count_labels(labels, loss, *stream_); });
+  EXPECT_TRUE(contains(msg, "count_labels: count is f32[1]"));
+  msg = error_of([&] { count_labels(logits, labels.view(0, {1}), *stream_); });
+  EXPECT_TRUE(contains(msg, "count_labels: labels is f32[4, 3]"));
 }
 
 }  // namespace

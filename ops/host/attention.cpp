@@ -1,0 +1,125 @@
+// Host kernels of ops/attention.h. The softmax and its backward run one row of keys at a time,
+// rows split over host_parallel_for; each row's sums run over its keys in order, so results do
+// not depend on the chunking. In place is allowed: a row reads every input it needs before it
+// writes (or reads and writes element j together). The layout changes copy runs of D floats.
+#include "ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "engine/core/host/host_device.h"
+#include "ops/host/host_ops.h"
+
+namespace ls {
+namespace {
+
+int64_t rows_grain(int64_t cols) {
+  return std::max<int64_t>(1, kHostGrain / std::max<int64_t>(1, cols));
+}
+
+// One query row: p[j] = exp(scale s[j] - max) / sum over unmasked keys, 0 for masked keys.
+// valid: the keys of this row's batch (or null); keys j >= limit are masked (causal).
+void softmax_row(const float* s, const int32_t* valid, int64_t t, int64_t limit, float scale,
+                 float* p) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < limit; ++j) {
+    if (valid == nullptr || valid[j] != 0) max = std::max(max, scale * s[j]);
+  }
+  if (max == -std::numeric_limits<float>::infinity()) {  // every key masked
+    std::fill(p, p + t, 0.0f);
+    return;
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < t; ++j) {
+    const bool keep = j < limit && (valid == nullptr || valid[j] != 0);
+    const float e = keep ? std::exp(scale * s[j] - max) : 0.0f;
+    p[j] = e;
+    sum += e;
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < t; ++j) p[j] *= inv;
+}
+
+void attention_softmax(const float* scores, const int32_t* key_valid, int64_t batch_heads,
+                       int64_t heads, int64_t t, bool causal, float scale, float* probs,
+                       Stream& stream) {
+  LS_ASSERT(batch_heads >= 0 && heads > 0 && t >= 0,
+            "attention_softmax sizes batch_heads=", batch_heads, " heads=", heads, " t=", t);
+  const int64_t rows = batch_heads * t;
+  if (rows == 0) return;
+  host_enqueue(stream, [=] {
+    host_parallel_for(0, rows, rows_grain(t), [=](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t bh = r / t, i = r % t;
+        const int32_t* valid = key_valid == nullptr ? nullptr : key_valid + (bh / heads) * t;
+        softmax_row(scores + r * t, valid, t, causal ? i + 1 : t, scale, probs + r * t);
+      }
+    });
+  });
+}
+
+void attention_softmax_backward(const float* probs, const float* dprobs, int64_t rows, int64_t cols,
+                                float scale, float* dscores, Stream& stream) {
+  LS_ASSERT(rows >= 0 && cols >= 0, "attention_softmax_backward sizes rows=", rows, " cols=", cols);
+  if (rows == 0 || cols == 0) return;
+  host_enqueue(stream, [=] {
+    host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* p = probs + r * cols;
+        const float* dp = dprobs + r * cols;
+        float* ds = dscores + r * cols;
+        float dot = 0.0f;
+        for (int64_t j = 0; j < cols; ++j) dot += dp[j] * p[j];
+        for (int64_t j = 0; j < cols; ++j) ds[j] = scale * p[j] * (dp[j] - dot);
+      }
+    });
+  });
+}
+
+// Copies runs of D floats between [B, T, G, H, D] (token-major) and [G, B, H, T, D]
+// (head-major); to_head_major says which way. Each destination run is written once.
+void permute_heads(const float* src, float* dst, std::array<int64_t, 5> dims, bool to_head_major,
+                   bool accumulate, Stream& stream) {
+  const int64_t nb = dims[0], nt = dims[1], ng = dims[2], nh = dims[3], nd = dims[4];
+  const int64_t runs = nb * nt * ng * nh;
+  if (runs == 0 || nd == 0) return;
+  host_enqueue(stream, [=] {
+    host_parallel_for(0, runs, rows_grain(nd), [=](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        // r indexes the token-major run (b, t, g, h).
+        const int64_t h = r % nh, g = (r / nh) % ng, t = (r / (nh * ng)) % nt;
+        const int64_t b = r / (nh * ng * nt);
+        const int64_t head_major = (((g * nb + b) * nh + h) * nt + t) * nd;
+        const float* from = src + (to_head_major ? r * nd : head_major);
+        float* to = dst + (to_head_major ? head_major : r * nd);
+        if (accumulate) {
+          for (int64_t d = 0; d < nd; ++d) to[d] += from[d];
+        } else {
+          std::copy(from, from + nd, to);
+        }
+      }
+    });
+  });
+}
+
+void split_heads(const float* x, float* y, std::array<int64_t, 5> dims, bool accumulate,
+                 Stream& stream) {
+  permute_heads(x, y, dims, true, accumulate, stream);
+}
+
+void merge_heads(const float* y, float* x, std::array<int64_t, 5> dims, bool accumulate,
+                 Stream& stream) {
+  permute_heads(y, x, dims, false, accumulate, stream);
+}
+
+const AttentionOps kHostAttention{
+    .attention_softmax = attention_softmax,
+    .attention_softmax_backward = attention_softmax_backward,
+    .split_heads = split_heads,
+    .merge_heads = merge_heads,
+};
+LS_REGISTER_OP_TABLE(AttentionOps, DeviceKind::kHost, kHostAttention);
+
+}  // namespace
+}  // namespace ls

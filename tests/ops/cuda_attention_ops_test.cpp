@@ -1,0 +1,195 @@
+// The CUDA kernels of the transformer ops against the host kernels, in the style of
+// tests/ops/cuda_ops_test.cpp: matmul_batched (every transpose pair), attention_softmax (causal,
+// padding, in place) and its backward, split_heads / merge_heads, pool / pool_backward in every
+// mode, token_mask, softmax_xent / count_correct with kIgnoreLabel rows and count_labels; the
+// softmax bitwise repeatable. Every test skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/runtime.h"
+#include "engine/core/tensor.h"
+#include "ops/attention.h"
+#include "ops/gemm.h"
+#include "ops/pooling.h"
+#include "ops/softmax_xent.h"
+#include "tests/ops/op_test_util.h"
+
+namespace ls::test {
+namespace {
+
+const Device kCuda0{DeviceKind::kCuda, 0};
+
+// A tensor with the same contents on host:0 and on cuda:0.
+struct Pair {
+  Tensor host, cuda;
+};
+
+class CudaAttentionOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_availability().device_count == 0)
+      GTEST_SKIP() << cuda_availability().reason_unavailable;
+    host_ = device_runtime(host0()).create_stream();
+    cuda_ = device_runtime(kCuda0).create_stream();
+  }
+  void TearDown() override {
+    if (host_) host_->synchronize();
+    if (cuda_) cuda_->synchronize();
+  }
+
+  Pair upload(const std::vector<float>& v, const Shape& shape) {
+    return {Tensor::from_host(v, shape, host0(), *host_),
+            Tensor::from_host(v, shape, kCuda0, *cuda_)};
+  }
+  Pair upload_i32(const std::vector<int32_t>& v, const Shape& shape) {
+    return {Tensor::from_host_i32(v, shape, host0(), *host_),
+            Tensor::from_host_i32(v, shape, kCuda0, *cuda_)};
+  }
+  Pair empty(const Shape& shape, DType dtype) {
+    return {Tensor::empty(shape, dtype, host0()), Tensor::empty(shape, dtype, kCuda0)};
+  }
+  // op(stream, side) once on host:0 and once on cuda:0 (the checked ops pick the backend).
+  template <typename Op>
+  void run_both(Op op) {
+    op(*host_, [](const Pair& p) { return p.host; });
+    op(*cuda_, [](const Pair& p) { return p.cuda; });
+  }
+  void expect_close(const Pair& p, double rtol = 1e-5, double atol = 1e-6) {
+    EXPECT_TRUE(
+        all_close(p.cuda.to_host_f32(*cuda_), to_double(p.host.to_host_f32(*host_)), rtol, atol));
+  }
+  void expect_equal_i32(const Pair& p) {
+    EXPECT_EQ(p.cuda.to_host_i32(*cuda_), p.host.to_host_i32(*host_));
+  }
+
+  std::unique_ptr<Stream> host_;
+  std::unique_ptr<Stream> cuda_;
+};
+
+TEST_F(CudaAttentionOpsTest, MatmulBatchedMatchesHost) {
+  const int64_t batch = 6, m = 17, k = 9, n = 33;
+  for (int t = 0; t < 4; ++t) {
+    for (float beta : {0.0f, 1.0f}) {
+      const bool ta = t & 1, tb = t & 2;
+      SCOPED_TRACE(testing::Message() << "ta=" << ta << " tb=" << tb << " beta=" << beta);
+      Pair a =
+          upload(random_vector(batch * m * k, 1), ta ? Shape{batch, k, m} : Shape{batch, m, k});
+      Pair b =
+          upload(random_vector(batch * k * n, 2), tb ? Shape{batch, n, k} : Shape{batch, k, n});
+      Pair c = upload(random_vector(batch * m * n, 3), {batch, m, n});
+      run_both([&](Stream& s, auto side) {
+        matmul_batched(side(a), ta, side(b), tb, side(c), batch, 0.75f, beta, s);
+      });
+      expect_close(c, 1e-4, 1e-5);
+    }
+  }
+}
+
+TEST_F(CudaAttentionOpsTest, AttentionSoftmaxAndBackwardMatchHost) {
+  const int64_t batch = 3, heads = 2;
+  for (int64_t t : {1, 5, 64, 300}) {
+    const int64_t bh = batch * heads;
+    std::vector<int32_t> valid(static_cast<size_t>(batch * t), 1);
+    for (int64_t j = t / 2; j < t; ++j) valid[t + j] = 0;  // batch 1 half padding
+    for (int64_t j = 0; j < t; ++j) valid[2 * t + j] = 0;  // batch 2 all padding
+    Pair key_valid = upload_i32(valid, {batch, t});
+    Pair dprobs = upload(random_vector(bh * t * t, 5), {bh, t, t});
+    for (bool causal : {false, true}) {
+      for (bool padded : {false, true}) {
+        SCOPED_TRACE(testing::Message()
+                     << "t=" << t << " causal=" << causal << " padded=" << padded);
+        Pair scores = upload(random_vector(bh * t * t, 4, -8, 8), {bh, t, t});
+        Pair probs = empty({bh, t, t}, DType::kF32), dscores = empty({bh, t, t}, DType::kF32);
+        run_both([&](Stream& s, auto side) {
+          const Tensor kv = padded ? side(key_valid) : Tensor();
+          attention_softmax(side(scores), kv, heads, causal, 0.3f, side(probs), s);
+          attention_softmax_backward(side(probs), side(dprobs), 0.3f, side(dscores), s);
+          attention_softmax(side(scores), kv, heads, causal, 0.3f, side(scores), s);  // in place
+        });
+        expect_close(probs);
+        expect_close(scores);
+        expect_close(dscores, 1e-4, 1e-6);
+      }
+    }
+  }
+}
+
+TEST_F(CudaAttentionOpsTest, AttentionSoftmaxIsBitwiseRepeatable) {
+  const int64_t bh = 8, t = 257;
+  Tensor scores =
+      Tensor::from_host(random_vector(bh * t * t, 1, -8, 8), {bh, t, t}, kCuda0, *cuda_);
+  Tensor probs = Tensor::empty({bh, t, t}, DType::kF32, kCuda0);
+  attention_softmax(scores, Tensor(), 2, true, 0.125f, probs, *cuda_);
+  const auto first = probs.to_host_f32(*cuda_);
+  attention_softmax(scores, Tensor(), 2, true, 0.125f, probs, *cuda_);
+  EXPECT_TRUE(bitwise_equal(probs.to_host_f32(*cuda_), first));
+}
+
+TEST_F(CudaAttentionOpsTest, SplitAndMergeHeadsMatchHost) {
+  const std::array<int64_t, 5> dims = {3, 7, 3, 4, 5};
+  const int64_t n = 3 * 7 * 3 * 4 * 5;
+  for (bool accumulate : {false, true}) {
+    Pair x = upload(random_vector(n, 1), {n});
+    Pair y = upload(random_vector(n, 2), {n});
+    Pair back = upload(random_vector(n, 3), {n});
+    run_both([&](Stream& s, auto side) {
+      split_heads(side(x), side(y), dims, accumulate, s);
+      merge_heads(side(y), side(back), dims, accumulate, s);
+    });
+    expect_close(y, 0, 0);
+    expect_close(back, 0, 0);
+  }
+}
+
+TEST_F(CudaAttentionOpsTest, PoolingAndTokenMaskMatchHost) {
+  const int64_t batch = 4, t = 9, c = 300;
+  Pair tokens = upload_i32({5, 6, 7, 8, 9, 1, 2, 0, 0,  //
+                            0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+                            0, 0, 3, 4, 5, 6, 7, 8, 9,  //
+                            4, 0, 5, 0, 6, 0, 7, 0, 0},
+                           {batch, t});
+  Pair valid = empty({batch, t}, DType::kI32);
+  run_both([&](Stream& s, auto side) { token_mask(side(tokens), 0, side(valid), s); });
+  expect_equal_i32(valid);
+  Pair x = upload(random_vector(batch * t * c, 1), {batch, t, c});
+  Pair dy = upload(random_vector(batch * c, 2), {batch, c});
+  for (Pooling mode : {Pooling::kLast, Pooling::kFirst, Pooling::kMean}) {
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(testing::Message() << pooling_name(mode) << " accumulate=" << accumulate);
+      Pair y = empty({batch, c}, DType::kF32);
+      Pair dx = upload(random_vector(batch * t * c, 3), {batch, t, c});
+      run_both([&](Stream& s, auto side) {
+        pool(side(x), side(valid), mode, side(y), s);
+        pool_backward(side(dy), side(valid), mode, side(dx), accumulate, s);
+      });
+      expect_close(y, 0, 0);  // the same sums in the same order
+      expect_close(dx, 0, 0);
+    }
+  }
+}
+
+TEST_F(CudaAttentionOpsTest, IgnoredLabelsMatchHost) {
+  const int64_t rows = 300, cols = 17;
+  std::vector<int32_t> labels = random_labels(rows, cols, 2);
+  for (int64_t r = 0; r < rows; r += 3) labels[r] = kIgnoreLabel;
+  Pair logits = upload(random_vector(rows * cols, 1, -8, 8), {rows, cols});
+  Pair tl = upload_i32(labels, {rows});
+  Pair loss = empty({1}, DType::kF32), dlogits = empty({rows, cols}, DType::kF32);
+  Pair correct = empty({1}, DType::kI32), count = empty({1}, DType::kI32);
+  run_both([&](Stream& s, auto side) {
+    softmax_xent(side(logits), side(tl), side(loss), side(dlogits), 1.0f / rows, s);
+    count_correct(side(logits), side(tl), side(correct), s);
+    count_labels(side(tl), side(count), s);
+  });
+  expect_close(loss);
+  expect_close(dlogits);
+  expect_equal_i32(correct);
+  expect_equal_i32(count);
+  EXPECT_EQ(count.cuda.to_host_i32(*cuda_)[0], rows - (rows + 2) / 3);
+}
+
+}  // namespace
+}  // namespace ls::test
