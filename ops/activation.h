@@ -4,7 +4,9 @@
 //
 // relu(x) = max(x, 0); relu_backward: dx (+)= dy * (x > 0).
 // gelu: tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); gelu_backward uses its exact
-// derivative. `accumulate` adds into dx instead of overwriting it. Asynchronous in stream order.
+// derivative. gelu_erf: the exact form 0.5 x (1 + erf(x / sqrt 2)) (BERT/GPT-2's nn.GELU()),
+// gelu_erf_backward: dx (+)= dy * (0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)).
+// `accumulate` adds into dx instead of overwriting it. Asynchronous in stream order.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,11 @@ struct ActivationOps {
   // dx (+)= dy * gelu'(x)
   void (*gelu_backward)(const float* x, const float* dy, float* dx, int64_t n, bool accumulate,
                         Stream& stream) = nullptr;
+  // y = 0.5 x (1 + erf(x / sqrt 2))
+  void (*gelu_erf)(const float* x, float* y, int64_t n, Stream& stream) = nullptr;
+  // dx (+)= dy * gelu_erf'(x)
+  void (*gelu_erf_backward)(const float* x, const float* dy, float* dx, int64_t n, bool accumulate,
+                            Stream& stream) = nullptr;
 };
 
 namespace detail {
@@ -63,6 +70,18 @@ inline void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, b
   detail::check_activation_backward("gelu_backward", x, dy, dx, stream);
   op_entry(&ActivationOps::gelu_backward, "gelu_backward", stream)(x.f32(), dy.f32(), dx.f32(),
                                                                    x.numel(), accumulate, stream);
+}
+
+inline void gelu_erf(const Tensor& x, const Tensor& y, Stream& stream) {
+  detail::check_activation("gelu_erf", x, y, "y", stream);
+  op_entry(&ActivationOps::gelu_erf, "gelu_erf", stream)(x.f32(), y.f32(), x.numel(), stream);
+}
+
+inline void gelu_erf_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate,
+                              Stream& stream) {
+  detail::check_activation_backward("gelu_erf_backward", x, dy, dx, stream);
+  op_entry(&ActivationOps::gelu_erf_backward, "gelu_erf_backward", stream)(
+      x.f32(), dy.f32(), dx.f32(), x.numel(), accumulate, stream);
 }
 
 }  // namespace ls

@@ -1,4 +1,4 @@
-// CUDA kernels of ops/activation.h: relu and gelu (tanh form), forward and backward.
+// CUDA kernels of ops/activation.h: relu, gelu (tanh form) and gelu_erf, forward and backward.
 // Asynchronous on the stream; n == 0 launches nothing; grid-stride loops over int64 indices.
 // In place is allowed: every element is read and written by the same thread.
 #include <cuda_runtime.h>
@@ -45,6 +45,27 @@ __global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx,
   }
 }
 
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+__global__ void gelu_erf_kernel(const float* x, float* y, int64_t n) {
+  LS_GRID_STRIDE_LOOP(i, n) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + erff(v * kInvSqrt2));
+  }
+}
+
+// d/dx [x Phi(x)] = Phi(x) + x phi(x), Phi(x) = 0.5 (1 + erf(x / sqrt 2)).
+__global__ void gelu_erf_backward_kernel(const float* x, const float* dy, float* dx, int64_t n,
+                                         bool accumulate) {
+  LS_GRID_STRIDE_LOOP(i, n) {
+    const float v = x[i];
+    const float d = 0.5f * (1.0f + erff(v * kInvSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
+    const float g = dy[i] * d;
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
 }  // namespace
 
 void relu(const float* x, float* y, int64_t n, Stream& on) {
@@ -81,11 +102,30 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool a
   LS_CUDA_CHECK_LAUNCH();
 }
 
+void gelu_erf(const float* x, float* y, int64_t n, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  if (n == 0) return;
+  gelu_erf_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+void gelu_erf_backward(const float* x, const float* dy, float* dx, int64_t n, bool accumulate,
+                       Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  if (n == 0) return;
+  gelu_erf_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, dy, dx, n, accumulate);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
 const ActivationOps kCudaActivation{
     .relu = relu,
     .relu_backward = relu_backward,
     .gelu = gelu,
     .gelu_backward = gelu_backward,
+    .gelu_erf = gelu_erf,
+    .gelu_erf_backward = gelu_erf_backward,
 };
 LS_REGISTER_OP_TABLE(ActivationOps, DeviceKind::kCuda, kCudaActivation);
 

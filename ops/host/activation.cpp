@@ -1,6 +1,6 @@
-// Host kernels of ops/activation.h: relu and gelu, forward and backward. Each enqueues one task
-// split over host_parallel_for; every element is computed independently. The inner loops are
-// plain indexed loops so the compiler vectorises them (in-place use is allowed).
+// Host kernels of ops/activation.h: relu, gelu and gelu_erf, forward and backward. Each enqueues
+// one task split over host_parallel_for; every element is computed independently. The inner loops
+// are plain indexed loops so the compiler vectorises them (in-place use is allowed).
 #include "ops/activation.h"
 
 #include <cmath>
@@ -25,6 +25,17 @@ inline float gelu_grad(float x) {
   const float x2 = x * x;
   const float t = std::tanh(kGeluS * (x + kGeluA * x2 * x));
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluS * (1.0f + 3.0f * kGeluA * x2);
+}
+
+// GELU, erf form, and its derivative: Phi(x) = 0.5 (1 + erf(x / sqrt 2)), gelu_erf = x Phi(x),
+// gelu_erf' = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+inline float gelu_erf_value(float x) { return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2)); }
+
+inline float gelu_erf_grad(float x) {
+  return 0.5f * (1.0f + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(-0.5f * x * x);
 }
 
 void relu(const float* x, float* y, int64_t n, Stream& stream) {
@@ -70,11 +81,30 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n,
   });
 }
 
+void gelu_erf(const float* x, float* y, int64_t n, Stream& stream) {
+  enqueue_map(stream, n, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = gelu_erf_value(x[i]);
+  });
+}
+
+void gelu_erf_backward(const float* x, const float* dy, float* dx, int64_t n, bool accumulate,
+                       Stream& stream) {
+  enqueue_map(stream, n, [=](int64_t b, int64_t e) {
+    if (accumulate) {
+      for (int64_t i = b; i < e; ++i) dx[i] += dy[i] * gelu_erf_grad(x[i]);
+    } else {
+      for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * gelu_erf_grad(x[i]);
+    }
+  });
+}
+
 const ActivationOps kHostActivation{
     .relu = relu,
     .relu_backward = relu_backward,
     .gelu = gelu,
     .gelu_backward = gelu_backward,
+    .gelu_erf = gelu_erf,
+    .gelu_erf_backward = gelu_erf_backward,
 };
 LS_REGISTER_OP_TABLE(ActivationOps, DeviceKind::kHost, kHostActivation);
 

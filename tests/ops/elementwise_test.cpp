@@ -34,6 +34,13 @@ double gelu_grad_ref(double x) {
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * s * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+double gelu_erf_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+
+double gelu_erf_grad_ref(double x) {
+  return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) +
+         x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * std::numbers::pi);
+}
+
 class ActivationOpTest : public OpTestBase {};
 
 TEST_F(ActivationOpTest, ReluMatchesReference) {
@@ -82,6 +89,47 @@ TEST_F(ActivationOpTest, GeluMatchesReference) {
           << "n=" << n << " accumulate=" << accumulate;
     }
   }
+}
+
+TEST_F(ActivationOpTest, GeluErfMatchesReference) {
+  for (int64_t n : kSizes) {
+    const auto x = random_vector(n, 14, -6, 6);
+    const auto dy = random_vector(n, 15);
+    const auto dx0 = random_vector(n, 16);
+    Tensor tx = upload(x, {n});
+    Tensor ty = Tensor::empty({n}, DType::kF32, dev_);
+    gelu_erf(tx, ty, *stream_);
+    std::vector<double> want(n), grad(n), grad_acc(n);
+    for (int64_t i = 0; i < n; ++i) {
+      want[i] = gelu_erf_ref(x[i]);
+      grad[i] = dy[i] * gelu_erf_grad_ref(x[i]);
+      grad_acc[i] = dx0[i] + grad[i];
+    }
+    EXPECT_TRUE(all_close(download(ty), want, 2e-6, 1e-6)) << "n=" << n;
+    for (bool accumulate : {false, true}) {
+      Tensor tdx = upload(dx0, {n});
+      gelu_erf_backward(tx, upload(dy, {n}), tdx, accumulate, *stream_);
+      EXPECT_TRUE(all_close(download(tdx), accumulate ? grad_acc : grad, 1e-5, 1e-6))
+          << "n=" << n << " accumulate=" << accumulate;
+    }
+  }
+}
+
+TEST_F(ActivationOpTest, GeluErfGradientMatchesFiniteDifferences) {
+  const auto x = random_vector(33, 17, -3, 3);
+  const auto w = random_vector(x.size(), 18);
+  const auto n = static_cast<int64_t>(x.size());
+  Tensor y = Tensor::empty({n}, DType::kF32, dev_);
+  auto loss = [&](const std::vector<float>& xv) {
+    gelu_erf(upload(xv, {n}), y, *stream_);
+    return dot(download(y), w);
+  };
+  Tensor dx = Tensor::empty({n}, DType::kF32, dev_);
+  gelu_erf_backward(upload(x, {n}), upload(w, {n}), dx, false, *stream_);
+  EXPECT_TRUE(all_close(download(dx), fd_gradient(loss, x, 1e-2f), 1e-2, 1e-3));
+  const std::string msg =
+      error_of([&] { gelu_erf_backward(upload(x, {n}), y, y.view(0, {3}), false, *stream_); });
+  EXPECT_TRUE(contains(msg, "gelu_erf_backward: dx is f32[3]"));
 }
 
 TEST_F(ActivationOpTest, InPlaceForwardMatches) {

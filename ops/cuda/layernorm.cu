@@ -1,0 +1,144 @@
+// Layer normalisation on CUDA: the CUDA kernels of ops/layernorm.h.
+// The forward and the input gradient run one block per row (grid-stride over rows): block sums
+// with a fixed shape (warp butterflies, then warps in order), so results repeat bitwise.
+// dgamma/dbeta run one thread per column, summing the rows in order (no atomics), in a launch
+// before the input gradient, so dx may be dy. y may be x: a row is read whole before it is
+// written, each element by the thread that writes it.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ops/cuda/cuda_launch.h"
+#include "ops/layernorm.h"
+
+namespace ls::cuda_ops {
+namespace {
+
+constexpr int kWarp = 32;
+
+__device__ float warp_sum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32); every thread gets it. `shared`: 32 floats.
+// Starts and ends with a barrier, so calls may follow each other and a row may be rewritten.
+__device__ float block_sum(float v, float* shared) {
+  v = warp_sum(v);
+  __syncthreads();
+  if (threadIdx.x % kWarp == 0) shared[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  float result = shared[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x) / kWarp; ++w) result += shared[w];
+  return result;
+}
+
+__global__ void layernorm_kernel(const float* x, const float* gamma, const float* beta,
+                                 int64_t rows, int64_t cols, float eps, float* y, float* mean,
+                                 float* rstd) {
+  __shared__ float shared[kWarp];
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    float sum = 0.0f;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += xr[c];
+    const float m = block_sum(sum, shared) * inv_cols;
+    float squares = 0.0f;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const float d = xr[c] - m;
+      squares += d * d;
+    }
+    const float s = 1.0f / sqrtf(block_sum(squares, shared) * inv_cols + eps);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+      yr[c] = (xr[c] - m) * s * gamma[c] + beta[c];
+    if (threadIdx.x == 0) {
+      mean[r] = m;
+      rstd[r] = s;
+    }
+  }
+}
+
+// One thread per column, rows in order: dgamma += sum dy * xhat, dbeta += sum dy.
+__global__ void layernorm_param_grad_kernel(const float* x, const float* mean, const float* rstd,
+                                            const float* dy, int64_t rows, int64_t cols,
+                                            float* dgamma, float* dbeta) {
+  LS_GRID_STRIDE_LOOP(c, cols) {
+    float acc_gamma = 0.0f, acc_beta = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float g = dy[r * cols + c];
+      acc_gamma += g * ((x[r * cols + c] - mean[r]) * rstd[r]);
+      acc_beta += g;
+    }
+    dgamma[c] += acc_gamma;
+    dbeta[c] += acc_beta;
+  }
+}
+
+// dx (+)= rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; one block per row.
+__global__ void layernorm_input_grad_kernel(const float* x, const float* gamma, const float* mean,
+                                            const float* rstd, const float* dy, int64_t rows,
+                                            int64_t cols, float* dx, bool accumulate) {
+  __shared__ float shared[kWarp];
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * cols;
+    const float* dyr = dy + r * cols;
+    float* dxr = dx + r * cols;
+    const float m = mean[r], s = rstd[r];
+    float sum_g = 0.0f, sum_gx = 0.0f;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const float g = dyr[c] * gamma[c];
+      sum_g += g;
+      sum_gx += g * ((xr[c] - m) * s);
+    }
+    const float mean_g = block_sum(sum_g, shared) * inv_cols;
+    const float mean_gx = block_sum(sum_gx, shared) * inv_cols;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const float xhat = (xr[c] - m) * s;
+      const float v = s * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
+      dxr[c] = accumulate ? dxr[c] + v : v;
+    }
+    __syncthreads();  // `shared` is rewritten by the next row's sums
+  }
+}
+
+unsigned int row_blocks(int64_t rows) {
+  return static_cast<unsigned int>(std::min<int64_t>(rows, kMaxBlocks));
+}
+
+}  // namespace
+
+void layernorm(const float* x, const float* gamma, const float* beta, int64_t rows, int64_t cols,
+               float eps, float* y, float* mean, float* rstd, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  if (rows * cols == 0) return;
+  layernorm_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, gamma, beta, rows, cols, eps, y,
+                                                              mean, rstd);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                        const float* dy, int64_t rows, int64_t cols, float* dx, bool accumulate,
+                        float* dgamma, float* dbeta, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  if (rows * cols == 0) return;
+  // First, in stream order: it reads dy, which dx may be.
+  layernorm_param_grad_kernel<<<grid_for(cols), kThreads, 0, stream>>>(x, mean, rstd, dy, rows,
+                                                                       cols, dgamma, dbeta);
+  LS_CUDA_CHECK_LAUNCH();
+  layernorm_input_grad_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(
+      x, gamma, mean, rstd, dy, rows, cols, dx, accumulate);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+const LayerNormOps kCudaLayerNorm{
+    .layernorm = layernorm,
+    .layernorm_backward = layernorm_backward,
+};
+LS_REGISTER_OP_TABLE(LayerNormOps, DeviceKind::kCuda, kCudaLayerNorm);
+
+}  // namespace ls::cuda_ops

@@ -1,0 +1,132 @@
+// Host kernels of ops/layernorm.h. The forward and the input gradient split rows over the cores;
+// each row's sums run over its columns in a fixed order (kLanes), in double. dgamma/dbeta split
+// columns only, so each column is summed over the rows in order (bitwise the same whatever the
+// split). The backward sums dgamma/dbeta before it writes dx, so dx may be dy; the forward reads a
+// whole row before writing it, so y may be x.
+#include "ops/layernorm.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ops/host/host_ops.h"
+
+namespace ls {
+namespace {
+
+// Columns of dgamma/dbeta summed together: accumulators stay in L1 while the rows stream past.
+constexpr int64_t kColumnBlock = 256;
+
+int64_t rows_grain(int64_t cols) { return std::max<int64_t>(1, kHostGrain / cols); }
+
+// Lanes of the row sums: column c goes to lane c % kLanes, lanes are added in order at the end.
+// A fixed order (deterministic) that the compiler vectorises, unlike one running sum.
+constexpr int64_t kLanes = 8;
+
+// sum_c f(c) in double, by lanes (see kLanes).
+template <typename F>
+double lane_sum(int64_t cols, F f) {
+  double lanes[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= cols; c += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += f(c + j);
+  }
+  for (; c < cols; ++c) lanes[c % kLanes] += f(c);
+  double total = 0.0;
+  for (double v : lanes) total += v;
+  return total;
+}
+
+void layernorm_row(const float* x, const float* gamma, const float* beta, int64_t cols, float eps,
+                   float* y, float* mean_out, float* rstd_out) {
+  const double mean =
+      lane_sum(cols, [x](int64_t c) { return double{x[c]}; }) / static_cast<double>(cols);
+  const double squares = lane_sum(cols, [x, mean](int64_t c) {
+    const double d = x[c] - mean;
+    return d * d;
+  });
+  const auto m = static_cast<float>(mean);
+  const auto rstd = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(cols) + eps));
+  for (int64_t c = 0; c < cols; ++c) y[c] = (x[c] - m) * rstd * gamma[c] + beta[c];
+  *mean_out = m;
+  *rstd_out = rstd;
+}
+
+void layernorm(const float* x, const float* gamma, const float* beta, int64_t rows, int64_t cols,
+               float eps, float* y, float* mean, float* rstd, Stream& stream) {
+  if (rows <= 0 || cols <= 0) return;
+  host_enqueue(stream, [=] {
+    host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        layernorm_row(x + r * cols, gamma, beta, cols, eps, y + r * cols, mean + r, rstd + r);
+      }
+    });
+  });
+}
+
+// dgamma[c] += sum_r dy * xhat, dbeta[c] += sum_r dy for c in [c0, c1), rows in order.
+void param_grad_cols(const float* x, const float* mean, const float* rstd, const float* dy,
+                     int64_t rows, int64_t cols, int64_t c0, int64_t c1, float* dgamma,
+                     float* dbeta) {
+  float acc_gamma[kColumnBlock], acc_beta[kColumnBlock];
+  for (int64_t cb = c0; cb < c1; cb += kColumnBlock) {
+    const int64_t width = std::min(kColumnBlock, c1 - cb);
+    std::fill(acc_gamma, acc_gamma + width, 0.0f);
+    std::fill(acc_beta, acc_beta + width, 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* __restrict xr = x + r * cols + cb;
+      const float* __restrict g = dy + r * cols + cb;
+      const float m = mean[r], s = rstd[r];
+      for (int64_t j = 0; j < width; ++j) {
+        acc_gamma[j] += g[j] * ((xr[j] - m) * s);
+        acc_beta[j] += g[j];
+      }
+    }
+    for (int64_t j = 0; j < width; ++j) {
+      dgamma[cb + j] += acc_gamma[j];
+      dbeta[cb + j] += acc_beta[j];
+    }
+  }
+}
+
+void input_grad_row(const float* x, const float* gamma, float mean, float rstd, const float* dy,
+                    int64_t cols, float* dx, bool accumulate) {
+  const double sum_g = lane_sum(cols, [=](int64_t c) { return double{dy[c] * gamma[c]}; });
+  const double sum_gx = lane_sum(cols, [=](int64_t c) {
+    return static_cast<double>(dy[c] * gamma[c]) * ((x[c] - mean) * rstd);
+  });
+  const auto mean_g = static_cast<float>(sum_g / static_cast<double>(cols));
+  const auto mean_gx = static_cast<float>(sum_gx / static_cast<double>(cols));
+  for (int64_t c = 0; c < cols; ++c) {
+    const float xhat = (x[c] - mean) * rstd;
+    const float v = rstd * (dy[c] * gamma[c] - mean_g - xhat * mean_gx);
+    dx[c] = accumulate ? dx[c] + v : v;
+  }
+}
+
+void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                        const float* dy, int64_t rows, int64_t cols, float* dx, bool accumulate,
+                        float* dgamma, float* dbeta, Stream& stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const int64_t col_grain = std::max<int64_t>(64, kHostGrain / rows);
+  host_enqueue(stream, [=] {
+    // dgamma/dbeta first: they read dy, which dx may overwrite.
+    host_parallel_for(0, cols, col_grain, [=](int64_t c0, int64_t c1) {
+      param_grad_cols(x, mean, rstd, dy, rows, cols, c0, c1, dgamma, dbeta);
+    });
+    host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        input_grad_row(x + r * cols, gamma, mean[r], rstd[r], dy + r * cols, cols, dx + r * cols,
+                       accumulate);
+      }
+    });
+  });
+}
+
+const LayerNormOps kHostLayerNorm{
+    .layernorm = layernorm,
+    .layernorm_backward = layernorm_backward,
+};
+LS_REGISTER_OP_TABLE(LayerNormOps, DeviceKind::kHost, kHostLayerNorm);
+
+}  // namespace
+}  // namespace ls

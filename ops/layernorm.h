@@ -1,0 +1,90 @@
+// Layer normalisation over the last dimension of f32 x [rows, cols] (any tensor of 2 or more
+// dimensions is viewed as [numel / cols, cols]). Kernels: ops/host/layernorm.cpp,
+// ops/cuda/layernorm.cu.
+//
+// layernorm: mean[r] = mean_c x[r, c], rstd[r] = 1 / sqrt(var_c x[r, c] + eps) (biased variance),
+//   y = (x - mean) * rstd * gamma + beta; mean and rstd f32 [rows] are saved for the backward.
+// layernorm_backward: with xhat = (x - mean) * rstd and g = dy * gamma,
+//   dx (+)= rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))   (`accumulate` chooses += or =),
+//   dgamma += sum_r dy * xhat, dbeta += sum_r dy (ALWAYS added; rows summed in row order).
+// y may be x and dx may be dy (in place). Asynchronous in stream order.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/core/error.h"
+#include "ops/op_check.h"
+#include "ops/op_table.h"
+
+namespace ls {
+
+struct LayerNormOps {
+  // y = (x - mean) * rstd * gamma + beta per row; writes mean[rows], rstd[rows].
+  void (*layernorm)(const float* x, const float* gamma, const float* beta, int64_t rows,
+                    int64_t cols, float eps, float* y, float* mean, float* rstd,
+                    Stream& stream) = nullptr;
+  // dx (+)= the input gradient; dgamma += sum_r dy*xhat, dbeta += sum_r dy in row order.
+  void (*layernorm_backward)(const float* x, const float* gamma, const float* mean,
+                             const float* rstd, const float* dy, int64_t rows, int64_t cols,
+                             float* dx, bool accumulate, float* dgamma, float* dbeta,
+                             Stream& stream) = nullptr;
+};
+
+namespace detail {
+// x f32 with >= 2 dims; the [cols] vectors and [rows] statistics the op also takes.
+inline void check_layernorm_x(const char* op, const char* name, const Tensor& x,
+                              const Stream& stream) {
+  op_check::tensor(op, name, x, DType::kF32, stream);
+  LS_CHECK(x.ndim() >= 2 && x.dim(x.ndim() - 1) > 0, op, ": ", name, " is ", x.describe(),
+           "; expected [rows, cols] (or [..., cols]) with cols > 0: reshape it to [-1, features]");
+}
+inline void check_layernorm_vector(const char* op, const char* name, const Tensor& v, int64_t n,
+                                   const char* what, const Tensor& x, const Stream& stream) {
+  op_check::tensor(op, name, v, DType::kF32, stream);
+  LS_CHECK(v.ndim() == 1 && v.dim(0) == n, op, ": ", name, " is ", v.describe(), "; expected [", n,
+           "], one value per ", what, " of x (", x.describe(), ")");
+}
+inline void check_same_shape(const char* op, const char* name, const Tensor& t, const Tensor& x) {
+  LS_CHECK(t.shape() == x.shape(), op, ": ", name, " is ", t.describe(),
+           "; expected the shape of x (", x.describe(), ")");
+}
+}  // namespace detail
+
+inline void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                      const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& stream) {
+  const char* op = "layernorm";
+  detail::check_layernorm_x(op, "x", x, stream);
+  const int64_t cols = x.dim(x.ndim() - 1), rows = x.numel() / cols;
+  detail::check_layernorm_vector(op, "gamma", gamma, cols, "column", x, stream);
+  detail::check_layernorm_vector(op, "beta", beta, cols, "column", x, stream);
+  detail::check_layernorm_vector(op, "mean", mean, rows, "row", x, stream);
+  detail::check_layernorm_vector(op, "rstd", rstd, rows, "row", x, stream);
+  op_check::tensor(op, "y", y, DType::kF32, stream);
+  detail::check_same_shape(op, "y", y, x);
+  LS_CHECK(eps > 0.0f, "layernorm: eps is ", eps, "; expected a small positive value, e.g. 1e-5");
+  op_entry(&LayerNormOps::layernorm, op, stream)(x.f32(), gamma.f32(), beta.f32(), rows, cols, eps,
+                                                 y.f32(), mean.f32(), rstd.f32(), stream);
+}
+
+inline void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                               const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                               bool accumulate, const Tensor& dgamma, const Tensor& dbeta,
+                               Stream& stream) {
+  const char* op = "layernorm_backward";
+  detail::check_layernorm_x(op, "x", x, stream);
+  const int64_t cols = x.dim(x.ndim() - 1), rows = x.numel() / cols;
+  detail::check_layernorm_vector(op, "gamma", gamma, cols, "column", x, stream);
+  detail::check_layernorm_vector(op, "mean", mean, rows, "row", x, stream);
+  detail::check_layernorm_vector(op, "rstd", rstd, rows, "row", x, stream);
+  op_check::tensor(op, "dy", dy, DType::kF32, stream);
+  detail::check_same_shape(op, "dy", dy, x);
+  op_check::tensor(op, "dx", dx, DType::kF32, stream);
+  detail::check_same_shape(op, "dx", dx, x);
+  detail::check_layernorm_vector(op, "dgamma", dgamma, cols, "column", x, stream);
+  detail::check_layernorm_vector(op, "dbeta", dbeta, cols, "column", x, stream);
+  op_entry(&LayerNormOps::layernorm_backward, op, stream)(
+      x.f32(), gamma.f32(), mean.f32(), rstd.f32(), dy.f32(), rows, cols, dx.f32(), accumulate,
+      dgamma.f32(), dbeta.f32(), stream);
+}
+
+}  // namespace ls

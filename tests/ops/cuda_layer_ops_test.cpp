@@ -1,0 +1,185 @@
+// The CUDA kernels of the transformer layer ops (embedding, layernorm, dropout, gelu_erf)
+// against the host kernels on the same inputs: the embedding lookup and gradient and dropout
+// bitwise (same summation order, same integer hash), layernorm and gelu_erf within rounding;
+// repeated CUDA runs bitwise equal; a bad id the same error on both backends. Every test skips
+// without a GPU (the style of tests/ops/cuda_ops_test.cpp).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/core/device.h"
+#include "engine/core/runtime.h"
+#include "engine/core/tensor.h"
+#include "ops/activation.h"
+#include "ops/dropout.h"
+#include "ops/embedding.h"
+#include "ops/layernorm.h"
+#include "tests/ops/op_test_util.h"
+
+namespace ls::test {
+namespace {
+
+const Device kCuda0{DeviceKind::kCuda, 0};
+
+struct Pair {
+  Tensor host, cuda;
+};
+
+class CudaLayerOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_availability().device_count == 0)
+      GTEST_SKIP() << cuda_availability().reason_unavailable;
+    host_ = device_runtime(host0()).create_stream();
+    cuda_ = device_runtime(kCuda0).create_stream();
+  }
+  void TearDown() override {
+    if (host_) host_->synchronize();
+    if (cuda_) cuda_->synchronize();
+  }
+
+  Pair upload(const std::vector<float>& v, const Shape& shape) {
+    return {Tensor::from_host(v, shape, host0(), *host_),
+            Tensor::from_host(v, shape, kCuda0, *cuda_)};
+  }
+  Pair upload_i32(const std::vector<int32_t>& v, const Shape& shape) {
+    return {Tensor::from_host_i32(v, shape, host0(), *host_),
+            Tensor::from_host_i32(v, shape, kCuda0, *cuda_)};
+  }
+  Pair empty(const Shape& shape) {
+    return {Tensor::empty(shape, DType::kF32, host0()), Tensor::empty(shape, DType::kF32, kCuda0)};
+  }
+  // op(stream, side) once on each backend; side(pair) is that backend's tensor.
+  template <typename Op>
+  void run_both(Op op) {
+    op(*host_, [](const Pair& p) { return p.host; });
+    op(*cuda_, [](const Pair& p) { return p.cuda; });
+  }
+  std::vector<float> host_values(const Pair& p) { return p.host.to_host_f32(*host_); }
+  std::vector<float> cuda_values(const Pair& p) { return p.cuda.to_host_f32(*cuda_); }
+  void expect_close(const Pair& p, double rtol, double atol) {
+    EXPECT_TRUE(all_close(cuda_values(p), to_double(host_values(p)), rtol, atol));
+  }
+  void expect_bitwise(const Pair& p) { EXPECT_TRUE(bitwise_equal(cuda_values(p), host_values(p))); }
+
+  std::unique_ptr<Stream> host_;
+  std::unique_ptr<Stream> cuda_;
+};
+
+TEST_F(CudaLayerOpsTest, EmbeddingAndItsGradientMatchHostBitwise) {
+  for (auto [vocab, dim, n] : std::vector<std::array<int64_t, 3>>{
+           {1, 1, 1}, {11, 7, 100}, {50, 300, 1000}, {1000, 64, 5000}}) {
+    SCOPED_TRACE(testing::Message() << vocab << "x" << dim << " n=" << n);
+    Pair table = upload(random_vector(vocab * dim, 1), {vocab, dim});
+    Pair ids = upload_i32(random_labels(n, static_cast<int32_t>(vocab), 2), {n});
+    Pair out = empty({n, dim});
+    Pair dy = upload(random_vector(n * dim, 3, -10, 10), {n, dim});
+    run_both([&](Stream& s, auto side) {
+      embedding(side(table), side(ids), side(out), s);
+      embedding_backward(side(dy), side(ids), side(table), s);
+    });
+    expect_bitwise(out);
+    expect_bitwise(table);
+  }
+}
+
+TEST_F(CudaLayerOpsTest, InvalidIdIsTheSameErrorOnBothBackends) {
+  Pair table = upload(random_vector(4 * 3, 1), {4, 3});
+  Pair bad = upload_i32({0, 9, 2}, {3}), good = upload_i32({0, 3, 2}, {3});
+  Pair out = empty({3, 3}), dy = upload(random_vector(9, 2), {3, 3});
+  std::vector<std::string> messages;
+  run_both([&](Stream& stream, auto side) {
+    embedding(side(table), side(bad), side(out), stream);
+    messages.push_back(error_of([&] { stream.synchronize(); }));
+    embedding_backward(side(dy), side(bad), side(table), stream);
+    messages.push_back(error_of([&] { stream.synchronize(); }));
+    embedding(side(table), side(good), side(out), stream);
+    messages.push_back(error_of([&] { stream.synchronize(); }));
+  });
+  ASSERT_EQ(messages.size(), 6u);
+  EXPECT_TRUE(contains(messages[0], "embedding: id 9 in row 1 is outside [0, 4)"));
+  EXPECT_TRUE(contains(messages[1], "embedding_backward: id 9 in row 1 is outside [0, 4)"));
+  EXPECT_EQ(messages[2], "<no error>");
+  const auto text = [](const std::string& m) {
+    return m.substr(0, std::min(m.find(" ["), m.find(" (")));
+  };
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(text(messages[i]), text(messages[i + 3]));
+}
+
+TEST_F(CudaLayerOpsTest, LayerNormMatchesHostAndRepeats) {
+  for (auto [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 7}, {129, 65}, {64, 768}, {7, 3000}}) {
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(testing::Message() << rows << "x" << cols << " accumulate=" << accumulate);
+      Pair x = upload(random_vector(rows * cols, 1, -3, 3), {rows, cols});
+      Pair gamma = upload(random_vector(cols, 2), {cols}),
+           beta = upload(random_vector(cols, 3), {cols});
+      Pair y = empty({rows, cols}), mean = empty({rows}), rstd = empty({rows});
+      Pair dy = upload(random_vector(rows * cols, 4), {rows, cols});
+      Pair dx = upload(random_vector(rows * cols, 5), {rows, cols});
+      Pair dgamma = upload(random_vector(cols, 6), {cols}),
+           dbeta = upload(random_vector(cols, 7), {cols});
+      run_both([&](Stream& s, auto side) {
+        layernorm(side(x), side(gamma), side(beta), 1e-5f, side(y), side(mean), side(rstd), s);
+        layernorm_backward(side(x), side(gamma), side(mean), side(rstd), side(dy), side(dx),
+                           accumulate, side(dgamma), side(dbeta), s);
+      });
+      expect_close(y, 1e-4, 1e-5);
+      expect_close(mean, 1e-5, 1e-6);
+      expect_close(rstd, 1e-4, 0);
+      expect_close(dx, 1e-3, 1e-4);
+      expect_close(dgamma, 1e-4, 1e-4);
+      expect_close(dbeta, 1e-4, 1e-4);
+      // The CUDA kernels again: bitwise the same.
+      const auto first_dx = cuda_values(dx);
+      layernorm_backward(x.cuda, gamma.cuda, mean.cuda, rstd.cuda, dy.cuda, dx.cuda, false,
+                         dgamma.cuda, dbeta.cuda, *cuda_);
+      Tensor dx2 = Tensor::empty({rows, cols}, DType::kF32, kCuda0);
+      layernorm_backward(x.cuda, gamma.cuda, mean.cuda, rstd.cuda, dy.cuda, dx2, false, dgamma.cuda,
+                         dbeta.cuda, *cuda_);
+      EXPECT_TRUE(bitwise_equal(cuda_values(dx), dx2.to_host_f32(*cuda_)));
+      if (!accumulate) {
+        EXPECT_TRUE(bitwise_equal(cuda_values(dx), first_dx));
+      }
+    }
+  }
+}
+
+TEST_F(CudaLayerOpsTest, DropoutMatchesHostBitwise) {
+  for (int64_t n : {1, 7, 1000, 70001}) {
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " accumulate=" << accumulate);
+      Pair x = upload(random_vector(n, 1), {n});
+      Pair y = upload(random_vector(n, 2), {n});
+      run_both([&](Stream& s, auto side) {
+        dropout(side(x), side(y), n % 7 == 0 ? 7 : 1, 12345, 0.37f, dropout_key(9, 3, 1),
+                accumulate, s);
+      });
+      expect_bitwise(y);
+    }
+  }
+}
+
+TEST_F(CudaLayerOpsTest, GeluErfMatchesHost) {
+  for (int64_t n : {1, 7, 1000, 70001}) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    Pair x = upload(random_vector(n, 1, -6, 6), {n});
+    Pair dy = upload(random_vector(n, 2), {n});
+    Pair y = empty({n});
+    run_both([&](Stream& s, auto side) { gelu_erf(side(x), side(y), s); });
+    expect_close(y, 1e-5, 1e-6);
+    for (bool accumulate : {false, true}) {
+      Pair dx = upload(random_vector(n, 3), {n});
+      run_both([&](Stream& s, auto side) {
+        gelu_erf_backward(side(x), side(dy), side(dx), accumulate, s);
+      });
+      expect_close(dx, 1e-5, 1e-6);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ls::test
