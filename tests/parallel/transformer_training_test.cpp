@@ -56,15 +56,15 @@ data::Batch token_batch(int64_t size, bool classifier, uint32_t seed) {
   return b;
 }
 
-struct Run {
+struct TrainRun {
   std::vector<float> losses;
   std::vector<float> parameters;
 };
 
-Run train(int devices, bool classifier, int steps, int64_t global, DataParallelOptions options = {}) {
+TrainRun train(int devices, bool classifier, int steps, int64_t global, DataParallelOptions options = {}) {
   DataParallel dp(hosts(devices), transformer_factory(tiny_config(classifier)),
                   make_optimizer_factory({"adamw", 3e-3f, 0.0f, 0.01f}), options);
-  Run run;
+  TrainRun run;
   for (int s = 0; s < steps; ++s) {
     run.losses.push_back(dp.step(token_batch(global, classifier, 100 + static_cast<uint32_t>(s))).loss);
   }
@@ -83,9 +83,9 @@ double max_relative_difference(const std::vector<float>& a, const std::vector<fl
 }
 
 void check_replicas_agree(bool classifier) {
-  const Run one = train(1, classifier, 20, 8);
+  const TrainRun one = train(1, classifier, 20, 8);
   for (int n : {2, 4}) {
-    const Run many = train(n, classifier, 20, 8);
+    const TrainRun many = train(n, classifier, 20, 8);
     EXPECT_LT(max_relative_difference(one.losses, many.losses), 1e-5) << n << " replicas";
     EXPECT_LT(max_relative_difference(one.parameters, many.parameters), 1e-4) << n << " replicas";
   }
@@ -103,13 +103,13 @@ TEST(TransformerTraining, ClassifierOnTwoAndFourReplicasMatchesOneWithDropout) {
 TEST(TransformerTraining, UnevenShardsOfPaddedSequencesGiveTheGlobalMean) {
   DataParallelOptions uneven;
   uneven.allow_uneven_shards = true;
-  const Run one = train(1, false, 5, 7);
-  const Run three = train(3, false, 5, 7, uneven);
+  const TrainRun one = train(1, false, 5, 7);
+  const TrainRun three = train(3, false, 5, 7, uneven);
   EXPECT_LT(max_relative_difference(one.losses, three.losses), 1e-5);
 }
 
 TEST(TransformerTraining, SameRunTwiceIsBitwiseEqual) {
-  const Run a = train(2, false, 5, 8), b = train(2, false, 5, 8);
+  const TrainRun a = train(2, false, 5, 8), b = train(2, false, 5, 8);
   EXPECT_EQ(a.parameters, b.parameters);
   EXPECT_EQ(a.losses, b.losses);
 }
@@ -119,7 +119,7 @@ TEST(TransformerTraining, ResumedRunIsBitwiseTheUninterruptedOne) {
                            ("lockstep-transformer-resume-" + std::to_string(::getpid())))
                               .string();
   std::filesystem::remove_all(dir);
-  const Run straight = train(2, false, 6, 8);
+  const TrainRun straight = train(2, false, 6, 8);
   {
     DataParallel dp(hosts(2), transformer_factory(tiny_config(false)),
                     make_optimizer_factory({"adamw", 3e-3f, 0.0f, 0.01f}));
