@@ -7,8 +7,6 @@
 namespace {
 
 constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
-constexpr const char* kGcidePath = "/usr/share/dictd/gcide.dict.dz";
-constexpr const char* kWordnetNouns = "/usr/share/wordnet/data.noun";
 constexpr double kLmTestFraction = 0.02;  // the corpus tail held out for evaluation
 
 std::unique_ptr<ls::data::Tokenizer> make_tokenizer(const WorkloadOptions& o) {
@@ -53,27 +51,6 @@ ls::nn::TransformerConfig transformer_config(const WorkloadOptions& o, const std
   return c;
 }
 
-// Moves the last `fraction` of the examples of `all` into the returned test set.
-ls::data::Dataset split_tail(ls::data::Dataset& all, double fraction) {
-  const int64_t test_count = std::max<int64_t>(1, static_cast<int64_t>(all.count * fraction));
-  LS_CHECK(all.count > test_count, "data set '", all.name, "' has only ", all.count,
-           " examples; it needs more than ", test_count, " to hold some out for evaluation");
-  ls::data::Dataset test = all;
-  const int64_t keep = all.count - test_count;
-  auto tail = [&](auto& v, int64_t width) {
-    using T = typename std::decay_t<decltype(v)>::value_type;
-    return std::vector<T>(v.begin() + keep * width, v.end());
-  };
-  test.tokens = tail(all.tokens, all.features);
-  test.labels = tail(all.labels, all.label_width);
-  test.count = test_count;
-  test.name = all.name + " (held-out tail)";
-  all.tokens.resize(static_cast<size_t>(keep * all.features));
-  all.labels.resize(static_cast<size_t>(keep * all.label_width));
-  all.count = keep;
-  return test;
-}
-
 void cap_examples(ls::data::Dataset& d, int64_t max_examples) {
   if (max_examples <= 0 || d.count <= max_examples) return;
   d.count = max_examples;
@@ -105,12 +82,14 @@ Workload transformer_workload(const WorkloadOptions& o) {
   const bool lm = o.model == "gpt";
   const std::unique_ptr<ls::data::Tokenizer> tokenizer = make_tokenizer(o);
   if (lm) {
-    const std::string path = o.data.empty() ? kGcidePath : o.data;
-    const std::string text = ls::data::load_gcide_text(path);
-    w.train = ls::data::make_lm_dataset(text, *tokenizer, o.seq, "gcide");
-    w.test = split_tail(w.train, kLmTestFraction);
+    const std::string path = o.data.empty() ? ls::data::kGcidePath : o.data;
+    ls::data::DatasetSplit split = ls::data::split_tail(
+        ls::data::make_lm_dataset(ls::data::load_gcide_text(path), *tokenizer, o.seq, "gcide"),
+        kLmTestFraction);
+    w.train = std::move(split.train);
+    w.test = std::move(split.validation);
   } else {
-    const std::string path = o.data.empty() ? kWordnetNouns : o.data;
+    const std::string path = o.data.empty() ? ls::data::kWordnetNounPath : o.data;
     w.train = ls::data::load_wordnet_supersenses(*tokenizer, o.seq, ls::data::Split::kTrain, path);
     w.test = ls::data::load_wordnet_supersenses(*tokenizer, o.seq, ls::data::Split::kTest, path);
   }

@@ -115,19 +115,21 @@ class HfFiles : public ::testing::Test {
   // A copy of fixture `name` with its tensors edited by `edit`.
   std::string edited(const std::string& name,
                      const std::function<void(std::vector<NamedHostTensor>&)>& edit) {
+    ++copies_;
     const SafetensorsFile file = read_safetensors(kFixtures + name + "/model.safetensors");
     std::vector<NamedHostTensor> tensors;
     for (const SafetensorsTensor& t : file.tensors()) {
       tensors.push_back({t.name, t.dtype, t.shape, t.data});
     }
     edit(tensors);
-    const std::string out = (dir_ / name).string();
+    const std::string out = (dir_ / (name + "-" + std::to_string(copies_))).string();
     std::filesystem::create_directories(out);
     std::filesystem::copy_file(kFixtures + name + "/config.json", out + "/config.json");
     write_safetensors(out + "/model.safetensors", tensors);
     return out;
   }
   std::filesystem::path dir_;
+  int copies_ = 0;
 };
 
 TEST_F(HfFiles, WritingAndReadingBackIsLossless) {

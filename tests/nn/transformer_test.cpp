@@ -63,7 +63,7 @@ void check_gradients(bool classifier, bool bert) {
   loss_of(model, store, tokens, b, t, labels, *stream, true);
   const std::vector<float> grads = store.grads().to_host_f32(*stream);
   std::vector<float> values = store.values_to_host(*stream);
-  const double eps = 1e-2;
+  const double eps = 3e-3;  // small: the tiny model's LayerNorms curve sharply
   int checked = 0;
   // Every 7th parameter value (all kinds of parameter get some), central differences in f32.
   for (size_t i = 0; i < values.size(); i += 7) {
@@ -76,7 +76,11 @@ void check_gradients(bool classifier, bool bert) {
     const double numeric = (loss_at(saved + static_cast<float>(eps)) -
                             loss_at(saved - static_cast<float>(eps))) / (2 * eps);
     values[i] = saved;
-    EXPECT_NEAR(grads[i], numeric, 2e-3 + 2e-2 * std::abs(numeric)) << "parameter value " << i;
+    std::string name;
+    for (const Parameter* p : model.parameters()) {
+      if (static_cast<int64_t>(i) >= p->offset) name = p->name;
+    }
+    EXPECT_NEAR(grads[i], numeric, 2e-3 + 2e-2 * std::abs(numeric)) << "parameter value " << i << " in " << name;
     ++checked;
   }
   EXPECT_GT(checked, 50);
