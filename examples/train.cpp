@@ -162,6 +162,7 @@ WorkloadOptions workload_options(const TrainOptions& o) {
   w.init = o.init;
   w.tokenizer = o.tokenizer;
   w.max_examples = o.max_examples;
+  w.eval_examples = o.eval_examples;
   return w;
 }
 

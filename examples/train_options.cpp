@@ -45,6 +45,8 @@ Trains a model data-parallel and reports its test loss, accuracy and throughput.
   --tokenizer DIR       GPT-2 BPE vocabulary (vocab.json, merges.txt) instead of byte tokens
   --export-hf DIR       after training, write the model as a Hugging Face checkpoint
   --max-examples N      use at most N training examples
+  --eval-examples N     evaluate on the first N test examples (default: gpt 512 of its held-out
+                        2% of the corpus; others the whole test set)
   --epochs N            passes over the training set (default: mlp 8, classifier 3)
   --steps N             train exactly N steps instead of whole epochs (gpt default 300)
   --batch N             global batch size, split across the devices (default: mlp 128,
@@ -121,6 +123,8 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--tokenizer", [&](auto, auto v) { o.tokenizer = v; }},
       {"--export-hf", [&](auto, auto v) { o.export_hf = v; }},
       {"--max-examples", [&](auto f, auto v) { o.max_examples = parse_positive<int64_t>(f, v); }},
+      {"--eval-examples",
+       [&](auto f, auto v) { o.eval_examples = parse_positive<int64_t>(f, v); }},
       {"--epochs", [&](auto f, auto v) { o.epochs = parse_positive<int64_t>(f, v); }},
       {"--steps", [&](auto f, auto v) { o.steps = parse_positive<int64_t>(f, v); }},
       {"--batch", [&](auto f, auto v) { o.batch = parse_positive<int64_t>(f, v); }},

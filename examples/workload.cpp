@@ -8,6 +8,7 @@ namespace {
 
 constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 constexpr double kLmTestFraction = 0.02;  // the corpus tail held out for evaluation
+constexpr int64_t kLmEvalExamples = 512;  // of which this many are evaluated by default
 
 std::unique_ptr<ls::data::Tokenizer> make_tokenizer(const WorkloadOptions& o) {
   if (o.tokenizer.empty()) return std::make_unique<ls::data::ByteTokenizer>();
@@ -64,6 +65,8 @@ Workload mlp_workload(const WorkloadOptions& o) {
   const std::string dir = o.data.empty() ? kFashionMnistDir : o.data;
   w.train = ls::data::load_fashion_mnist(dir, ls::data::Split::kTrain);
   w.test = ls::data::load_fashion_mnist(dir, ls::data::Split::kTest);
+  cap_examples(w.train, o.max_examples);
+  cap_examples(w.test, o.eval_examples);
   w.mlp_widths = {w.train.features};
   const std::vector<int64_t> hidden = o.hidden.empty() ? std::vector<int64_t>{256} : o.hidden;
   w.mlp_widths.insert(w.mlp_widths.end(), hidden.begin(), hidden.end());
@@ -94,6 +97,7 @@ Workload transformer_workload(const WorkloadOptions& o) {
     w.test = ls::data::load_wordnet_supersenses(*tokenizer, o.seq, ls::data::Split::kTest, path);
   }
   cap_examples(w.train, o.max_examples);
+  cap_examples(w.test, o.eval_examples > 0 ? o.eval_examples : (lm ? kLmEvalExamples : 0));
   const std::string layout = lm ? "gpt2" : o.layout;
   LS_CHECK(layout == "gpt2" || layout == "bert", "unknown --layout '", layout,
            "'; use gpt2 or bert");

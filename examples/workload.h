@@ -30,6 +30,8 @@ struct WorkloadOptions {
   std::string init;                // Hugging Face model directory to start from
   std::string tokenizer;           // directory with GPT-2's vocab.json and merges.txt
   int64_t max_examples = 0;        // > 0: cap the training examples (quick runs)
+  // > 0: evaluate on the first N test examples; 0: gpt 512 of its held-out tail, others all.
+  int64_t eval_examples = 0;
 };
 
 struct Workload {

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "engine/core/host/host_device.h"
+#include "ops/host/fast_math.h"
 #include "ops/host/host_ops.h"
 
 namespace ls {
@@ -30,13 +31,14 @@ void softmax_row(const float* s, const int32_t* valid, int64_t t, int64_t limit,
     std::fill(p, p + t, 0.0f);
     return;
   }
-  float sum = 0.0f;
+  // Exponentials first (a loop the compiler vectorises), then their sum in key order.
   for (int64_t j = 0; j < t; ++j) {
     const bool keep = j < limit && (valid == nullptr || valid[j] != 0);
-    const float e = keep ? std::exp(scale * s[j] - max) : 0.0f;
-    p[j] = e;
-    sum += e;
+    const float e = host_math::fast_exp(scale * s[j] - max);
+    p[j] = keep ? e : 0.0f;
   }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < t; ++j) sum += p[j];
   const float inv = 1.0f / sum;
   for (int64_t j = 0; j < t; ++j) p[j] *= inv;
 }
