@@ -74,21 +74,27 @@ void relu_backward(const float* x, const float* dy, float* dx, int64_t n,
   });
 }
 
-void gelu(const float* x, float* y, int64_t n, Stream& stream) {
-  enqueue_map(stream, n, [=](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = gelu_value(x[i]);
-  });
+LS_VECTOR_CLONES void gelu_range(const float* x, float* y, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) y[i] = gelu_value(x[i]);
 }
 
-void gelu_backward(const float* x, const float* dy, float* dx, int64_t n,
-                                bool accumulate, Stream& stream) {
-  enqueue_map(stream, n, [=](int64_t b, int64_t e) {
-    if (accumulate) {
-      for (int64_t i = b; i < e; ++i) dx[i] += dy[i] * gelu_grad(x[i]);
-    } else {
-      for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * gelu_grad(x[i]);
-    }
-  });
+LS_VECTOR_CLONES void gelu_backward_range(const float* x, const float* dy, float* dx, int64_t b,
+                                          int64_t e, bool accumulate) {
+  if (accumulate) {
+    for (int64_t i = b; i < e; ++i) dx[i] += dy[i] * gelu_grad(x[i]);
+  } else {
+    for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * gelu_grad(x[i]);
+  }
+}
+
+void gelu(const float* x, float* y, int64_t n, Stream& stream) {
+  enqueue_map(stream, n, [=](int64_t b, int64_t e) { gelu_range(x, y, b, e); });
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool accumulate,
+                   Stream& stream) {
+  enqueue_map(stream, n,
+              [=](int64_t b, int64_t e) { gelu_backward_range(x, dy, dx, b, e, accumulate); });
 }
 
 void gelu_erf(const float* x, float* y, int64_t n, Stream& stream) {
