@@ -92,7 +92,7 @@ int run(const ScaleOptions& o, const StopSignals& stop) {
                  ("lockstep-scale-" + std::to_string(getpid()) + ".json"))
                     .string();
   }
-  if (!json_path.empty()) write_scale_json(o, work.description, plan.kind, points, json_path);
+  if (!json_path.empty()) write_scale_json(o, work, plan.kind, points, json_path);
   if (!o.json_path.empty()) std::printf("results written to %s\n", o.json_path.c_str());
   if (!o.plot_path.empty() && draw_scale_plot(json_path, o.plot_path, !temporary_json)) {
     std::printf("plot written to %s\n", o.plot_path.c_str());

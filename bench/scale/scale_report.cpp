@@ -56,14 +56,24 @@ void print_table(const ScaleOptions& o, const std::string& description,
   std::fflush(stdout);
 }
 
-void write_scale_json(const ScaleOptions& o, const std::string& description,
-                      ls::DeviceKind kind, const std::vector<ScalePoint>& points,
-                      const std::string& path) {
+void write_scale_json(const ScaleOptions& o, const Workload& work, ls::DeviceKind kind,
+                      const std::vector<ScalePoint>& points, const std::string& path) {
   ls::JsonWriter json;
   json.begin_object();
   json.field("mode", std::string(scale_mode_name(o.mode)));
   json.field("model", o.model);
-  json.field("description", description);
+  json.field("description", work.description);
+  if (work.transformer && o.model == "gpt") {  // the shape bench/peers/compare.py matches
+    const ls::nn::TransformerConfig& c = *work.transformer;
+    json.key("gpt").begin_object();
+    json.field("layers", c.layers);
+    json.field("hidden", c.hidden);
+    json.field("heads", c.heads);
+    json.field("seq", c.max_seq);
+    json.field("vocab", c.vocab);
+    json.field("dropout", static_cast<double>(c.dropout));
+    json.end_object();
+  }
   json.field("backend", backend_name(kind));
   json.field("device_kind", std::string(ls::device_kind_name(kind)));
   json.key("widths").begin_array();

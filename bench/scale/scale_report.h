@@ -13,12 +13,12 @@
 #include "engine/core/device.h"
 #include "scale_options.h"
 #include "scale_run.h"
+#include "examples/workload.h"
 
 void compute_efficiency(std::vector<ScalePoint>& points);
 void print_table(const ScaleOptions& options, const std::string& description,
                  const std::vector<ScalePoint>& points);
 // "lockstep-host" or "lockstep-cuda".
 std::string backend_name(ls::DeviceKind kind);
-void write_scale_json(const ScaleOptions& options, const std::string& description,
-                      ls::DeviceKind kind,
+void write_scale_json(const ScaleOptions& options, const Workload& work, ls::DeviceKind kind,
                       const std::vector<ScalePoint>& points, const std::string& path);

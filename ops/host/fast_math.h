@@ -12,15 +12,6 @@
 #include <cstdint>
 #include <cstring>
 
-// On x86-64 with GCC or Clang, a function marked LS_VECTOR_CLONES is compiled three times (AVX-512,
-// AVX2, baseline SSE2) and the loader picks the widest the CPU has, so the kernels that are pure
-// arithmetic (GELU) run 8 or 16 lanes wide without building the whole library for one CPU.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__SANITIZE_THREAD__)
-#define LS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define LS_VECTOR_CLONES
-#endif
-
 namespace ls::host_math {
 
 inline float fast_exp(float x) {

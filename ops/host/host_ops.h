@@ -9,6 +9,18 @@
 
 #include "engine/core/host/host_device.h"
 
+// On x86-64 with GCC or Clang, a function marked LS_VECTOR_CLONES is compiled three times
+// (AVX-512, AVX2, baseline SSE2) and the loader picks the widest the CPU has, so the kernels that
+// are pure arithmetic (GELU, softmax rows, the optimizers) run 8 or 16 lanes wide without
+// building the library for one CPU. The ops are built without FMA contraction (CMakeLists.txt),
+// so every clone rounds exactly like the baseline: results do not depend on the CPU's vector
+// width or on how work is chunked.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__SANITIZE_THREAD__)
+#define LS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define LS_VECTOR_CLONES
+#endif
+
 namespace ls {
 
 // Elements per host_parallel_for chunk for streaming kernels: large enough that the per-chunk

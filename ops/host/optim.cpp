@@ -36,7 +36,7 @@ struct AdamWCoefficients {
   float eps;
 };
 
-void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m,
+LS_VECTOR_CLONES void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m,
                  float* __restrict v, int64_t b, int64_t e, AdamWCoefficients k) {
   for (int64_t i = b; i < e; ++i) {
     const float gi = g[i];
