@@ -28,7 +28,9 @@ Trains a model data-parallel and reports its test loss, accuracy and throughput.
   --model NAME          mlp (default): an MLP on Fashion-MNIST images;
                         gpt: a GPT-2-layout language model on dict-gcide's English text;
                         classifier: a transformer + 4-way linear head on WordNet noun glosses
-                        (supersenses animal, artifact, food, plant)
+                        (supersenses animal, artifact, food, plant);
+                        bag-of-bytes: the classifier's baseline, logistic regression on the
+                        glosses' byte frequencies
   --data PATH           the model's data (defaults, from Debian packages: mlp
                         /usr/share/datasets/fashion-mnist, gpt /usr/share/dictd/gcide.dict.dz,
                         classifier /usr/share/wordnet/data.noun)
@@ -91,9 +93,9 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--data", [&](auto, auto v) { o.data_dir = v; }},
       {"--model",
        [&](auto f, auto v) {
-         if (v != "mlp" && v != "gpt" && v != "classifier")
+         if (v != "mlp" && v != "gpt" && v != "classifier" && v != "bag-of-bytes")
            throw UsageError(std::string(f) + ": unknown model '" + std::string(v) +
-                            "'; available: mlp, gpt, classifier");
+                            "'; available: mlp, gpt, classifier, bag-of-bytes");
          o.model = v;
        }},
       {"--hidden", [&](auto f, auto v) { o.hidden = parse_widths(f, v); }},
@@ -181,7 +183,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
                         {"--uneven-shards", [&] { o.uneven_shards = true; }},
                         {"--resume", [&] { o.resume = true; }}});
   if (o.log_every < 0) throw UsageError("--log-every must be >= 0");
-  const bool transformer = o.model != "mlp";
+  const bool transformer = o.model == "gpt" || o.model == "classifier";
   if (!transformer && (!o.init.empty() || !o.export_hf.empty() || !o.tokenizer.empty())) {
     throw UsageError("--init, --export-hf and --tokenizer are for --model gpt or classifier");
   }
@@ -193,7 +195,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
     if (o.model == "gpt") {
       o.steps = 300;
     } else {
-      o.epochs = o.model == "classifier" ? 3 : 8;
+      o.epochs = o.model == "classifier" ? 3 : (o.model == "bag-of-bytes" ? 20 : 8);
     }
   }
   if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty()) {

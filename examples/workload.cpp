@@ -123,12 +123,55 @@ Workload transformer_workload(const WorkloadOptions& o) {
   return w;
 }
 
+// Byte frequencies of each token sequence (padding left out), as float features: the
+// bag-of-bytes inputs of the linear baseline.
+ls::data::Dataset bag_of_bytes(const ls::data::Dataset& tokens, int32_t pad_id, int64_t vocab) {
+  ls::data::Dataset out;
+  out.name = tokens.name + " (bag of bytes)";
+  out.count = tokens.count;
+  out.features = vocab;
+  out.classes = tokens.classes;
+  out.labels = tokens.labels;
+  out.images.assign(static_cast<size_t>(tokens.count * vocab), 0.0f);
+  for (int64_t r = 0; r < tokens.count; ++r) {
+    float* row = out.images.data() + r * vocab;
+    int64_t n = 0;
+    for (int64_t t = 0; t < tokens.features; ++t) {
+      const int32_t id = tokens.tokens[static_cast<size_t>(r * tokens.features + t)];
+      if (id == pad_id) continue;
+      row[id] += 1.0f;
+      ++n;
+    }
+    for (int64_t v = 0; v < vocab && n > 0; ++v) row[v] /= static_cast<float>(n);
+  }
+  return out;
+}
+
+Workload bag_of_bytes_workload(const WorkloadOptions& o) {
+  const ls::data::ByteTokenizer bytes;
+  const std::string path = o.data.empty() ? ls::data::kWordnetNounPath : o.data;
+  Workload w;
+  w.train = bag_of_bytes(
+      ls::data::load_wordnet_supersenses(bytes, o.seq, ls::data::Split::kTrain, path),
+      bytes.pad_id(), bytes.vocab_size());
+  w.test = bag_of_bytes(
+      ls::data::load_wordnet_supersenses(bytes, o.seq, ls::data::Split::kTest, path),
+      bytes.pad_id(), bytes.vocab_size());
+  cap_examples(w.train, o.max_examples);
+  w.mlp_widths = {w.train.features, w.train.classes};  // one Linear layer: logistic regression
+  w.model = ls::mlp_factory(w.mlp_widths);
+  w.description = "bag-of-bytes linear baseline (byte frequencies of the first " +
+                  std::to_string(o.seq) + " bytes) on WordNet supersenses";
+  return w;
+}
+
 }  // namespace
 
-const char* workload_models() { return "mlp, gpt, classifier"; }
+const char* workload_models() { return "mlp, gpt, classifier, bag-of-bytes"; }
 
 Workload make_workload(const WorkloadOptions& options) {
   if (options.model == "mlp") return mlp_workload(options);
+  if (options.model == "bag-of-bytes") return bag_of_bytes_workload(options);
   LS_CHECK(options.model == "gpt" || options.model == "classifier", "unknown model '",
            options.model, "'; available: ", workload_models());
   return transformer_workload(options);

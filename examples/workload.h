@@ -6,6 +6,8 @@
 //   classifier  an encoder + linear head on WordNet noun glosses, 4 supersense classes (animal,
 //               artifact, food, plant); GPT-2 layout with last-real-token pooling by default,
 //               BERT's with --layout bert; --init starts from a Hugging Face checkpoint
+//   bag-of-bytes the classifier's baseline: logistic regression on the byte frequencies of the
+//               same WordNet glosses (same split, same first --seq bytes)
 // Each model's data defaults to its installed Debian package, so `--model gpt` runs as is.
 // Errors (missing files, bad sizes) are ls::Error with the path and the fix.
 #pragma once
@@ -18,7 +20,7 @@
 #include <vector>
 
 struct WorkloadOptions {
-  std::string model = "mlp";       // mlp | gpt | classifier
+  std::string model = "mlp";       // mlp | gpt | classifier | bag-of-bytes
   std::string data;                // empty: the model's installed data set
   std::vector<int64_t> hidden;     // mlp: hidden widths; transformers: {hidden size}
   int64_t layers = 4;
