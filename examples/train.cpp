@@ -71,14 +71,13 @@ ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
 // With --resume and a checkpoint in --checkpoint-dir: restores the trainer and the data position
 // from it. Returns the first step to run.
 int64_t resume_if_asked(const TrainOptions& o, ls::DataParallel& trainer,
-                        ls::data::Sampler& sampler, ls::data::BatchIterator& batches) {
+                        ls::data::Prefetcher& batches) {
   if (!o.resume) return 1;
   if (!ls::latest_checkpoint(o.checkpoint_dir)) {
     std::printf("no checkpoint in %s yet: starting from step 1\n", o.checkpoint_dir.c_str());
     return 1;
   }
   const ls::TrainingPosition position = trainer.load(o.checkpoint_dir);
-  sampler.set_epoch(position.epoch);
   batches.seek(position.epoch, position.batch_index);
   std::printf("resumed from %s at step %lld\n", o.checkpoint_dir.c_str(),
               static_cast<long long>(trainer.steps_taken()));
@@ -108,18 +107,14 @@ ls::CheckpointRetention retention(const TrainOptions& o) {
 
 // Steps first_step..total_steps, logging and checkpointing as the options say. A stop signal
 // ends it between two steps; returns the last step taken.
-int64_t train_steps(const TrainOptions& o, ls::DataParallel& trainer, ls::data::Sampler& sampler,
-                    ls::data::BatchIterator& batches, int64_t first_step, int64_t total_steps,
+int64_t train_steps(const TrainOptions& o, ls::DataParallel& trainer,
+                    ls::data::Prefetcher& batches, int64_t first_step, int64_t total_steps,
                     RecentLoss& recent, const StopSignals& stop) {
   ls::data::Batch batch;
   const Clock::time_point start = Clock::now();
   for (int64_t step = first_step; step <= total_steps; ++step) {
     if (stop.stop_requested()) return step - 1;
-    if (!batches.next(batch)) {
-      sampler.set_epoch(sampler.epoch() + 1);
-      batches.reset();
-      batches.next(batch);
-    }
+    if (!batches.next(batch)) batches.next(batch);  // an epoch ended: the next one is ready
     const ls::StepResult result = trainer.step(batch);
     if (result.skipped) {
       std::printf("step %lld skipped: non-finite loss or gradients (%lld skipped so far)\n",
@@ -133,7 +128,7 @@ int64_t train_steps(const TrainOptions& o, ls::DataParallel& trainer, ls::data::
       std::printf(
           "step %lld/%lld  epoch %lld  loss %.4f  %.0f examples/s  ETA %s\n",
           static_cast<long long>(step), static_cast<long long>(total_steps),
-          static_cast<long long>(sampler.epoch() + 1), static_cast<double>(result.loss), rate,
+          static_cast<long long>(batches.epoch() + 1), static_cast<double>(result.loss), rate,
           format_eta(elapsed / static_cast<double>(step) * static_cast<double>(total_steps - step))
               .c_str());
       std::fflush(stdout);
@@ -141,7 +136,7 @@ int64_t train_steps(const TrainOptions& o, ls::DataParallel& trainer, ls::data::
     const bool checkpoint_due = o.checkpoint_every > 0 && step % o.checkpoint_every == 0;
     if (!o.checkpoint_dir.empty() && (checkpoint_due || step == total_steps)) {
       const std::string path =
-          trainer.save(o.checkpoint_dir, {sampler.epoch(), batches.position()}, retention(o));
+          trainer.save(o.checkpoint_dir, {batches.epoch(), batches.position()}, retention(o));
       std::printf("checkpoint: %s\n", path.c_str());
     }
   }
@@ -189,9 +184,10 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
       data_parallel_options(o));
 
   ls::data::Sampler sampler(train.count, o.seed);
-  ls::data::BatchIterator batches(train, sampler, o.batch);
+  // Batches are gathered on a background thread, two steps ahead, so a step never waits for data.
+  ls::data::Prefetcher batches(train, sampler, o.batch);
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * batches.batches_per_epoch();
-  const int64_t first_step = resume_if_asked(o, trainer, sampler, batches);
+  const int64_t first_step = resume_if_asked(o, trainer, batches);
   std::printf("training %s (%lld parameters) on %s: %lld steps of global batch %lld, %s lr %g,"
               " %zu gradient bucket(s)\n",
               work.description.c_str(), static_cast<long long>(trainer.parameter_count()),
@@ -202,14 +198,14 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
   RecentLoss recent;
   const Clock::time_point start = Clock::now();
   const int64_t last_step =
-      train_steps(o, trainer, sampler, batches, first_step, total_steps, recent, stop);
+      train_steps(o, trainer, batches, first_step, total_steps, recent, stop);
   RunSummary summary;
   summary.stopped = last_step < total_steps;
   summary.last_step = last_step;
   const bool saved_last = o.checkpoint_every > 0 && last_step % o.checkpoint_every == 0;
   if (summary.stopped && !o.checkpoint_dir.empty() && last_step >= first_step && !saved_last) {
     summary.last_checkpoint =
-        trainer.save(o.checkpoint_dir, {sampler.epoch(), batches.position()}, retention(o));
+        trainer.save(o.checkpoint_dir, {batches.epoch(), batches.position()}, retention(o));
   } else if (summary.stopped && !o.checkpoint_dir.empty() && (o.resume || saved_last)) {
     // Nothing new since the checkpoint this run resumed from, or its last periodic one.
     summary.last_checkpoint = ls::latest_checkpoint(o.checkpoint_dir).value_or("");

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "engine/core/error.h"
+#include "engine/model/data/prefetch.h"
 #include "engine/model/data/sampler.h"
 #include "parallel/data_parallel.h"
 
@@ -35,14 +36,9 @@ CommTimes comm_times(const ls::BucketTimeline& t) {
   return c;
 }
 
-// Fills `batch` with the next batch, wrapping to the next epoch at the end of one.
-void next_batch(ls::data::Sampler& sampler, ls::data::BatchIterator& batches,
-                ls::data::Batch& batch) {
-  if (!batches.next(batch)) {
-    sampler.set_epoch(sampler.epoch() + 1);
-    batches.reset();
-    batches.next(batch);
-  }
+// Fills `batch` with the next prefetched batch, wrapping to the next epoch at the end of one.
+void next_batch(ls::data::Prefetcher& batches, ls::data::Batch& batch) {
+  if (!batches.next(batch)) batches.next(batch);
 }
 
 std::string format_rate(double samples_per_s) {
@@ -81,7 +77,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   point.buckets = static_cast<int64_t>(trainer.buckets().size());
 
   ls::data::Sampler sampler(train.count, o.seed);
-  ls::data::BatchIterator batches(train, sampler, point.global_batch);
+  ls::data::Prefetcher batches(train, sampler, point.global_batch);
   LS_CHECK(batches.batches_per_epoch() > 0, "global batch ", point.global_batch,
            " is larger than the ", train.count, " training examples; use a smaller batch");
   ls::data::Batch batch;
@@ -97,7 +93,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   progress.begin(label, o.steps);
   for (int64_t step = 1; step <= o.warmup; ++step) {
     if (stop.stop_requested()) return std::nullopt;
-    next_batch(sampler, batches, batch);
+    next_batch(batches, batch);
     record_loss(trainer.step(batch).loss);
     progress.update(step, "warm-up", step == o.warmup);
   }
@@ -111,7 +107,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
     for (int64_t s = 0; s < window_steps; ++s) {
       if (stop.stop_requested()) return std::nullopt;
       const Clock::time_point t0 = Clock::now();
-      next_batch(sampler, batches, batch);
+      next_batch(batches, batch);
       const float loss = trainer.step(batch).loss;
       const double ms = ms_between(t0, Clock::now());
       window_ms += ms;

@@ -2,7 +2,8 @@
 //
 // run_scale_point builds a DataParallel on the given devices, trains `warmup` untimed steps on
 // the real data, then times the remaining steps split into `windows` windows. Timed work is
-// the batch gather plus DataParallel::step (which returns once every replica has finished);
+// taking the next batch (gathered ahead on a background thread, data::Prefetcher) plus
+// DataParallel::step (which returns once every replica has finished);
 // reading the step's timeline afterwards is not timed. Progress goes to the ProgressBar.
 // Returns nullopt when a stop signal (Ctrl-C, SIGTERM) arrives: it ends the run after the
 // current step. Throws ls::Error (from the engine) on runtime failures.

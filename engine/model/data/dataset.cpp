@@ -8,6 +8,10 @@
 
 #include "engine/core/error.h"
 #include "engine/model/data/idx.h"
+#include "ops/softmax_xent.h"
+
+static_assert(ls::data::kIgnoreLabel == ls::kIgnoreLabel,
+              "the public data::kIgnoreLabel must be the label the loss skips");
 
 namespace ls::data {
 namespace {

@@ -15,6 +15,10 @@
 
 namespace ls::data {
 
+// A label the loss skips (a language model's padding positions), as PyTorch's ignore_index; the
+// same value as the ops' ls::kIgnoreLabel (checked in dataset.cpp).
+inline constexpr int32_t kIgnoreLabel = -100;
+
 // Fashion-MNIST training-set pixel statistics (after x/255), used to standardise inputs.
 inline constexpr float kFashionMnistMean = 0.2860f;
 inline constexpr float kFashionMnistStd = 0.3530f;
