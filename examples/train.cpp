@@ -107,9 +107,9 @@ ls::CheckpointRetention retention(const TrainOptions& o) {
 
 // Steps first_step..total_steps, logging and checkpointing as the options say. A stop signal
 // ends it between two steps; returns the last step taken.
-int64_t train_steps(const TrainOptions& o, ls::DataParallel& trainer,
-                    ls::data::Prefetcher& batches, int64_t first_step, int64_t total_steps,
-                    RecentLoss& recent, const StopSignals& stop) {
+int64_t train_steps(const TrainOptions& o, ls::DataParallel& trainer, ls::data::Prefetcher& batches,
+                    int64_t first_step, int64_t total_steps, RecentLoss& recent,
+                    const StopSignals& stop) {
   ls::data::Batch batch;
   const Clock::time_point start = Clock::now();
   for (int64_t step = first_step; step <= total_steps; ++step) {
@@ -188,17 +188,17 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
   ls::data::Prefetcher batches(train, sampler, o.batch);
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * batches.batches_per_epoch();
   const int64_t first_step = resume_if_asked(o, trainer, batches);
-  std::printf("training %s (%lld parameters) on %s: %lld steps of global batch %lld, %s lr %g,"
-              " %zu gradient bucket(s)\n",
-              work.description.c_str(), static_cast<long long>(trainer.parameter_count()),
-              ls::devices_str(devices).c_str(),
-              static_cast<long long>(total_steps), static_cast<long long>(o.batch),
-              o.optimizer.c_str(), static_cast<double>(o.lr), trainer.buckets().size());
+  std::printf(
+      "training %s (%lld parameters) on %s: %lld steps of global batch %lld, %s lr %g,"
+      " %zu gradient bucket(s)\n",
+      work.description.c_str(), static_cast<long long>(trainer.parameter_count()),
+      ls::devices_str(devices).c_str(), static_cast<long long>(total_steps),
+      static_cast<long long>(o.batch), o.optimizer.c_str(), static_cast<double>(o.lr),
+      trainer.buckets().size());
 
   RecentLoss recent;
   const Clock::time_point start = Clock::now();
-  const int64_t last_step =
-      train_steps(o, trainer, batches, first_step, total_steps, recent, stop);
+  const int64_t last_step = train_steps(o, trainer, batches, first_step, total_steps, recent, stop);
   RunSummary summary;
   summary.stopped = last_step < total_steps;
   summary.last_step = last_step;
@@ -253,8 +253,8 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, c
   if (o.model == "gpt") json.field("test_perplexity", std::exp(s.test.loss));
   json.field("samples_per_s", static_cast<double>(s.steps_run * o.batch) / s.train_seconds);
   if (s.tokens_per_example > 0) {
-    json.field("tokens_per_s", static_cast<double>(s.steps_run * o.batch * s.tokens_per_example) /
-                                   s.train_seconds);
+    json.field("tokens_per_s",
+               static_cast<double>(s.steps_run * o.batch * s.tokens_per_example) / s.train_seconds);
   }
   json.field("train_s", s.train_seconds);
   json.field("wall_s", wall_s);

@@ -26,8 +26,8 @@ struct TrainOptions {
   std::string tokenizer;        // GPT-2 BPE vocabulary directory (vocab.json, merges.txt)
   std::string export_hf;        // write the trained model in Hugging Face form here
   int64_t max_examples = 0;
-  int64_t eval_examples = 0;    // 0: the model's default (gpt 512, others the whole test set)
-  int64_t epochs = 0;  // 0: the model's default (mlp 8, classifier 3; gpt trains --steps)
+  int64_t eval_examples = 0;  // 0: the model's default (gpt 512, others the whole test set)
+  int64_t epochs = 0;         // 0: the model's default (mlp 8, classifier 3; gpt trains --steps)
   int64_t steps = 0;  // > 0: train this many steps instead of whole epochs (gpt default 300)
   int64_t batch = 0;  // global, split across the devices; 0: mlp 128, transformers 32
   int64_t accumulate = 1;

@@ -44,9 +44,9 @@ ls::nn::TransformerConfig transformer_config(const WorkloadOptions& o, const std
     return c;
   }
   const int64_t hidden = transformer_hidden(o);
-  ls::nn::TransformerConfig c =
-      layout == "bert" ? ls::nn::bert_config(o.layers, o.heads, hidden, o.seq, vocab)
-                       : ls::nn::gpt_config(o.layers, o.heads, hidden, o.seq, vocab);
+  ls::nn::TransformerConfig c = layout == "bert"
+                                    ? ls::nn::bert_config(o.layers, o.heads, hidden, o.seq, vocab)
+                                    : ls::nn::gpt_config(o.layers, o.heads, hidden, o.seq, vocab);
   c.pad_id = pad_id;
   c.dropout = o.dropout;
   return c;
@@ -151,12 +151,12 @@ Workload bag_of_bytes_workload(const WorkloadOptions& o) {
   const ls::data::ByteTokenizer bytes;
   const std::string path = o.data.empty() ? ls::data::kWordnetNounPath : o.data;
   Workload w;
-  w.train = bag_of_bytes(
-      ls::data::load_wordnet_supersenses(bytes, o.seq, ls::data::Split::kTrain, path),
-      bytes.pad_id(), bytes.vocab_size());
-  w.test = bag_of_bytes(
-      ls::data::load_wordnet_supersenses(bytes, o.seq, ls::data::Split::kTest, path),
-      bytes.pad_id(), bytes.vocab_size());
+  w.train =
+      bag_of_bytes(ls::data::load_wordnet_supersenses(bytes, o.seq, ls::data::Split::kTrain, path),
+                   bytes.pad_id(), bytes.vocab_size());
+  w.test =
+      bag_of_bytes(ls::data::load_wordnet_supersenses(bytes, o.seq, ls::data::Split::kTest, path),
+                   bytes.pad_id(), bytes.vocab_size());
   cap_examples(w.train, o.max_examples);
   w.mlp_widths = {w.train.features, w.train.classes};  // one Linear layer: logistic regression
   w.model = ls::mlp_factory(w.mlp_widths);

@@ -20,24 +20,24 @@
 #include <vector>
 
 struct WorkloadOptions {
-  std::string model = "mlp";       // mlp | gpt | classifier | bag-of-bytes
-  std::string data;                // empty: the model's installed data set
-  std::vector<int64_t> hidden;     // mlp: hidden widths; transformers: {hidden size}
+  std::string model = "mlp";    // mlp | gpt | classifier | bag-of-bytes
+  std::string data;             // empty: the model's installed data set
+  std::vector<int64_t> hidden;  // mlp: hidden widths; transformers: {hidden size}
   int64_t layers = 4;
   int64_t heads = 4;
   int64_t seq = 128;
   float dropout = 0.0f;
-  std::string layout = "gpt2";     // classifier: gpt2 | bert
-  std::string pooling;             // classifier: last | first | mean (default by layout)
-  std::string init;                // Hugging Face model directory to start from
-  std::string tokenizer;           // directory with GPT-2's vocab.json and merges.txt
-  int64_t max_examples = 0;        // > 0: cap the training examples (quick runs)
+  std::string layout = "gpt2";  // classifier: gpt2 | bert
+  std::string pooling;          // classifier: last | first | mean (default by layout)
+  std::string init;             // Hugging Face model directory to start from
+  std::string tokenizer;        // directory with GPT-2's vocab.json and merges.txt
+  int64_t max_examples = 0;     // > 0: cap the training examples (quick runs)
   // > 0: evaluate on the first N test examples; 0: gpt 512 of its held-out tail, others all.
   int64_t eval_examples = 0;
 };
 
 struct Workload {
-  std::string description;         // one line for the log
+  std::string description;  // one line for the log
   ls::data::Dataset train, test;
   ls::ModelFactory model;
   int64_t tokens_per_example = 0;  // sequence models: for tokens/s; 0 for the MLP

@@ -11,8 +11,8 @@
 #include "engine/model/nn/module.h"
 #include "engine/model/nn/transformer.h"
 #include "engine/model/optim/optimizer.h"
-#include "parallel/data_parallel_impl.h"
 #include "ops/softmax_xent.h"
+#include "parallel/data_parallel_impl.h"
 
 namespace ls {
 
@@ -52,7 +52,8 @@ std::vector<DataParallel::NamedParameter> DataParallel::named_parameters(int rep
   std::vector<NamedParameter> out;
   for (const Parameter* p : impl_->parameter_layout()) {
     const auto begin = flat.begin() + static_cast<std::ptrdiff_t>(p->offset);
-    out.push_back({p->name, {p->shape.begin(), p->shape.end()},
+    out.push_back({p->name,
+                   {p->shape.begin(), p->shape.end()},
                    std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(p->numel()))});
   }
   return out;
@@ -468,8 +469,8 @@ ModelFactory transformer_factory(nn::TransformerConfig config,
     for (Parameter* p : model->parameters()) {
       auto it = weights->find(p->name);
       if (it == weights->end()) continue;
-      LS_CHECK(it->second.values.size() == static_cast<size_t>(p->numel()), "weights for ",
-               p->name, " have ", it->second.values.size(), " values; the parameter is ",
+      LS_CHECK(it->second.values.size() == static_cast<size_t>(p->numel()), "weights for ", p->name,
+               " have ", it->second.values.size(), " values; the parameter is ",
                shape_str(p->shape));
       p->init = Init::from_values(std::make_shared<const std::vector<float>>(it->second.values));
     }

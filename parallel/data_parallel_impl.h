@@ -45,7 +45,9 @@ class DataParallel::Impl {
   int64_t skipped_steps() const { return skipped_total_; }
   int64_t parameter_count() const { return parameter_count_; }
   // Replica 0's parameters (names, shapes, offsets in the flat buffer; the same on every replica).
-  const std::vector<Parameter*>& parameter_layout() const { return replicas_[0]->store().parameters(); }
+  const std::vector<Parameter*>& parameter_layout() const {
+    return replicas_[0]->store().parameters();
+  }
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
  private:

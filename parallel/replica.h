@@ -33,13 +33,13 @@ const char* phase_name(Phase phase);
 // A replica's rows of the global batch, in host memory owned by the caller: float inputs
 // (images) or token ids, and label_width labels per row (kIgnoreLabel ones count for nothing).
 struct Shard {
-  const float* images = nullptr;   // rows * features, or null for token inputs
-  const int32_t* tokens = nullptr; // rows * features, or null for float inputs
-  const int32_t* labels = nullptr; // rows * label_width
+  const float* images = nullptr;    // rows * features, or null for token inputs
+  const int32_t* tokens = nullptr;  // rows * features, or null for float inputs
+  const int32_t* labels = nullptr;  // rows * label_width
   int64_t rows = 0;
   int64_t features = 0;
   int64_t label_width = 1;
-  int64_t first_row = 0;           // global index of the first row (dropout masks)
+  int64_t first_row = 0;  // global index of the first row (dropout masks)
 
   // The rows [begin, begin + count) of this shard.
   Shard slice(int64_t begin, int64_t count) const;

@@ -23,18 +23,18 @@ const char* scale_mode_name(ScaleMode mode);
 
 struct ScaleOptions {
   std::string devices = "auto";  // "auto", "host", "cuda", "host:1,2,4", "cuda:1,2"
-  std::string data_dir;           // empty: the model's installed data set (examples/workload.h)
-  std::string model = "gpt";      // gpt | classifier | mlp
-  std::vector<int64_t> hidden;    // empty: mlp 1024,1024; transformers 256
-  int64_t layers = 4;             // transformers
+  std::string data_dir;          // empty: the model's installed data set (examples/workload.h)
+  std::string model = "gpt";     // gpt | classifier | mlp
+  std::vector<int64_t> hidden;   // empty: mlp 1024,1024; transformers 256
+  int64_t layers = 4;            // transformers
   int64_t heads = 4;
   int64_t seq = 128;
   ScaleMode mode = ScaleMode::kWeak;
   // 0 below: the model's default, set by parse_scale_options (see scale_usage()).
-  int64_t per_device_batch = 0;   // weak scaling
-  int64_t global_batch = 0;       // strong scaling
-  int64_t steps = 0;              // per device count, warm-up included
-  int64_t warmup = 0;             // untimed steps at the start of each run
+  int64_t per_device_batch = 0;    // weak scaling
+  int64_t global_batch = 0;        // strong scaling
+  int64_t steps = 0;               // per device count, warm-up included
+  int64_t warmup = 0;              // untimed steps at the start of each run
   int64_t windows = 5;             // the timed steps are split into this many windows
   std::string optimizer = "adamw";
   float lr = 1e-3f;

@@ -44,9 +44,9 @@ void print_table(const ScaleOptions& o, const std::string& description,
   std::printf("\n%s scaling, %s, %s, %lld timed steps per run (median of %lld windows)\n",
               scale_mode_name(o.mode), description.c_str(), o.optimizer.c_str(),
               static_cast<long long>(o.steps - o.warmup), static_cast<long long>(o.windows));
-  std::printf("%7s %8s %12s %12s %12s %10s %9s %10s %10s %10s\n", "devices", "batch",
-              "samples/s", "tokens/s", "per device", "efficiency", "step ms", "comm ms",
-              "exposed ms", "final loss");
+  std::printf("%7s %8s %12s %12s %12s %10s %9s %10s %10s %10s\n", "devices", "batch", "samples/s",
+              "tokens/s", "per device", "efficiency", "step ms", "comm ms", "exposed ms",
+              "final loss");
   for (const ScalePoint& p : points) {
     std::printf("%7d %8lld %12.0f %12.0f %12.0f %10.3f %9.2f %10.2f %10.2f %10.4f\n", p.devices,
                 static_cast<long long>(p.global_batch), p.samples_per_s, p.tokens_per_s,

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "engine/core/device.h"
+#include "examples/workload.h"
 #include "scale_options.h"
 #include "scale_run.h"
-#include "examples/workload.h"
 
 void compute_efficiency(std::vector<ScalePoint>& points);
 void print_table(const ScaleOptions& options, const std::string& description,

@@ -2,7 +2,7 @@
 // every device of a machine. Only the headers below are installed; everything else is internal.
 //   devices, dtypes, tensors, errors: engine/core/{device,dtype,tensor,stream,allocator,error}.h
 //   data sets and batches:            engine/model/data/{dataset,sampler}.h
-//   text data, tokenizers, prefetching: engine/model/data/{text_corpus,wordnet,tokenizer,prefetch}.h
+//   text, tokenizers, prefetching:    engine/model/data/{text_corpus,wordnet,tokenizer,prefetch}.h
 //   transformer configs:              engine/model/nn/transformer_config.h
 //   Hugging Face GPT-2/BERT files:    engine/model/checkpoint/hf_transformer.h
 //   DataParallel, model and optimizer factories, checkpoints: parallel/data_parallel.h

@@ -21,8 +21,8 @@ int64_t rows_grain(int64_t cols) {
 
 // One query row: p[j] = exp(scale s[j] - max) / sum over unmasked keys, 0 for masked keys.
 // valid: the keys of this row's batch (or null); keys j >= limit are masked (causal).
-LS_VECTOR_CLONES void softmax_row(const float* s, const int32_t* valid, int64_t t, int64_t limit, float scale,
-                 float* p) {
+LS_VECTOR_CLONES void softmax_row(const float* s, const int32_t* valid, int64_t t, int64_t limit,
+                                  float scale, float* p) {
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < limit; ++j) {
     if (valid == nullptr || valid[j] != 0) max = std::max(max, scale * s[j]);

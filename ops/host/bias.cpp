@@ -13,8 +13,9 @@ namespace {
 // stream past, and each column is still summed strictly in row order.
 constexpr int64_t kBiasGradBlock = 256;
 
-LS_VECTOR_CLONES void bias_grad_cols(const float* __restrict dy, float* __restrict dbias, int64_t rows, int64_t cols,
-                    int64_t c0, int64_t c1, bool accumulate) {
+LS_VECTOR_CLONES void bias_grad_cols(const float* __restrict dy, float* __restrict dbias,
+                                     int64_t rows, int64_t cols, int64_t c0, int64_t c1,
+                                     bool accumulate) {
   float acc[kBiasGradBlock];
   for (int64_t cb = c0; cb < c1; cb += kBiasGradBlock) {
     const int64_t width = std::min(kBiasGradBlock, c1 - cb);

@@ -4,8 +4,9 @@
 //
 // fast_exp: relative error < 2e-7 over [-87, 88] (round to nearest power of two, then a degree-7
 // polynomial of the remainder); below -87 it returns 0 (flushing what would be subnormal), from
-// 88 to 88.72 e^88, above that +inf (as e^x overflows f32); NaN in gives NaN out. fast_tanh: absolute error < 3e-7; saturates to +-1 for |x| > 9.1.
-// Both are pure functions, the same on every call (deterministic).
+// 88 to 88.72 e^88, above that +inf (as e^x overflows f32); NaN in gives NaN out. fast_tanh:
+// absolute error < 3e-7; saturates to +-1 for |x| > 9.1. Both are pure functions, the same on every
+// call (deterministic).
 #pragma once
 
 #include <cmath>
@@ -42,7 +43,8 @@ inline float fast_exp(float x) {
 }
 
 inline float fast_tanh(float x) {
-  // tanh x = 1 - 2 / (e^{2x} + 1), on x clamped to [-10, 10] (tanh rounds to +-1 in f32 beyond 9.1).
+  // tanh x = 1 - 2 / (e^{2x} + 1), on x clamped to [-10, 10] (tanh rounds to +-1 in f32
+  // beyond 9.1).
   const float c = x < -10.0f ? -10.0f : (x > 10.0f ? 10.0f : x);
   return 1.0f - 2.0f / (fast_exp(2.0f * c) + 1.0f);
 }

@@ -15,7 +15,8 @@
 // building the library for one CPU. The ops are built without FMA contraction (CMakeLists.txt),
 // so every clone rounds exactly like the baseline: results do not depend on the CPU's vector
 // width or on how work is chunked.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__SANITIZE_THREAD__)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(__SANITIZE_THREAD__)
 #define LS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define LS_VECTOR_CLONES

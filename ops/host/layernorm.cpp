@@ -64,9 +64,9 @@ void layernorm(const float* x, const float* gamma, const float* beta, int64_t ro
 }
 
 // dgamma[c] += sum_r dy * xhat, dbeta[c] += sum_r dy for c in [c0, c1), rows in order.
-LS_VECTOR_CLONES void param_grad_cols(const float* x, const float* mean, const float* rstd, const float* dy,
-                     int64_t rows, int64_t cols, int64_t c0, int64_t c1, float* dgamma,
-                     float* dbeta) {
+LS_VECTOR_CLONES void param_grad_cols(const float* x, const float* mean, const float* rstd,
+                                      const float* dy, int64_t rows, int64_t cols, int64_t c0,
+                                      int64_t c1, float* dgamma, float* dbeta) {
   float acc_gamma[kColumnBlock], acc_beta[kColumnBlock];
   for (int64_t cb = c0; cb < c1; cb += kColumnBlock) {
     const int64_t width = std::min(kColumnBlock, c1 - cb);

@@ -36,8 +36,9 @@ struct AdamWCoefficients {
   float eps;
 };
 
-LS_VECTOR_CLONES void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m,
-                 float* __restrict v, int64_t b, int64_t e, AdamWCoefficients k) {
+LS_VECTOR_CLONES void adamw_range(float* __restrict p, const float* __restrict g,
+                                  float* __restrict m, float* __restrict v, int64_t b, int64_t e,
+                                  AdamWCoefficients k) {
   for (int64_t i = b; i < e; ++i) {
     const float gi = g[i];
     const float mi = k.beta1 * m[i] + k.one_minus_beta1 * gi;
@@ -49,7 +50,6 @@ LS_VECTOR_CLONES void adamw_range(float* __restrict p, const float* __restrict g
     p[i] = p[i] * k.decay - k.step_size * (mi / denom);
   }
 }
-
 
 void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
                            const SgdConfig& config, Stream& stream) {

@@ -2,6 +2,8 @@
 // fixtures (tests/fixtures/hf, made by scripts/make_hf_fixtures.py with transformers) matches
 // transformers' outputs; writing and reading back is lossless; missing, unknown and misshapen
 // tensors are errors that name them.
+#include "engine/model/checkpoint/hf_transformer.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -11,7 +13,6 @@
 #include "engine/core/error.h"
 #include "engine/core/json_reader.h"
 #include "engine/core/runtime.h"
-#include "engine/model/checkpoint/hf_transformer.h"
 #include "engine/model/checkpoint/safetensors.h"
 #include "engine/model/nn/parameter_store.h"
 #include "engine/model/nn/transformer.h"
@@ -64,8 +65,8 @@ std::vector<float> run(const nn::TransformerConfig& config, const HostTensors& w
   auto module = transformer_factory(config, std::make_shared<const HostTensors>(weights))();
   auto& model = dynamic_cast<nn::Transformer&>(*module);
   nn::ParameterStore store(model, kHost0, *stream, 1);
-  Tensor tokens = Tensor::from_host_i32(ids, {2, static_cast<int64_t>(ids.size()) / 2}, kHost0,
-                                        *stream);
+  Tensor tokens =
+      Tensor::from_host_i32(ids, {2, static_cast<int64_t>(ids.size()) / 2}, kHost0, *stream);
   Tape tape(*stream, false);
   Var out = hidden ? model.hidden_states(tape, tape.constant(tokens))
                    : model.forward(tape, tape.constant(tokens));
@@ -107,8 +108,8 @@ TEST(HfTransformer, BertHiddenStatesMatchTransformersWithPadding) {
 class HfFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("lockstep-hf-test-" + std::to_string(::getpid()));
+    dir_ =
+        std::filesystem::temp_directory_path() / ("lockstep-hf-test-" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -167,26 +168,32 @@ std::string error_of(const std::function<void()>& f) {
 TEST_F(HfFiles, MissingUnknownAndMisshapenTensorsAreNamed) {
   const nn::TransformerConfig config = read_hf_config(kFixtures + "gpt2");
   const std::string missing = edited("gpt2", [](std::vector<NamedHostTensor>& t) {
-    std::erase_if(t, [](const NamedHostTensor& x) { return x.name == "transformer.h.1.ln_2.bias"; });
+    std::erase_if(t,
+                  [](const NamedHostTensor& x) { return x.name == "transformer.h.1.ln_2.bias"; });
   });
-  EXPECT_NE(error_of([&] { read_hf_weights(missing, config); })
-                .find("lacks tensors a gpt2 model of this config needs: transformer.h.1.ln_2.bias"),
+  EXPECT_NE(error_of([&] {
+              read_hf_weights(missing, config);
+            }).find("lacks tensors a gpt2 model of this config needs: transformer.h.1.ln_2.bias"),
             std::string::npos);
 
   static const float extra[2] = {1, 2};
   const std::string unknown = edited("gpt2", [](std::vector<NamedHostTensor>& t) {
-    t.push_back({"transformer.h.2.ln_1.weight", SafetensorsDType::kF32, {2},
+    t.push_back({"transformer.h.2.ln_1.weight",
+                 SafetensorsDType::kF32,
+                 {2},
                  std::as_bytes(std::span<const float>(extra))});
   });
-  EXPECT_NE(error_of([&] { read_hf_weights(unknown, config); })
-                .find("has no place for: transformer.h.2.ln_1.weight"),
+  EXPECT_NE(error_of([&] {
+              read_hf_weights(unknown, config);
+            }).find("has no place for: transformer.h.2.ln_1.weight"),
             std::string::npos);
 
   nn::TransformerConfig wider = config;
   wider.hidden = 64;
   wider.ffn = 256;
-  EXPECT_NE(error_of([&] { read_hf_weights(kFixtures + "gpt2", wider); })
-                .find("transformer.wte.weight is [64, 32], expected [64, 64]"),
+  EXPECT_NE(error_of([&] {
+              read_hf_weights(kFixtures + "gpt2", wider);
+            }).find("transformer.wte.weight is [64, 32], expected [64, 64]"),
             std::string::npos);
   EXPECT_NE(error_of([&] { read_hf_config("/nonexistent"); }).find("cannot open"),
             std::string::npos);

@@ -1,6 +1,8 @@
 // The transformers on host devices: a finite-difference gradient check of a whole tiny model,
 // padding that changes nothing (last-real-token pooling, key masks), the parameter count, and
 // bad input errors.
+#include "engine/model/nn/transformer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 #include "engine/model/autograd.h"
 #include "engine/model/nn/functional.h"
 #include "engine/model/nn/parameter_store.h"
-#include "engine/model/nn/transformer.h"
 #include "ops/softmax_xent.h"
 
 namespace ls::nn {
@@ -57,8 +58,8 @@ void check_gradients(bool classifier, bool bert) {
   const int64_t b = 2, t = 5;
   std::vector<int32_t> tokens = random_tokens(b * t, static_cast<int32_t>(c.vocab), 3);
   tokens[9] = c.pad_id;  // the second sequence ends in padding
-  std::vector<int32_t> labels =
-      classifier ? std::vector<int32_t>{1, 2} : random_tokens(b * t, static_cast<int32_t>(c.vocab), 4);
+  std::vector<int32_t> labels = classifier ? std::vector<int32_t>{1, 2}
+                                           : random_tokens(b * t, static_cast<int32_t>(c.vocab), 4);
   if (!classifier) labels[9] = kIgnoreLabel;
   loss_of(model, store, tokens, b, t, labels, *stream, true);
   const std::vector<float> grads = store.grads().to_host_f32(*stream);
@@ -73,14 +74,16 @@ void check_gradients(bool classifier, bool bert) {
       store.values().copy_from_host_async(values.data(), values.size() * sizeof(float), *stream);
       return static_cast<double>(loss_of(model, store, tokens, b, t, labels, *stream, false));
     };
-    const double numeric = (loss_at(saved + static_cast<float>(eps)) -
-                            loss_at(saved - static_cast<float>(eps))) / (2 * eps);
+    const double numeric =
+        (loss_at(saved + static_cast<float>(eps)) - loss_at(saved - static_cast<float>(eps))) /
+        (2 * eps);
     values[i] = saved;
     std::string name;
     for (const Parameter* p : model.parameters()) {
       if (static_cast<int64_t>(i) >= p->offset) name = p->name;
     }
-    EXPECT_NEAR(grads[i], numeric, 2e-3 + 2e-2 * std::abs(numeric)) << "parameter value " << i << " in " << name;
+    EXPECT_NEAR(grads[i], numeric, 2e-3 + 2e-2 * std::abs(numeric))
+        << "parameter value " << i << " in " << name;
     ++checked;
   }
   EXPECT_GT(checked, 50);

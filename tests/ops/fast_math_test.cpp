@@ -1,11 +1,11 @@
 // The host kernels' vectorisable exp and tanh (ops/host/fast_math.h) against libm, over their
 // whole range and at the edges (underflow, overflow, NaN, saturation).
+#include "ops/host/fast_math.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
-
-#include "ops/host/fast_math.h"
 
 namespace ls::host_math {
 namespace {

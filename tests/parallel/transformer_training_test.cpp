@@ -21,8 +21,8 @@ constexpr int64_t kSeq = 8;
 std::vector<Device> hosts(int n) { return parse_devices("host:" + std::to_string(n)); }
 
 nn::TransformerConfig tiny_config(bool classifier) {
-  nn::TransformerConfig c = classifier ? nn::bert_config(2, 2, 16, kSeq, 20)
-                                       : nn::gpt_config(2, 2, 16, kSeq, 20);
+  nn::TransformerConfig c =
+      classifier ? nn::bert_config(2, 2, 16, kSeq, 20) : nn::gpt_config(2, 2, 16, kSeq, 20);
   c.ffn = 24;
   c.pad_id = 0;
   c.dropout = 0.1f;
@@ -68,11 +68,11 @@ struct TrainRun {
 // momentum keeps them comparable (as the MLP's equivalence test does).
 TrainRun train(int devices, bool classifier, int steps, int64_t global,
                DataParallelOptions options = {}) {
-  DataParallel dp(hosts(devices), transformer_factory(tiny_config(classifier)),
-                  sgd(), options);
+  DataParallel dp(hosts(devices), transformer_factory(tiny_config(classifier)), sgd(), options);
   TrainRun run;
   for (int s = 0; s < steps; ++s) {
-    run.losses.push_back(dp.step(token_batch(global, classifier, 100 + static_cast<uint32_t>(s))).loss);
+    run.losses.push_back(
+        dp.step(token_batch(global, classifier, 100 + static_cast<uint32_t>(s))).loss);
   }
   run.parameters = dp.parameters(0);
   return run;
@@ -126,13 +126,11 @@ TEST(TransformerTraining, ResumedRunIsBitwiseTheUninterruptedOne) {
   std::filesystem::remove_all(dir);
   const TrainRun straight = train(2, false, 6, 8);
   {
-    DataParallel dp(hosts(2), transformer_factory(tiny_config(false)),
-                    sgd());
+    DataParallel dp(hosts(2), transformer_factory(tiny_config(false)), sgd());
     for (int s = 0; s < 3; ++s) dp.step(token_batch(8, false, 100 + static_cast<uint32_t>(s)));
     dp.save(dir);
   }
-  DataParallel dp(hosts(2), transformer_factory(tiny_config(false)),
-                  sgd());
+  DataParallel dp(hosts(2), transformer_factory(tiny_config(false)), sgd());
   dp.load(dir);
   for (int s = 3; s < 6; ++s) dp.step(token_batch(8, false, 100 + static_cast<uint32_t>(s)));
   EXPECT_EQ(dp.parameters(0), straight.parameters);

@@ -27,7 +27,7 @@ struct Entry {
   std::string ours;
   std::vector<std::string> theirs;  // without the model prefix for backbone tensors
   Transform transform = Transform::kCopy;
-  bool head = false;                // the classifier head: may be absent from the file
+  bool head = false;  // the classifier head: may be absent from the file
 };
 
 bool is_gpt2(const nn::TransformerConfig& c) { return c.norm == nn::NormPlacement::kPre; }
@@ -91,7 +91,8 @@ std::vector<Entry> bert_entries(const nn::TransformerConfig& c) {
 }
 
 std::vector<Entry> hf_entries(const nn::TransformerConfig& c) {
-  LS_CHECK(!is_gpt2(c) || !c.token_types, "a GPT-2 layout model has no token-type embeddings; "
+  LS_CHECK(!is_gpt2(c) || !c.token_types,
+           "a GPT-2 layout model has no token-type embeddings; "
            "Hugging Face GPT-2 files cannot hold them");
   return is_gpt2(c) ? gpt2_entries(c) : bert_entries(c);
 }
@@ -146,7 +147,9 @@ std::vector<float> to_f32(const SafetensorsTensor& t, const std::string& file) {
   return out;
 }
 
-std::string shape_text(const std::vector<int64_t>& s) { return shape_str(Shape(s.begin(), s.end())); }
+std::string shape_text(const std::vector<int64_t>& s) {
+  return shape_str(Shape(s.begin(), s.end()));
+}
 
 // Our parameters' names and shapes, from a model built only to declare them.
 std::map<std::string, std::vector<int64_t>> parameter_shapes(const nn::TransformerConfig& c) {
@@ -159,7 +162,8 @@ std::map<std::string, std::vector<int64_t>> parameter_shapes(const nn::Transform
 std::vector<float> transpose(const std::vector<float>& v, int64_t rows, int64_t cols) {
   std::vector<float> out(v.size());
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(c * rows + r)] = v[static_cast<size_t>(r * cols + c)];
+    for (int64_t c = 0; c < cols; ++c)
+      out[static_cast<size_t>(c * rows + r)] = v[static_cast<size_t>(r * cols + c)];
   }
   return out;
 }
@@ -187,7 +191,8 @@ std::string hf_model_type(const nn::TransformerConfig& config) {
 nn::TransformerConfig read_hf_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
   std::ifstream in(path, std::ios::binary);
-  LS_CHECK_IO(in.good(), "cannot open ", path, "; --init needs a Hugging Face model directory "
+  LS_CHECK_IO(in.good(), "cannot open ", path,
+              "; --init needs a Hugging Face model directory "
               "(config.json and model.safetensors, as save_pretrained writes them)");
   std::stringstream text;
   text << in.rdbuf();
@@ -292,20 +297,19 @@ HostTensors read_hf_weights(const std::string& dir, const nn::TransformerConfig&
     if (names.size() > 8) s += ", ... (" + std::to_string(names.size()) + " in all)";
     return s;
   };
-  LS_CHECK_IO(wrong_shape.empty(), path, ": tensors do not fit the ",
-              config.describe(), ": ", list(wrong_shape),
+  LS_CHECK_IO(wrong_shape.empty(), path, ": tensors do not fit the ", config.describe(), ": ",
+              list(wrong_shape),
               "; check config.json (or --layers/--hidden/--heads/--seq) against the file");
   LS_CHECK_IO(missing.empty(), path, " lacks tensors a ", hf_model_type(config),
-              " model of this config needs: ", list(missing),
-              "; is it a ", hf_model_type(config), " checkpoint with ", config.layers, " layers?");
+              " model of this config needs: ", list(missing), "; is it a ", hf_model_type(config),
+              " checkpoint with ", config.layers, " layers?");
   std::vector<std::string> unknown;
   for (const SafetensorsTensor& t : file.tensors()) {
     if (!used.count(t.name) && !skippable(t.name)) unknown.push_back(t.name);
   }
   LS_CHECK_IO(unknown.empty(), path, " holds tensors a ", hf_model_type(config),
-              " model of this config has no place for: ", list(unknown),
-              "; is it a ", hf_model_type(config), " checkpoint, with ", config.layers,
-              " layers?");
+              " model of this config has no place for: ", list(unknown), "; is it a ",
+              hf_model_type(config), " checkpoint, with ", config.layers, " layers?");
   return out;
 }
 

@@ -28,10 +28,10 @@ struct Dataset {
   int64_t count = 0;
   int64_t features = 0;
   int classes = 0;
-  int64_t label_width = 1;       // labels per example
-  std::vector<float> images;     // count * features, normalised (float inputs), or empty
-  std::vector<int32_t> tokens;   // count * features token ids (sequence inputs), or empty
-  std::vector<int32_t> labels;   // count * label_width
+  int64_t label_width = 1;      // labels per example
+  std::vector<float> images;    // count * features, normalised (float inputs), or empty
+  std::vector<int32_t> tokens;  // count * features token ids (sequence inputs), or empty
+  std::vector<int32_t> labels;  // count * label_width
 
   bool has_tokens() const { return !tokens.empty(); }
 };

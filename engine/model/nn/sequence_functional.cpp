@@ -59,7 +59,8 @@ Var add_table_rows(Tape& tape, const Var& x, const Var& table, int64_t period) {
   LS_CHECK(dim > 0 && period > 0 && xv.dim(0) % period == 0 && table->value.ndim() == 2 &&
                table->value.dim(1) == dim && table->value.dim(0) >= period,
            "add_table_rows: x ", xv.describe(), " and table ", table->value.describe(),
-           " with period ", period, ": expected x [rows, dim] with rows a multiple of the period "
+           " with period ", period,
+           ": expected x [rows, dim] with rows a multiple of the period "
            "and a table of at least `period` rows of dim");
   Stream& stream = tape.stream();
   // Rows of x grouped by period are the rows of a [rows/period, period*dim] matrix, to which the

@@ -21,8 +21,8 @@ void TransformerConfig::validate() const {
   positive(heads, "heads (--heads)");
   positive(hidden, "hidden (--hidden)");
   positive(ffn, "ffn (--ffn)");
-  LS_CHECK(hidden % heads == 0, "transformer config: hidden ", hidden,
-           " does not divide by heads ", heads, "; pick a hidden size that is a multiple of it");
+  LS_CHECK(hidden % heads == 0, "transformer config: hidden ", hidden, " does not divide by heads ",
+           heads, "; pick a hidden size that is a multiple of it");
   LS_CHECK(dropout >= 0.0f && dropout < 1.0f, "transformer config: dropout ", dropout,
            " must be in [0, 1)");
   LS_CHECK(layernorm_eps > 0.0f, "transformer config: layernorm_eps must be positive");
@@ -30,7 +30,8 @@ void TransformerConfig::validate() const {
            " is outside the vocabulary of ", vocab);
   LS_CHECK(classes >= 0, "transformer config: classes is ", classes,
            "; use 0 for a language model or the number of classes");
-  LS_CHECK(!token_types || token_type_count > 0, "transformer config: token_type_count must be "
+  LS_CHECK(!token_types || token_type_count > 0,
+           "transformer config: token_type_count must be "
            "positive when token types are on");
 }
 
@@ -38,8 +39,8 @@ std::string TransformerConfig::describe() const {
   std::ostringstream s;
   s << (is_classifier() ? "classifier" : "language model") << " ("
     << (norm == NormPlacement::kPre ? "GPT-2" : "BERT") << " layout): " << layers << " layers, "
-    << heads << " heads, hidden " << hidden << ", ffn " << ffn << ", seq " << max_seq
-    << ", vocab " << vocab;
+    << heads << " heads, hidden " << hidden << ", ffn " << ffn << ", seq " << max_seq << ", vocab "
+    << vocab;
   if (is_classifier()) s << ", " << classes << " classes";
   if (dropout > 0.0f) s << ", dropout " << dropout;
   return s.str();
@@ -50,8 +51,8 @@ int64_t TransformerConfig::parameter_count() const {
   int64_t n = vocab * c + max_seq * c;
   if (token_types) n += token_type_count * c;
   n += 2 * c;  // ln_emb (post-norm) or ln_f (pre-norm)
-  const int64_t block = 2 * 2 * c + (3 * c * c + 3 * c) + (c * c + c) + (ffn * c + ffn) +
-                        (c * ffn + c);
+  const int64_t block =
+      2 * 2 * c + (3 * c * c + 3 * c) + (c * c + c) + (ffn * c + ffn) + (c * ffn + c);
   n += layers * block;
   if (is_classifier()) n += classes * c + (head_bias ? classes : 0);
   return n;
@@ -126,8 +127,9 @@ class TransformerBlock final : public Module {
         mlp_proj_(mlp_module().add_linear("proj", c.ffn, c.hidden)) {}
 
   Var forward(Tape&, const Var&) override {
-    LS_THROW("a TransformerBlock needs its sequence shape and padding mask; "
-             "call forward(tape, x, valid, shape)");
+    LS_THROW(
+        "a TransformerBlock needs its sequence shape and padding mask; "
+        "call forward(tape, x, valid, shape)");
   }
 
   Var forward(Tape& tape, Var x, const Tensor& valid, const AttentionShape& shape) {

@@ -3,9 +3,9 @@
 //
 // Input: token ids, i32 [B, T] with T <= max_seq; tokens equal to pad_id are padding, skipped
 // by pooling and, in a bidirectional model, masked as attention keys (a causal model needs no
-// mask for right padding: no real token can attend to a later position). Output: logits [B*T, vocab] for a language model (the
-// output head is the token embedding, tied as in GPT-2), [B, classes] for a classifier (an
-// encoder stack, pooling over the sequence, then a Linear head).
+// mask for right padding: no real token can attend to a later position). Output: logits [B*T,
+// vocab] for a language model (the output head is the token embedding, tied as in GPT-2), [B,
+// classes] for a classifier (an encoder stack, pooling over the sequence, then a Linear head).
 // Layouts: GPT-2's (pre-norm blocks and a final LayerNorm, tanh GELU) and BERT's (post-norm, a
 // LayerNorm after the embeddings, token-type embeddings, erf GELU). Last-token pooling takes each
 // sequence's last real token by its padding mask, not position T-1 (see docs/transformers.md).
@@ -27,7 +27,7 @@ namespace ls::nn {
 
 class Embedding final : public Module {
  public:
-  Embedding(int64_t count, int64_t dim);  // N(0, 0.02) init, as GPT-2 and BERT
+  Embedding(int64_t count, int64_t dim);             // N(0, 0.02) init, as GPT-2 and BERT
   Var forward(Tape& tape, const Var& ids) override;  // ids: i32 tensor of n -> [n, dim]
   Parameter& weight() { return weight_; }
 

@@ -21,8 +21,8 @@ struct TransformerConfig {
   int64_t layers = 4;
   int64_t heads = 4;
   int64_t hidden = 256;
-  int64_t ffn = 1024;   // inner width of each block's MLP
-  bool causal = true;   // a token attends to earlier tokens only
+  int64_t ffn = 1024;  // inner width of each block's MLP
+  bool causal = true;  // a token attends to earlier tokens only
   NormPlacement norm = NormPlacement::kPre;
   GeluForm gelu = GeluForm::kTanh;
   float dropout = 0.0f;  // embeddings, attention probabilities and residual branches
@@ -30,9 +30,9 @@ struct TransformerConfig {
   int32_t pad_id = 256;
   bool token_types = false;  // BERT: a token-type embedding (type 0 for every token)
   int64_t token_type_count = 2;
-  int classes = 0;           // 0: a language model; > 0: a classifier with that many classes
+  int classes = 0;  // 0: a language model; > 0: a classifier with that many classes
   Pooling pooling = Pooling::kLast;  // classifier: which position(s) feed the head
-  bool head_bias = true;     // GPT-2's sequence classifier ("score") has none
+  bool head_bias = true;             // GPT-2's sequence classifier ("score") has none
 
   bool is_classifier() const { return classes > 0; }
   int64_t head_dim() const { return hidden / heads; }
