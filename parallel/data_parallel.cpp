@@ -329,35 +329,38 @@ std::vector<int64_t> DataParallel::Impl::shard_rows(int64_t global_rows) const {
 namespace {
 // The rows [begin, end) of a Batch or Dataset (both lay examples out the same way).
 template <typename Examples>
-Shard shard_of(const Examples& ex, int64_t begin, int64_t end) {
+Shard shard_of(const Examples& ex, int64_t features, int64_t begin, int64_t end) {
   Shard all{ex.images.empty() ? nullptr : ex.images.data(),
             ex.tokens.empty() ? nullptr : ex.tokens.data(),
             ex.labels.data(),
             end,
-            ex.features,
+            features,
             ex.label_width,
             0};
   return all.slice(begin, end - begin);
 }
 
 // A batch's arrays must agree with its size, features and label width before any replica
-// reads them.
-void check_batch(const data::Batch& batch) {
-  const size_t n = static_cast<size_t>(batch.size), features = static_cast<size_t>(batch.features);
+// reads them. Returns the features per example (features == 0: inferred from the inputs).
+int64_t check_batch(const data::Batch& batch) {
+  const size_t n = static_cast<size_t>(batch.size);
   const size_t inputs = batch.tokens.empty() ? batch.images.size() : batch.tokens.size();
-  LS_CHECK(batch.size > 0 && batch.features > 0 && batch.label_width > 0 &&
+  const size_t features = batch.features > 0 || n == 0 ? static_cast<size_t>(batch.features)
+                                                       : inputs / n;
+  LS_CHECK(batch.size > 0 && features > 0 && batch.label_width > 0 &&
                (batch.images.empty() || batch.tokens.empty()) && inputs == n * features &&
                batch.labels.size() == n * static_cast<size_t>(batch.label_width),
-           "malformed batch: ", batch.size, " examples of ", batch.features, " features and ",
+           "malformed batch: ", batch.size, " examples of ", features, " features and ",
            batch.label_width, " label(s), but ", batch.images.size(), " float inputs, ",
            batch.tokens.size(), " token inputs and ", batch.labels.size(),
            " labels; fill exactly one of images and tokens with size * features values and "
            "labels with size * label_width");
+  return static_cast<int64_t>(features);
 }
 }  // namespace
 
 StepResult DataParallel::Impl::step(const data::Batch& batch) {
-  check_batch(batch);
+  const int64_t features = check_batch(batch);
   const std::vector<int64_t> rows = shard_rows(batch.size);
   int64_t global_labels = 0;
   for (int32_t label : batch.labels) global_labels += label != kIgnoreLabel ? 1 : 0;
@@ -369,7 +372,8 @@ StepResult DataParallel::Impl::step(const data::Batch& batch) {
       [&](Replica& replica) {
         const int r = replica.rank();
         const int64_t begin = std::accumulate(rows.begin(), rows.begin() + r, int64_t{0});
-        const Shard shard = shard_of(batch, begin, begin + rows[static_cast<size_t>(r)]);
+        const Shard shard =
+            shard_of(batch, features, begin, begin + rows[static_cast<size_t>(r)]);
         outcomes[static_cast<size_t>(r)] =
             replica.step(shard, global_labels, options_.accumulate, steps_, options_.seed);
       },
@@ -404,7 +408,7 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
       [&](Replica& replica) {
         const int64_t r = replica.rank();
         const int64_t begin = dataset.count * r / n, end = dataset.count * (r + 1) / n;
-        const Shard rows = shard_of(dataset, begin, end);
+        const Shard rows = shard_of(dataset, dataset.features, begin, end);
         if (rows.rows > 0) counts[static_cast<size_t>(r)] = replica.evaluate(rows, batch_size);
       },
       "evaluate");

@@ -73,6 +73,8 @@ void write_scale_json(const ScaleOptions& o, const Workload& work, ls::DeviceKin
     json.field("vocab", c.vocab);
     json.field("dropout", static_cast<double>(c.dropout));
     json.end_object();
+    // Model FLOPs per trained token (6 per weight + attention): MFU = tokens/s x this / peak.
+    json.field("train_flops_per_token", c.train_flops_per_token(c.max_seq));
   }
   json.field("backend", backend_name(kind));
   json.field("device_kind", std::string(ls::device_kind_name(kind)));

@@ -197,7 +197,12 @@ TEST(PrefetcherTest, ReadyBatchesDoNotWait) {
   Prefetcher p(ds, sampler, 4, true, with_depth(3));
   Batch b;
   ASSERT_TRUE(p.next(b));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the producer fills the queue
+  // The producer fills the queue (bounded: a stuck producer fails the test, never hangs it).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (p.ready() < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(p.ready(), 3);
   int64_t before = p.waits();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(p.next(b));
   EXPECT_EQ(p.waits(), before);

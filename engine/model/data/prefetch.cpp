@@ -110,4 +110,9 @@ void Prefetcher::seek(int64_t epoch, int64_t index) {
   producer_cv_.notify_all();
 }
 
+int64_t Prefetcher::ready() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(ready_.size());
+}
+
 }  // namespace ls::data

@@ -54,6 +54,8 @@ class Prefetcher {
   int64_t batches_per_epoch() const { return iterator_.batches_per_epoch(); }
   // How many next() calls found nothing ready and had to wait for the producer.
   int64_t waits() const { return waits_; }
+  // Batches gathered and waiting for next() (an epoch's end counts as one); any thread.
+  int64_t ready() const;
 
  private:
   struct Item {
@@ -69,7 +71,7 @@ class Prefetcher {
   int64_t position_ = 0;  // consumer side
   int64_t waits_ = 0;
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable producer_cv_;  // room in ready_, resumed, or stop
   std::condition_variable consumer_cv_;  // an item, an error, or the producer went idle
   std::deque<Item> ready_;

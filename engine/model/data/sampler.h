@@ -36,7 +36,7 @@ class Sampler {
 // The examples of one step, laid out like the Dataset they come from.
 struct Batch {
   int64_t size = 0;
-  int64_t features = 0;
+  int64_t features = 0;         // per example; 0: inferred from the inputs' length
   int64_t label_width = 1;
   std::vector<float> images;    // size * features, or empty for token inputs
   std::vector<int32_t> tokens;  // size * features, or empty for float inputs
