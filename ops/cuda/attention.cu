@@ -10,46 +10,11 @@
 #include <cstdint>
 
 #include "ops/attention.h"
+#include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/cuda_launch.h"
 
 namespace ls::cuda_ops {
 namespace {
-
-constexpr int kWarp = 32;
-
-__device__ float warp_max(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-__device__ float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Max / sum over the block (blockDim.x a multiple of 32); every thread gets the result, warps
-// combined in warp order. `shared` holds 32 floats.
-__device__ float block_max(float v, float* shared) {
-  v = warp_max(v);
-  __syncthreads();
-  if (threadIdx.x % kWarp == 0) shared[threadIdx.x / kWarp] = v;
-  __syncthreads();
-  float result = shared[0];
-  for (int w = 1; w < static_cast<int>(blockDim.x) / kWarp; ++w) result = fmaxf(result, shared[w]);
-  return result;
-}
-
-__device__ float block_sum(float v, float* shared) {
-  v = warp_sum(v);
-  __syncthreads();
-  if (threadIdx.x % kWarp == 0) shared[threadIdx.x / kWarp] = v;
-  __syncthreads();
-  float result = shared[0];
-  for (int w = 1; w < static_cast<int>(blockDim.x) / kWarp; ++w) result += shared[w];
-  return result;
-}
 
 // Threads per row: the keys rounded up to a warp, at most kThreads.
 int row_threads(int64_t cols) {

@@ -8,31 +8,12 @@
 
 #include <cstdint>
 
+#include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/cuda_launch.h"
 #include "ops/layernorm.h"
 
 namespace ls::cuda_ops {
 namespace {
-
-constexpr int kWarp = 32;
-
-__device__ float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32); every thread gets it. `shared`: 32 floats.
-// Starts and ends with a barrier, so calls may follow each other and a row may be rewritten.
-__device__ float block_sum(float v, float* shared) {
-  v = warp_sum(v);
-  __syncthreads();
-  if (threadIdx.x % kWarp == 0) shared[threadIdx.x / kWarp] = v;
-  __syncthreads();
-  float result = shared[0];
-  for (int w = 1; w < static_cast<int>(blockDim.x) / kWarp; ++w) result += shared[w];
-  return result;
-}
 
 __global__ void layernorm_kernel(const float* x, const float* gamma, const float* beta,
                                  int64_t rows, int64_t cols, float eps, float* y, float* mean,

@@ -19,50 +19,12 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/cuda_launch.h"
 #include "ops/softmax_xent.h"
 
 namespace ls::cuda_ops {
 namespace {
-
-constexpr int kWarp = 32;
-
-// Butterfly reductions: after log2(32) steps every lane holds the same value, combined in an
-// order fixed by the lane numbers.
-__device__ float warp_max(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  }
-  return v;
-}
-
-__device__ float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Max / sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets
-// the result. Warp results are combined in warp order. `shared` holds 32 floats.
-__device__ float block_max(float v, float* shared) {
-  v = warp_max(v);
-  __syncthreads();  // `shared` may still be read from a previous call
-  if (threadIdx.x % kWarp == 0) shared[threadIdx.x / kWarp] = v;
-  __syncthreads();
-  float result = shared[0];
-  for (int w = 1; w < static_cast<int>(blockDim.x) / kWarp; ++w) result = fmaxf(result, shared[w]);
-  return result;
-}
-
-__device__ float block_sum(float v, float* shared) {
-  v = warp_sum(v);
-  __syncthreads();
-  if (threadIdx.x % kWarp == 0) shared[threadIdx.x / kWarp] = v;
-  __syncthreads();
-  float result = shared[0];
-  for (int w = 1; w < static_cast<int>(blockDim.x) / kWarp; ++w) result += shared[w];
-  return result;
-}
 
 // -log softmax(x)[label] for one row, computed by one thread, columns in order.
 __device__ float row_loss(const float* x, int64_t cols, int32_t label) {

@@ -15,59 +15,13 @@
 #include "ops/gemm.h"
 #include "ops/pooling.h"
 #include "ops/softmax_xent.h"
+#include "tests/ops/cuda_op_test_util.h"
 #include "tests/ops/op_test_util.h"
 
 namespace ls::test {
 namespace {
 
-const Device kCuda0{DeviceKind::kCuda, 0};
-
-// A tensor with the same contents on host:0 and on cuda:0.
-struct Pair {
-  Tensor host, cuda;
-};
-
-class CudaAttentionOpsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_availability().device_count == 0)
-      GTEST_SKIP() << cuda_availability().reason_unavailable;
-    host_ = device_runtime(host0()).create_stream();
-    cuda_ = device_runtime(kCuda0).create_stream();
-  }
-  void TearDown() override {
-    if (host_) host_->synchronize();
-    if (cuda_) cuda_->synchronize();
-  }
-
-  Pair upload(const std::vector<float>& v, const Shape& shape) {
-    return {Tensor::from_host(v, shape, host0(), *host_),
-            Tensor::from_host(v, shape, kCuda0, *cuda_)};
-  }
-  Pair upload_i32(const std::vector<int32_t>& v, const Shape& shape) {
-    return {Tensor::from_host_i32(v, shape, host0(), *host_),
-            Tensor::from_host_i32(v, shape, kCuda0, *cuda_)};
-  }
-  Pair empty(const Shape& shape, DType dtype) {
-    return {Tensor::empty(shape, dtype, host0()), Tensor::empty(shape, dtype, kCuda0)};
-  }
-  // op(stream, side) once on host:0 and once on cuda:0 (the checked ops pick the backend).
-  template <typename Op>
-  void run_both(Op op) {
-    op(*host_, [](const Pair& p) { return p.host; });
-    op(*cuda_, [](const Pair& p) { return p.cuda; });
-  }
-  void expect_close(const Pair& p, double rtol = 1e-5, double atol = 1e-6) {
-    EXPECT_TRUE(
-        all_close(p.cuda.to_host_f32(*cuda_), to_double(p.host.to_host_f32(*host_)), rtol, atol));
-  }
-  void expect_equal_i32(const Pair& p) {
-    EXPECT_EQ(p.cuda.to_host_i32(*cuda_), p.host.to_host_i32(*host_));
-  }
-
-  std::unique_ptr<Stream> host_;
-  std::unique_ptr<Stream> cuda_;
-};
+class CudaAttentionOpsTest : public CudaVsHostTest {};
 
 TEST_F(CudaAttentionOpsTest, MatmulBatchedMatchesHost) {
   const int64_t batch = 6, m = 17, k = 9, n = 33;

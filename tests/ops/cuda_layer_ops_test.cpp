@@ -17,57 +17,13 @@
 #include "ops/dropout.h"
 #include "ops/embedding.h"
 #include "ops/layernorm.h"
+#include "tests/ops/cuda_op_test_util.h"
 #include "tests/ops/op_test_util.h"
 
 namespace ls::test {
 namespace {
 
-const Device kCuda0{DeviceKind::kCuda, 0};
-
-struct Pair {
-  Tensor host, cuda;
-};
-
-class CudaLayerOpsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_availability().device_count == 0)
-      GTEST_SKIP() << cuda_availability().reason_unavailable;
-    host_ = device_runtime(host0()).create_stream();
-    cuda_ = device_runtime(kCuda0).create_stream();
-  }
-  void TearDown() override {
-    if (host_) host_->synchronize();
-    if (cuda_) cuda_->synchronize();
-  }
-
-  Pair upload(const std::vector<float>& v, const Shape& shape) {
-    return {Tensor::from_host(v, shape, host0(), *host_),
-            Tensor::from_host(v, shape, kCuda0, *cuda_)};
-  }
-  Pair upload_i32(const std::vector<int32_t>& v, const Shape& shape) {
-    return {Tensor::from_host_i32(v, shape, host0(), *host_),
-            Tensor::from_host_i32(v, shape, kCuda0, *cuda_)};
-  }
-  Pair empty(const Shape& shape) {
-    return {Tensor::empty(shape, DType::kF32, host0()), Tensor::empty(shape, DType::kF32, kCuda0)};
-  }
-  // op(stream, side) once on each backend; side(pair) is that backend's tensor.
-  template <typename Op>
-  void run_both(Op op) {
-    op(*host_, [](const Pair& p) { return p.host; });
-    op(*cuda_, [](const Pair& p) { return p.cuda; });
-  }
-  std::vector<float> host_values(const Pair& p) { return p.host.to_host_f32(*host_); }
-  std::vector<float> cuda_values(const Pair& p) { return p.cuda.to_host_f32(*cuda_); }
-  void expect_close(const Pair& p, double rtol, double atol) {
-    EXPECT_TRUE(all_close(cuda_values(p), to_double(host_values(p)), rtol, atol));
-  }
-  void expect_bitwise(const Pair& p) { EXPECT_TRUE(bitwise_equal(cuda_values(p), host_values(p))); }
-
-  std::unique_ptr<Stream> host_;
-  std::unique_ptr<Stream> cuda_;
-};
+class CudaLayerOpsTest : public CudaVsHostTest {};
 
 TEST_F(CudaLayerOpsTest, EmbeddingAndItsGradientMatchHostBitwise) {
   for (auto [vocab, dim, n] : std::vector<std::array<int64_t, 3>>{
