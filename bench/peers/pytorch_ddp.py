@@ -232,7 +232,8 @@ def worker(rank, world, kind, a, port, result_path, use_compile):
     widths = [x.shape[1]] + a.hidden + [10]
     torch.manual_seed(a.seed)
     model = make_mlp(widths, torch).to(device)
-    ddp = torch.nn.parallel.DistributedDataParallel(
+    # One device is PyTorch at its best without the DDP wrapper (its hooks cost even alone).
+    ddp = model if world == 1 else torch.nn.parallel.DistributedDataParallel(
         model, device_ids=[rank] if kind == "cuda" else None, bucket_cap_mb=a.bucket_mb)
     opt, opt_impl = make_optimizer(ddp.parameters(), a, torch)
     net = torch.compile(ddp) if use_compile else ddp  # Dynamo splits the graph at DDP's buckets
