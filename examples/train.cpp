@@ -186,6 +186,8 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
   ls::data::Sampler sampler(train.count, o.seed);
   // Batches are gathered on a background thread, two steps ahead, so a step never waits for data.
   ls::data::Prefetcher batches(train, sampler, o.batch);
+  LS_CHECK(batches.batches_per_epoch() > 0, "--batch ", o.batch, " is larger than the ",
+           train.count, " training examples; use a smaller batch");
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * batches.batches_per_epoch();
   const int64_t first_step = resume_if_asked(o, trainer, batches);
   std::printf(

@@ -32,9 +32,16 @@ int64_t transformer_hidden(const WorkloadOptions& o) {
 
 // The config from flags, or from the --init checkpoint's config.json (whose sizes win).
 ls::nn::TransformerConfig transformer_config(const WorkloadOptions& o, const std::string& layout,
-                                             int64_t vocab, int32_t pad_id) {
+                                             int64_t vocab, int32_t pad_id, int32_t eos_id) {
   if (!o.init.empty()) {
     ls::nn::TransformerConfig c = ls::checkpoint::read_hf_config(o.init);
+    c.eos_id = eos_id;
+    LS_CHECK(o.model != "gpt" || c.causal,
+             "--model gpt trains next-token prediction, which needs "
+             "a causal model; ",
+             o.init,
+             " holds a bidirectional (BERT) one: fine-tune it with "
+             "--model classifier");
     LS_CHECK(c.vocab >= vocab, "the --init model's vocabulary (", c.vocab,
              ") is smaller than the tokenizer's (", vocab, "); pass the model's --tokenizer");
     LS_CHECK(o.seq <= c.max_seq, "--seq ", o.seq, " exceeds the --init model's ", c.max_seq,
@@ -48,6 +55,7 @@ ls::nn::TransformerConfig transformer_config(const WorkloadOptions& o, const std
                                     ? ls::nn::bert_config(o.layers, o.heads, hidden, o.seq, vocab)
                                     : ls::nn::gpt_config(o.layers, o.heads, hidden, o.seq, vocab);
   c.pad_id = pad_id;
+  c.eos_id = eos_id;
   c.dropout = o.dropout;
   return c;
 }
@@ -101,8 +109,8 @@ Workload transformer_workload(const WorkloadOptions& o) {
   const std::string layout = lm ? "gpt2" : o.layout;
   LS_CHECK(layout == "gpt2" || layout == "bert", "unknown --layout '", layout,
            "'; use gpt2 or bert");
-  ls::nn::TransformerConfig c =
-      transformer_config(o, layout, tokenizer->vocab_size(), tokenizer->pad_id());
+  ls::nn::TransformerConfig c = transformer_config(o, layout, tokenizer->vocab_size(),
+                                                   tokenizer->pad_id(), tokenizer->eos_id());
   if (!lm) {
     c.classes = w.train.classes;
     if (!o.pooling.empty()) c.pooling = parse_pooling(o.pooling);
@@ -158,6 +166,7 @@ Workload bag_of_bytes_workload(const WorkloadOptions& o) {
       bag_of_bytes(ls::data::load_wordnet_supersenses(bytes, o.seq, ls::data::Split::kTest, path),
                    bytes.pad_id(), bytes.vocab_size());
   cap_examples(w.train, o.max_examples);
+  cap_examples(w.test, o.eval_examples);
   w.mlp_widths = {w.train.features, w.train.classes};  // one Linear layer: logistic regression
   w.model = ls::mlp_factory(w.mlp_widths);
   w.description = "bag-of-bytes linear baseline (byte frequencies of the first " +

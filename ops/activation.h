@@ -6,6 +6,7 @@
 // gelu: tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); gelu_backward uses its exact
 // derivative. gelu_erf: the exact form 0.5 x (1 + erf(x / sqrt 2)) (BERT/GPT-2's nn.GELU()),
 // gelu_erf_backward: dx (+)= dy * (0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)).
+// tanh; tanh_backward: dx (+)= dy * (1 - y^2) from the forward's output y (BERT's pooler).
 // `accumulate` adds into dx instead of overwriting it. Asynchronous in stream order.
 #pragma once
 
@@ -32,6 +33,11 @@ struct ActivationOps {
   // dx (+)= dy * gelu_erf'(x)
   void (*gelu_erf_backward)(const float* x, const float* dy, float* dx, int64_t n, bool accumulate,
                             Stream& stream) = nullptr;
+  // y = tanh(x)
+  void (*tanh)(const float* x, float* y, int64_t n, Stream& stream) = nullptr;
+  // dx (+)= dy * (1 - y^2), from the forward's OUTPUT y
+  void (*tanh_backward)(const float* y, const float* dy, float* dx, int64_t n, bool accumulate,
+                        Stream& stream) = nullptr;
 };
 
 namespace detail {
@@ -82,6 +88,19 @@ inline void gelu_erf_backward(const Tensor& x, const Tensor& dy, const Tensor& d
   detail::check_activation_backward("gelu_erf_backward", x, dy, dx, stream);
   op_entry(&ActivationOps::gelu_erf_backward, "gelu_erf_backward", stream)(
       x.f32(), dy.f32(), dx.f32(), x.numel(), accumulate, stream);
+}
+
+// tanh (BERT's pooler); its backward takes the forward's output y.
+inline void tanh(const Tensor& x, const Tensor& y, Stream& stream) {
+  detail::check_activation("tanh", x, y, "y", stream);
+  op_entry(&ActivationOps::tanh, "tanh", stream)(x.f32(), y.f32(), x.numel(), stream);
+}
+
+inline void tanh_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool accumulate,
+                          Stream& stream) {
+  detail::check_activation_backward("tanh_backward", y, dy, dx, stream);
+  op_entry(&ActivationOps::tanh_backward, "tanh_backward", stream)(y.f32(), dy.f32(), dx.f32(),
+                                                                   y.numel(), accumulate, stream);
 }
 
 }  // namespace ls

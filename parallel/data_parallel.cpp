@@ -402,6 +402,7 @@ StepResult DataParallel::Impl::step(const data::Batch& batch) {
 EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t batch_size) {
   LS_CHECK(batch_size > 0, "evaluate: batch size must be positive, got ", batch_size);
   LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
+  data::check_dataset(dataset);
   std::vector<EvalCounts> counts(replicas_.size());
   const int64_t n = size();
   run_on_all(

@@ -15,6 +15,8 @@ eval mode (no dropout, eager attention) and every tensor name -> shape in model.
   gpt2/      GPT2LMHeadModel, logits [2, 8, 64]
   gpt2-cls/  GPT2ForSequenceClassification (4 labels, pad id 0, right-padded rows), logits [2, 4]
   bert/      BertModel without pooler, padded second row, last_hidden_state [2, 8, 32]
+  bert-cls/  BertForSequenceClassification (1 layer, pooler, 4 labels), padded second row,
+             logits [2, 4]
 Parameters are re-drawn from a seeded generator after construction (biases, LayerNorm gains and
 offsets included) so that a loader which swaps, transposes or drops a tensor changes the outputs.
 tests/fixtures/hf/README.md documents the names, layouts and formulas.
@@ -29,8 +31,8 @@ import safetensors
 import safetensors.torch
 import torch
 import transformers
-from transformers import (BertConfig, BertModel, GPT2Config, GPT2ForSequenceClassification,
-                          GPT2LMHeadModel)
+from transformers import (BertConfig, BertForSequenceClassification, BertModel, GPT2Config,
+                          GPT2ForSequenceClassification, GPT2LMHeadModel)
 
 SEED = 1234
 
@@ -168,6 +170,30 @@ def make_bert(out, gen):
         "last_hidden_state_shape": list(hidden.shape), "last_hidden_state": F32(hidden)})
 
 
+def make_bert_cls(out, gen):
+    # Made after the others, so adding it left their files unchanged. One layer keeps it small.
+    torch.manual_seed(SEED + 3)
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=16, type_vocab_size=2,
+                        hidden_act="gelu", layer_norm_eps=1e-12, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0, classifier_dropout=0.0, pad_token_id=0,
+                        num_labels=4, attn_implementation="eager")
+    model = BertForSequenceClassification(config).eval()
+    randomize(model, gen)
+    ids = torch.randint(1, 64, (2, 8), generator=gen)
+    mask = torch.ones(2, 8, dtype=torch.int64)
+    mask[1, 5:] = 0
+    ids[1, 5:] = 0
+    types = torch.zeros(2, 8, dtype=torch.int64)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+    assert list(logits.shape) == [2, 4]
+    save(model, os.path.join(out, "bert-cls"), {
+        "model": "BertForSequenceClassification", "input_ids": ids.tolist(),
+        "attention_mask": mask.tolist(), "token_type_ids": types.tolist(),
+        "logits_shape": list(logits.shape), "logits": F32(logits)})
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -179,6 +205,7 @@ def main(argv):
     make_gpt2(a.out, gen)
     make_gpt2_cls(a.out, gen)
     make_bert(a.out, gen)
+    make_bert_cls(a.out, gen)
     return 0
 
 

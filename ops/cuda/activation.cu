@@ -1,6 +1,6 @@
-// CUDA kernels of ops/activation.h: relu, gelu (tanh form) and gelu_erf, forward and backward.
-// Asynchronous on the stream; n == 0 launches nothing; grid-stride loops over int64 indices.
-// In place is allowed: every element is read and written by the same thread.
+// CUDA kernels of ops/activation.h: relu, gelu (tanh form), gelu_erf and tanh, forward and
+// backward. Asynchronous on the stream; n == 0 launches nothing; grid-stride loops over int64
+// indices. In place is allowed: every element is read and written by the same thread.
 #include <cuda_runtime.h>
 
 #include "ops/activation.h"
@@ -66,6 +66,18 @@ __global__ void gelu_erf_backward_kernel(const float* x, const float* dy, float*
   }
 }
 
+__global__ void tanh_kernel(const float* x, float* y, int64_t n) {
+  LS_GRID_STRIDE_LOOP(i, n) { y[i] = tanhf(x[i]); }
+}
+
+__global__ void tanh_backward_kernel(const float* y, const float* dy, float* dx, int64_t n,
+                                     bool accumulate) {
+  LS_GRID_STRIDE_LOOP(i, n) {
+    const float g = dy[i] * (1.0f - y[i] * y[i]);
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
 }  // namespace
 
 void relu(const float* x, float* y, int64_t n, Stream& on) {
@@ -119,6 +131,23 @@ void gelu_erf_backward(const float* x, const float* dy, float* dx, int64_t n, bo
   LS_CUDA_CHECK_LAUNCH();
 }
 
+void tanh_op(const float* x, float* y, int64_t n, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  if (n == 0) return;
+  tanh_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+void tanh_backward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate,
+                   Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  if (n == 0) return;
+  tanh_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, dy, dx, n, accumulate);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
 const ActivationOps kCudaActivation{
     .relu = relu,
     .relu_backward = relu_backward,
@@ -126,6 +155,8 @@ const ActivationOps kCudaActivation{
     .gelu_backward = gelu_backward,
     .gelu_erf = gelu_erf,
     .gelu_erf_backward = gelu_erf_backward,
+    .tanh = tanh_op,
+    .tanh_backward = tanh_backward,
 };
 LS_REGISTER_OP_TABLE(ActivationOps, DeviceKind::kCuda, kCudaActivation);
 

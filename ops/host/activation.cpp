@@ -1,6 +1,6 @@
-// Host kernels of ops/activation.h: relu, gelu and gelu_erf, forward and backward. Each enqueues
-// one task split over host_parallel_for; every element is computed independently. The inner loops
-// are plain indexed loops so the compiler vectorises them (in-place use is allowed).
+// Host kernels of ops/activation.h: relu, gelu, gelu_erf and tanh, forward and backward. Each
+// enqueues one task split over host_parallel_for; every element is computed independently. The
+// inner loops are plain indexed loops so the compiler vectorises them (in-place use is allowed).
 #include "ops/activation.h"
 
 #include <cmath>
@@ -114,6 +114,23 @@ void gelu_erf_backward(const float* x, const float* dy, float* dx, int64_t n, bo
   });
 }
 
+void tanh_op(const float* x, float* y, int64_t n, Stream& stream) {
+  enqueue_map(stream, n, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = host_math::fast_tanh(x[i]);
+  });
+}
+
+void tanh_backward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate,
+                   Stream& stream) {
+  enqueue_map(stream, n, [=](int64_t b, int64_t e) {
+    if (accumulate) {
+      for (int64_t i = b; i < e; ++i) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
+    } else {
+      for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+    }
+  });
+}
+
 const ActivationOps kHostActivation{
     .relu = relu,
     .relu_backward = relu_backward,
@@ -121,6 +138,8 @@ const ActivationOps kHostActivation{
     .gelu_backward = gelu_backward,
     .gelu_erf = gelu_erf,
     .gelu_erf_backward = gelu_erf_backward,
+    .tanh = tanh_op,
+    .tanh_backward = tanh_backward,
 };
 LS_REGISTER_OP_TABLE(ActivationOps, DeviceKind::kHost, kHostActivation);
 

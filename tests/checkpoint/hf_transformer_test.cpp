@@ -1,7 +1,7 @@
-// Hugging Face checkpoints: lockstep's forward on the committed GPT-2, GPT-2 classifier and BERT
-// fixtures (tests/fixtures/hf, made by scripts/make_hf_fixtures.py with transformers) matches
-// transformers' outputs; writing and reading back is lossless; missing, unknown and misshapen
-// tensors are errors that name them.
+// Hugging Face checkpoints: lockstep's forward on the committed GPT-2, GPT-2 classifier, BERT and
+// BERT classifier (with its pooler) fixtures (tests/fixtures/hf, made by
+// scripts/make_hf_fixtures.py with transformers) matches transformers' outputs; writing and reading
+// back is lossless; missing, unknown and misshapen tensors are errors that name them.
 #include "engine/model/checkpoint/hf_transformer.h"
 
 #include <gtest/gtest.h>
@@ -105,6 +105,34 @@ TEST(HfTransformer, BertHiddenStatesMatchTransformersWithPadding) {
                f.expected);
 }
 
+TEST(HfTransformer, BertClassifierWithItsPoolerMatchesTransformers) {
+  Fixture f = load_fixture("bert-cls", "logits");
+  f.config.classes = 4;
+  EXPECT_TRUE(f.config.pooler);
+  expect_close(run(f.config, read_hf_weights(kFixtures + "bert-cls", f.config), f.ids, false),
+               f.expected);
+}
+
+TEST(HfTransformer, ConfigOptionsLockstepDoesNotComputeAreRefused) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("lockstep-hf-config-" + std::to_string(::getpid())))
+                              .string();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json")
+      << R"({"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 32, "n_positions": 16,)"
+      << R"( "vocab_size": 64, "scale_attn_by_inverse_layer_idx": true})";
+  try {
+    read_hf_config(dir);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"scale_attn_by_inverse_layer_idx\": true is not "
+                                         "supported"),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 class HfFiles : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -134,12 +162,13 @@ class HfFiles : public ::testing::Test {
 };
 
 TEST_F(HfFiles, WritingAndReadingBackIsLossless) {
-  for (const char* name : {"gpt2", "gpt2-cls", "bert"}) {
+  for (const char* name : {"gpt2", "gpt2-cls", "bert", "bert-cls"}) {
     nn::TransformerConfig config = read_hf_config(kFixtures + name);
     if (std::string(name) == "gpt2-cls") {
       config.classes = 4;
       config.head_bias = false;
     }
+    if (std::string(name) == "bert-cls") config.classes = 4;
     const HostTensors weights = read_hf_weights(kFixtures + name, config);
     const std::string out = (dir_ / name).string();
     write_hf(out, config, weights);

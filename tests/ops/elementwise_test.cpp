@@ -115,6 +115,30 @@ TEST_F(ActivationOpTest, GeluErfMatchesReference) {
   }
 }
 
+TEST_F(ActivationOpTest, TanhMatchesReferenceAndItsBackwardUsesTheOutput) {
+  for (int64_t n : kSizes) {
+    const auto x = random_vector(n, 24, -12, 12);
+    const auto dy = random_vector(n, 25);
+    const auto dx0 = random_vector(n, 26);
+    Tensor tx = upload(x, {n});
+    Tensor ty = Tensor::empty({n}, DType::kF32, dev_);
+    ls::tanh(tx, ty, *stream_);
+    std::vector<double> want(n), grad(n), grad_acc(n);
+    for (int64_t i = 0; i < n; ++i) {
+      want[i] = std::tanh(static_cast<double>(x[i]));
+      grad[i] = dy[i] * (1.0 - want[i] * want[i]);
+      grad_acc[i] = dx0[i] + grad[i];
+    }
+    EXPECT_TRUE(all_close(download(ty), want, 0, 3e-7)) << "n=" << n;
+    for (bool accumulate : {false, true}) {
+      Tensor tdx = upload(dx0, {n});
+      tanh_backward(ty, upload(dy, {n}), tdx, accumulate, *stream_);
+      EXPECT_TRUE(all_close(download(tdx), accumulate ? grad_acc : grad, 1e-5, 1e-6))
+          << "n=" << n << " accumulate=" << accumulate;
+    }
+  }
+}
+
 TEST_F(ActivationOpTest, GeluErfGradientMatchesFiniteDifferences) {
   const auto x = random_vector(33, 17, -3, 3);
   const auto w = random_vector(x.size(), 18);

@@ -27,7 +27,8 @@ struct Entry {
   std::string ours;
   std::vector<std::string> theirs;  // without the model prefix for backbone tensors
   Transform transform = Transform::kCopy;
-  bool head = false;  // the classifier head: may be absent from the file
+  bool head = false;      // the classifier head: named without the backbone prefix
+  bool optional = false;  // may be absent (fine-tuning a model without it): stays fresh
 };
 
 bool is_gpt2(const nn::TransformerConfig& c) { return c.norm == nn::NormPlacement::kPre; }
@@ -56,8 +57,8 @@ std::vector<Entry> gpt2_entries(const nn::TransformerConfig& c) {
   }
   add_pair(e, "ln_f", "ln_f");
   if (c.is_classifier()) {
-    e.push_back({"head.weight", {"score.weight"}, Transform::kCopy, true});
-    if (c.head_bias) e.push_back({"head.bias", {"score.bias"}, Transform::kCopy, true});
+    e.push_back({"head.weight", {"score.weight"}, Transform::kCopy, true, true});
+    if (c.head_bias) e.push_back({"head.bias", {"score.bias"}, Transform::kCopy, true, true});
   }
   return e;
 }
@@ -84,8 +85,17 @@ std::vector<Entry> bert_entries(const nn::TransformerConfig& c) {
     add_pair(e, ours + "ln_2", theirs + "output.LayerNorm");
   }
   if (c.is_classifier()) {
-    e.push_back({"head.weight", {"classifier.weight"}, Transform::kCopy, true});
-    if (c.head_bias) e.push_back({"head.bias", {"classifier.bias"}, Transform::kCopy, true});
+    if (c.pooler) {
+      for (const char* kind : {".weight", ".bias"}) {
+        e.push_back({std::string("pooler") + kind,
+                     {std::string("pooler.dense") + kind},
+                     Transform::kCopy,
+                     false,
+                     true});
+      }
+    }
+    e.push_back({"head.weight", {"classifier.weight"}, Transform::kCopy, true, true});
+    if (c.head_bias) e.push_back({"head.bias", {"classifier.bias"}, Transform::kCopy, true, true});
   }
   return e;
 }
@@ -97,14 +107,16 @@ std::vector<Entry> hf_entries(const nn::TransformerConfig& c) {
   return is_gpt2(c) ? gpt2_entries(c) : bert_entries(c);
 }
 
-// Tensors a Hugging Face file may hold that lockstep's model has no use for.
-bool skippable(const std::string& name) {
+// Tensors a Hugging Face file may hold that lockstep's model has no use for (BERT's pooler only
+// when the model is not a classifier: a classifier's head expects the pooled, tanh'd state).
+bool skippable(const std::string& name, const nn::TransformerConfig& c) {
   auto ends_with = [&](std::string_view s) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
   auto has = [&](std::string_view s) { return name.find(s) != std::string::npos; };
   return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || name == "lm_head.weight" ||
-         ends_with("position_ids") || has("pooler.") || name.rfind("cls.", 0) == 0;
+         ends_with("position_ids") || (has("pooler.") && !c.is_classifier()) ||
+         name.rfind("cls.", 0) == 0;
 }
 
 std::vector<float> to_f32(const SafetensorsTensor& t, const std::string& file) {
@@ -214,6 +226,17 @@ nn::TransformerConfig read_hf_config(const std::string& dir) {
     return v == nullptr || v->is_null() ? std::string(fallback) : v->as_string();
   };
   const std::string type = text_of("model_type", "");
+  // Options that change the forward pass in ways lockstep's model does not: refused by name
+  // rather than silently computing another function.
+  auto refuse_unless = [&](const char* key, const std::string& supported) {
+    const JsonValue* v = json.find(key);
+    if (v == nullptr || v->is_null()) return;
+    std::string value = v->is_string() ? v->as_string()
+                        : v->is_bool() ? (v->as_bool() ? "true" : "false")
+                                       : v->number_text();
+    LS_CHECK_IO(value == supported, path, ": \"", key, "\": ", value,
+                " is not supported (lockstep computes the model with ", supported, ")");
+  };
   nn::TransformerConfig c;
   std::string act;
   if (type == "gpt2") {
@@ -222,6 +245,10 @@ nn::TransformerConfig read_hf_config(const std::string& dir) {
     c.ffn = number("n_inner", 4 * c.hidden);
     c.layernorm_eps = static_cast<float>(real("layer_norm_epsilon", 1e-5));
     act = text_of("activation_function", "gelu_new");
+    refuse_unless("scale_attn_weights", "true");
+    refuse_unless("scale_attn_by_inverse_layer_idx", "false");
+    refuse_unless("reorder_and_upcast_attn", "false");
+    refuse_unless("tie_word_embeddings", "true");
     c.pad_id = static_cast<int32_t>(number("pad_token_id", number("eos_token_id", 0)));
   } else if (type == "bert") {
     c = nn::bert_config(number("num_hidden_layers", -1), number("num_attention_heads", -1),
@@ -231,6 +258,8 @@ nn::TransformerConfig read_hf_config(const std::string& dir) {
     c.layernorm_eps = static_cast<float>(real("layer_norm_eps", 1e-12));
     c.token_type_count = number("type_vocab_size", 2);
     act = text_of("hidden_act", "gelu");
+    refuse_unless("position_embedding_type", "absolute");
+    refuse_unless("is_decoder", "false");
     c.pad_id = static_cast<int32_t>(number("pad_token_id", 0));
   } else {
     LS_THROW_AS(ErrorKind::kIo, path, ": model_type \"", type,
@@ -276,7 +305,7 @@ HostTensors read_hf_weights(const std::string& dir, const nn::TransformerConfig&
       parts.push_back(t);
     }
     if (parts.size() != e.theirs.size()) {
-      if (e.head && parts.empty()) {  // fine-tuning a model that had no head: keep it fresh
+      if (e.optional && parts.empty()) {  // fine-tuning a model that had no head: keep it fresh
         missing.pop_back();
         if (notes) notes->push_back(e.ours + " not in " + path + ": freshly initialised");
       }
@@ -305,7 +334,7 @@ HostTensors read_hf_weights(const std::string& dir, const nn::TransformerConfig&
               " checkpoint with ", config.layers, " layers?");
   std::vector<std::string> unknown;
   for (const SafetensorsTensor& t : file.tensors()) {
-    if (!used.count(t.name) && !skippable(t.name)) unknown.push_back(t.name);
+    if (!used.count(t.name) && !skippable(t.name, config)) unknown.push_back(t.name);
   }
   LS_CHECK_IO(unknown.empty(), path, " holds tensors a ", hf_model_type(config),
               " model of this config has no place for: ", list(unknown), "; is it a ",
@@ -364,6 +393,7 @@ void write_hf(const std::string& dir, const nn::TransformerConfig& config,
       << ", \"attention_probs_dropout_prob\": " << c.dropout;
   }
   j << ", \"pad_token_id\": " << c.pad_id;
+  if (c.eos_id >= 0) j << ", \"bos_token_id\": " << c.eos_id << ", \"eos_token_id\": " << c.eos_id;
   if (c.is_classifier()) j << ", \"num_labels\": " << c.classes;
   j << "}\n";
   const std::string text = j.str();

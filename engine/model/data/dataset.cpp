@@ -3,6 +3,7 @@
 // the same one the tests compute with the same float expression.
 #include "engine/model/data/dataset.h"
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 
@@ -14,6 +15,20 @@ static_assert(ls::data::kIgnoreLabel == ls::kIgnoreLabel,
               "the public data::kIgnoreLabel must be the label the loss skips");
 
 namespace ls::data {
+
+void check_dataset(const Dataset& ds) {
+  const size_t count = static_cast<size_t>(std::max<int64_t>(ds.count, 0));
+  const size_t inputs = ds.tokens.empty() ? ds.images.size() : ds.tokens.size();
+  LS_CHECK(ds.count > 0 && ds.features > 0 && ds.label_width > 0 &&
+               (ds.images.empty() || ds.tokens.empty()) &&
+               inputs == count * static_cast<size_t>(ds.features) &&
+               ds.labels.size() == count * static_cast<size_t>(ds.label_width),
+           "data set '", ds.name, "' is malformed: ", ds.count, " examples of ", ds.features,
+           " features and ", ds.label_width, " label(s), but ", ds.images.size(), " float inputs, ",
+           ds.tokens.size(), " token inputs and ", ds.labels.size(),
+           " labels; fill exactly one of images and tokens with count * features values and "
+           "labels with count * label_width (an empty data set is an error too)");
+}
 namespace {
 
 std::array<float, 256> normalisation_table() {

@@ -39,6 +39,11 @@ struct Dataset {
 // Images must be a 3-D IDX (N, rows, cols) and labels a 1-D IDX (N) with every label < classes.
 Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path, int classes);
 
+// Raises ls::Error naming the data set when its arrays disagree with count, features and
+// label_width (exactly one of images and tokens holds count * features values, labels count *
+// label_width); every reader of a Dataset calls it before indexing.
+void check_dataset(const Dataset& ds);
+
 enum class Split { kTrain, kTest };
 
 // Loads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from dir (10 classes). Debian's

@@ -77,6 +77,7 @@ void gather_batch(const Dataset& ds, std::span<const int64_t> indices, Batch& ou
 BatchIterator::BatchIterator(const Dataset& ds, Sampler& sampler, int64_t batch_size,
                              bool drop_last)
     : ds_(ds), sampler_(sampler), batch_size_(batch_size) {
+  check_dataset(ds);
   LS_CHECK(sampler.count() == ds.count, "BatchIterator: sampler covers ", sampler.count(),
            " examples but data set '", ds.name, "' has ", ds.count,
            "; construct the Sampler with the data set's count");

@@ -67,6 +67,19 @@ Var gelu(Tape& tape, const Var& x) {
                     [](auto&... a) { ls::gelu_backward(a...); });
 }
 
+Var tanh(Tape& tape, const Var& x) {
+  Stream& stream = tape.stream();
+  Tensor y = Tensor::empty(x->value.shape(), DType::kF32, x->value.device());
+  ls::tanh(x->value, y, stream);
+  Var out = tape.output(y, {&x});
+  tape.record(out, {x}, [x, y, &stream](const Tensor& dy) {  // from the output: 1 - y^2
+    if (!x->requires_grad) return;
+    const bool add = Tape::begin_grad(*x);
+    tanh_backward(y, dy, x->grad, add, stream);
+  });
+  return out;
+}
+
 Var add(Tape& tape, const Var& a, const Var& b) {
   LS_CHECK(a->value.shape() == b->value.shape(), "add: shapes differ: ", a->value.describe(),
            " and ", b->value.describe());

@@ -12,6 +12,7 @@ namespace ls::nn {
 Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias);
 Var relu(Tape& tape, const Var& x);
 Var gelu(Tape& tape, const Var& x);  // tanh form
+Var tanh(Tape& tape, const Var& x);
 // out = a + b, same shapes (residual connections).
 Var add(Tape& tape, const Var& a, const Var& b);
 

@@ -54,7 +54,7 @@ int64_t TransformerConfig::parameter_count() const {
   const int64_t block =
       2 * 2 * c + (3 * c * c + 3 * c) + (c * c + c) + (ffn * c + ffn) + (c * ffn + c);
   n += layers * block;
-  if (is_classifier()) n += classes * c + (head_bias ? classes : 0);
+  if (is_classifier()) n += classes * c + (head_bias ? classes : 0) + (pooler ? c * c + c : 0);
   return n;
 }
 
@@ -86,6 +86,7 @@ TransformerConfig bert_config(int64_t layers, int64_t heads, int64_t hidden, int
   c.layernorm_eps = 1e-12f;
   c.token_types = true;
   c.pooling = Pooling::kFirst;
+  c.pooler = true;
   return c;
 }
 
@@ -202,6 +203,8 @@ Transformer::Transformer(const TransformerConfig& config) : config_(config) {
     ln_f_ = &register_module("ln_f", std::make_unique<LayerNorm>(c.hidden, c.layernorm_eps));
   }
   if (c.is_classifier()) {
+    if (c.pooler)
+      pooler_ = &register_module("pooler", std::make_unique<Linear>(c.hidden, c.hidden));
     head_ = &register_module("head", std::make_unique<Linear>(c.hidden, c.classes, c.head_bias));
   }
 }
@@ -267,6 +270,7 @@ Var Transformer::forward(Tape& tape, const Var& tokens) {
     return linear(tape, x, tape.parameter(wte_->weight()), nullptr);
   }
   Var pooled = pool(tape, x, valid, pooling_op(config_.pooling), ids.dim(0), ids.dim(1));
+  if (pooler_ != nullptr) pooled = tanh(tape, pooler_->forward(tape, pooled));
   return head_->forward(tape, pooled);
 }
 

@@ -11,7 +11,7 @@
 // sequence's last real token by its padding mask, not position T-1 (see docs/transformers.md).
 // Parameter names (our own, engine/model/checkpoint/hf_transformer.h maps them to Hugging Face's):
 //   wte.weight, wpe.weight, [wtt.weight, ln_emb.*], h.<i>.{ln_1, attn.qkv, attn.proj, ln_2,
-//   mlp.fc, mlp.proj}.{weight, bias}, [ln_f.*], [head.weight, head.bias].
+//   mlp.fc, mlp.proj}.{weight, bias}, [ln_f.*], [pooler.*], [head.weight, head.bias].
 // Thread-safety: a model is used by one thread (each replica owns its own).
 #pragma once
 
@@ -71,6 +71,7 @@ class Transformer final : public Module {
   LayerNorm* ln_emb_ = nullptr;
   std::vector<TransformerBlock*> blocks_;
   LayerNorm* ln_f_ = nullptr;
+  Module* pooler_ = nullptr;  // BERT's dense + tanh before the head
   Module* head_ = nullptr;
 };
 

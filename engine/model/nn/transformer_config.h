@@ -28,11 +28,15 @@ struct TransformerConfig {
   float dropout = 0.0f;  // embeddings, attention probabilities and residual branches
   float layernorm_eps = 1e-5f;
   int32_t pad_id = 256;
+  int32_t eos_id = -1;       // end-of-text token, written to exported configs (-1: none)
   bool token_types = false;  // BERT: a token-type embedding (type 0 for every token)
   int64_t token_type_count = 2;
   int classes = 0;  // 0: a language model; > 0: a classifier with that many classes
   Pooling pooling = Pooling::kLast;  // classifier: which position(s) feed the head
   bool head_bias = true;             // GPT-2's sequence classifier ("score") has none
+  // Classifier: a dense layer + tanh on the pooled state before the head, as BERT's pooler
+  // (BertForSequenceClassification); bert_config turns it on.
+  bool pooler = false;
 
   bool is_classifier() const { return classes > 0; }
   int64_t head_dim() const { return hidden / heads; }
