@@ -67,6 +67,18 @@ inline std::vector<Device> parse_devices_flag(std::string_view flag, std::string
   }
 }
 
+// --shard: "none" or "optimizer" (ZeRO-1); "gradients" (ZeRO-2) is named but not built yet.
+inline std::string parse_shard_mode(std::string_view flag, std::string_view value) {
+  if (value == "none" || value == "optimizer") return std::string(value);
+  if (value == "gradients") {
+    throw UsageError(std::string(flag) +
+                     " gradients (ZeRO-2) is not built yet; --shard optimizer shards the "
+                     "optimizer state (ZeRO-1)");
+  }
+  throw UsageError(std::string(flag) + ": unknown mode '" + std::string(value) +
+                   "'; use none or optimizer");
+}
+
 using FlagSetter = std::function<void(std::string_view flag, std::string_view value)>;
 
 // Walks argv[1..]: a name in `switches` (e.g. "--help") runs its action; any other argument must

@@ -56,6 +56,8 @@ Trains a model data-parallel and reports its test loss, accuracy and throughput.
   --accumulate K        K micro-batches per step, gradients all-reduced after the last (default 1)
   --uneven-shards       allow a global batch that does not divide by the device count
   --bucket-mb X         gradient bucket cap in MiB (default 25; the first bucket is 1 MiB)
+  --shard MODE          none (default) or optimizer: ZeRO-1, each device keeps the optimizer
+                        state of 1/N of the parameters (same results, less memory)
   --collective-timeout-s X
                         a collective waiting longer stops the run with a report of where every
                         replica is (default 600)
@@ -131,6 +133,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--batch", [&](auto f, auto v) { o.batch = parse_positive<int64_t>(f, v); }},
       {"--accumulate", [&](auto f, auto v) { o.accumulate = parse_positive<int64_t>(f, v); }},
       {"--bucket-mb", [&](auto f, auto v) { o.bucket_mb = parse_positive<double>(f, v); }},
+      {"--shard", [&](auto f, auto v) { o.shard = ls::cli::parse_shard_mode(f, v); }},
       {"--collective-timeout-s",
        [&](auto f, auto v) { o.collective_timeout_s = parse_positive<double>(f, v); }},
       {"--heartbeat-s", [&](auto f, auto v) { o.heartbeat_s = parse_positive<double>(f, v); }},

@@ -1,7 +1,10 @@
 // DataParallel's save and load (see parallel/data_parallel.h), and latest_checkpoint: flat device buffers
 // <-> per-parameter safetensors tensors, through engine/checkpoint's crash-safe commit.
-// Replica 0's buffers are saved (every replica holds bitwise the same values); a load writes the
-// same host bytes into every replica, so they stay bitwise equal.
+// Replica 0's parameters are saved (every replica holds bitwise the same values); optimizer state
+// is replica 0's too, or, sharded (ZeRO-1), each replica's range put together, so a checkpoint
+// holds whole tensors in every mode. A load writes the same host bytes into every replica (each
+// sharded optimizer takes its range), so they stay bitwise equal and any mode can load any file.
+#include <algorithm>
 #include <cstring>
 
 #include "engine/core/error.h"
@@ -40,6 +43,11 @@ void restore_into(const SafetensorsFile& file, const std::string& name, const Pa
   std::memcpy(flat.data() + p.offset, t.data.data(), t.data.size());
 }
 
+// Where replica r's optimizer state starts in the flat layout: 0, or its shard's offset.
+int64_t optimizer_offset(Replica& r) {
+  return r.sharded() ? r.store().shard_size() * r.rank() : 0;
+}
+
 std::string model_description(const std::vector<Parameter*>& parameters) {
   std::string out;
   for (const Parameter* p : parameters)
@@ -61,12 +69,25 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
     s.parameters = r.store().parameters();
     s.values = r.store().values_to_host(r.compute_stream());
     for (const auto& [name, tensor] : r.optimizer().state()) {
-      s.optimizer.emplace_back(name, tensor.to_host_f32(r.compute_stream()));
+      s.optimizer.emplace_back(name, std::vector<float>(s.values.size(), 0.0f));
     }
     s.optimizer_name = r.optimizer().name();
     s.optimizer_steps = r.optimizer().steps_taken();
     return s;
   });
+  // Every replica's optimizer range into the flat state (one replica when it is not sharded).
+  const int holders = options_.shard == ShardMode::kOptimizer ? size() : 1;
+  for (int holder = 0; holder < holders; ++holder) {
+    run_on<int>(holder, [&state](Replica& r) {
+      const auto tensors = r.optimizer().state();
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        const std::vector<float> part = tensors[i].second.to_host_f32(r.compute_stream());
+        std::copy(part.begin(), part.end(),
+                  state.optimizer[i].second.begin() + optimizer_offset(r));
+      }
+      return 0;
+    });
+  }
   std::vector<NamedHostTensor> model, optimizer;
   for (const Parameter* p : state.parameters) {
     model.push_back({p->name, SafetensorsDType::kF32, p->shape, bytes_of(state.values, *p)});
@@ -96,7 +117,7 @@ TrainingPosition DataParallel::Impl::load(const std::string& dir) {
     s.parameters = r.store().parameters();
     s.values.assign(static_cast<size_t>(r.store().values().numel()), 0.0f);
     for (const auto& [name, tensor] : r.optimizer().state()) {
-      s.optimizer.emplace_back(name, std::vector<float>(static_cast<size_t>(tensor.numel()), 0.0f));
+      s.optimizer.emplace_back(name, std::vector<float>(s.values.size(), 0.0f));
     }
     s.optimizer_name = r.optimizer().name();
     return s;
@@ -120,9 +141,9 @@ TrainingPosition DataParallel::Impl::load(const std::string& dir) {
         r.store().values().copy_from_host_async(state.values.data(),
                                                 state.values.size() * sizeof(float), stream);
         const auto tensors = r.optimizer().state();
-        for (size_t i = 0; i < tensors.size(); ++i) {
-          const std::vector<float>& flat = state.optimizer[i].second;
-          tensors[i].second.copy_from_host_async(flat.data(), flat.size() * sizeof(float), stream);
+        for (size_t i = 0; i < tensors.size(); ++i) {  // the whole state, or this shard's range
+          const float* from = state.optimizer[i].second.data() + optimizer_offset(r);
+          tensors[i].second.copy_from_host_async(from, tensors[i].second.nbytes(), stream);
         }
         r.optimizer().set_steps_taken(loaded.meta.optimizer_steps);
         stream.synchronize();  // the host buffers must outlive the copies

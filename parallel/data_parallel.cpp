@@ -59,6 +59,12 @@ std::vector<DataParallel::NamedParameter> DataParallel::named_parameters(int rep
   return out;
 }
 BucketTimeline DataParallel::last_timeline(int replica) { return impl_->last_timeline(replica); }
+DataParallel::StateBytes DataParallel::state_bytes(int replica) {
+  return impl_->state_bytes(replica);
+}
+const char* shard_mode_name(ShardMode mode) {
+  return mode == ShardMode::kOptimizer ? "optimizer" : "none";
+}
 AllocatorStats DataParallel::allocator_stats(int replica) const {
   return impl_->allocator_stats(replica);
 }
@@ -121,9 +127,10 @@ void DataParallel::Impl::build_replicas(const ModelFactory& model,
       std::unique_ptr<Communicator> comm = std::move(recorder);
       if (hooks.wrap_communicator)
         comm = hooks.wrap_communicator(std::move(comm), static_cast<int>(r));
+      const int shards = options_.shard == ShardMode::kOptimizer ? size() : 1;
       replicas_[r] = std::make_unique<Replica>(static_cast<int>(r), devices_[r], model, optimizer,
                                                std::move(comm), recorder_ref, options_.buckets,
-                                               options_.seed);
+                                               options_.seed, shards);
     }));
   }
   std::exception_ptr first;
@@ -429,6 +436,11 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
 std::vector<float> DataParallel::Impl::parameters(int replica) {
   return run_on<std::vector<float>>(
       replica, [](Replica& r) { return r.store().values_to_host(r.compute_stream()); });
+}
+
+DataParallel::StateBytes DataParallel::Impl::state_bytes(int replica) {
+  check_replica(replica);
+  return replicas_[static_cast<size_t>(replica)]->state_bytes();
 }
 
 BucketTimeline DataParallel::Impl::last_timeline(int replica) {

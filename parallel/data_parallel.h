@@ -70,8 +70,18 @@ ModelFactory transformer_factory(nn::TransformerConfig config,
 // or -1 on any other thread.
 int current_replica();
 
+// Where the optimizer's state lives. kOptimizer (ZeRO stage 1): the flat parameter buffer is
+// split into one equal range per replica (padded: any parameter count on any device count);
+// replica r keeps the optimizer state of range r only (1/N of it), steps that range after the
+// gradient all-reduce, and an all-gather gives every replica the updated parameters. Results are
+// bitwise those of kNone on the same devices (the update is element-wise on identical summed
+// gradients). Checkpoints hold whole tensors either way and load into any mode and device count.
+enum class ShardMode { kNone, kOptimizer };
+const char* shard_mode_name(ShardMode mode);  // "none", "optimizer"
+
 struct DataParallelOptions {
   BucketOptions buckets;
+  ShardMode shard = ShardMode::kNone;
   int accumulate = 1;                // micro-batches per step; all-reduce after the last only
   bool allow_uneven_shards = false;  // global batch need not divide by the device count
   uint64_t seed = 1;                 // parameter initialisation
@@ -156,6 +166,14 @@ class DataParallel {
   // Replica r's timeline of the last step (bucket all-reduces and end of backward).
   BucketTimeline last_timeline(int replica);
   AllocatorStats allocator_stats(int replica) const;
+  // Bytes replica r's allocator handed out for each part of the training state (measured around
+  // their construction, padding included): what sharding divides.
+  struct StateBytes {
+    int64_t parameters = 0;
+    int64_t gradients = 0;
+    int64_t optimizer = 0;
+  };
+  StateBytes state_bytes(int replica);
 
   class Impl;
 

@@ -36,6 +36,7 @@ class DataParallel::Impl {
                    const CheckpointRetention& retention);
   TrainingPosition load(const std::string& dir);
   std::vector<float> parameters(int replica);
+  DataParallel::StateBytes state_bytes(int replica);
   BucketTimeline last_timeline(int replica);
   AllocatorStats allocator_stats(int replica) const;
 

@@ -44,7 +44,8 @@ int current_replica() { return t_current_replica; }
 
 Replica::Replica(int rank, Device device, const ModelFactory& model,
                  const OptimizerFactory& optimizer, std::unique_ptr<Communicator> comm,
-                 RecordingCommunicator& recorder, const BucketOptions& buckets, uint64_t seed)
+                 RecordingCommunicator& recorder, const BucketOptions& buckets, uint64_t seed,
+                 int shards)
     : rank_(rank), device_(device), comm_(std::move(comm)), recorder_(recorder) {
   t_current_replica = rank;
   DeviceRuntime& runtime = device_runtime(device);
@@ -54,8 +55,13 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   step_start_ = runtime.create_event();
   model_ = model();
   LS_CHECK(model_ != nullptr, "the model factory returned no model");
-  store_ = std::make_unique<nn::ParameterStore>(*model_, device, *compute_, seed);
-  optimizer_ = optimizer(store_->values(), *compute_);
+  const CachingAllocator& allocator = runtime.allocator();
+  store_ = std::make_unique<nn::ParameterStore>(*model_, device, *compute_, seed, shards);
+  state_bytes_.parameters = store_->values().nbytes();
+  state_bytes_.gradients = store_->grads().nbytes();
+  const int64_t before_optimizer = allocator.stats().bytes_in_use;
+  optimizer_ = optimizer(optimizer_range(store_->values()), *compute_);
+  state_bytes_.optimizer = allocator.stats().bytes_in_use - before_optimizer;
   LS_CHECK(optimizer_ != nullptr, "the optimizer factory returned no optimizer");
   reducer_ = std::make_unique<Reducer>(store_->grads(), parameter_extents(*store_), *comm_,
                                        *compute_, *comm_stream_, buckets);
@@ -179,7 +185,13 @@ StepOutcome Replica::step(const Shard& shard, int64_t global_labels, int accumul
   outcome.skipped = nonfinite_host_ != 0 || !std::isfinite(loss_sum_host_);
   if (!outcome.skipped) {
     phase_ = Phase::kOptimizer;
-    optimizer_->step(store_->values(), store_->grads(), stream);
+    optimizer_->step(optimizer_range(store_->values()), optimizer_range(store_->grads()), stream);
+    if (sharded()) {  // every replica gets every updated range (in place: NCCL's layout)
+      const Tensor mine = optimizer_range(store_->values());
+      comm_->label_next("updated parameters");
+      comm_->all_gather(mine.data(), store_->values().data(), static_cast<size_t>(mine.numel()),
+                        DType::kF32, stream);
+    }
     stream.synchronize();
   }
   phase_ = Phase::kIdle;

@@ -63,9 +63,11 @@ class Replica {
  public:
   // `comm` is the replica's communicator chain (decorators, if any, around `recorder`, the
   // flight recorder it owns, around the backend); `recorder` is read by the watchdog.
+  // shards > 1 (ZeRO-1, ShardMode::kOptimizer): the optimizer owns range `rank` of the flat
+  // parameter buffer only, and every step all-gathers the updated ranges.
   Replica(int rank, Device device, const ModelFactory& model, const OptimizerFactory& optimizer,
           std::unique_ptr<Communicator> comm, RecordingCommunicator& recorder,
-          const BucketOptions& buckets, uint64_t seed);
+          const BucketOptions& buckets, uint64_t seed, int shards = 1);
   ~Replica();
 
   // Makes every replica start from rank 0's parameters (a collective: all replicas call it).
@@ -80,6 +82,12 @@ class Replica {
   Device device() const { return device_; }
   Phase phase() const { return phase_.load(); }
   nn::ParameterStore& store() { return *store_; }
+  bool sharded() const { return store_->shards() > 1; }
+  // The part of a flat buffer this replica's optimizer updates: all of it, or its shard.
+  Tensor optimizer_range(const Tensor& flat) const {
+    return sharded() ? store_->shard_view(flat, rank_) : flat;
+  }
+  DataParallel::StateBytes state_bytes() const { return state_bytes_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
   RecordingCommunicator& communicator() { return recorder_; }
   const Reducer& reducer() const { return *reducer_; }
@@ -115,6 +123,7 @@ class Replica {
   Tensor inputs_, labels_;  // device copies of the shard, reused across steps
   Tensor loss_sum_;         // f32 [1]: this shard's loss sum, then (all-reduced) the global one
   Tensor nonfinite_;        // i32 [1]: non-finite values in the summed gradients
+  DataParallel::StateBytes state_bytes_;
   float loss_sum_host_ = 0;
   int32_t nonfinite_host_ = 0;
 };

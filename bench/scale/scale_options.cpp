@@ -83,6 +83,8 @@ device, step time and exposed communication per device count, as a table, JSON a
   --seed N              seed for initialisation and shuffling (default 1)
   --host-threads N      cores per host device (default 1)
   --bucket-mb X         gradient bucket cap in MiB (default 25; the first bucket is 1 MiB)
+  --shard MODE          none (default) or optimizer (ZeRO-1: optimizer state split across
+                        the devices)
   --json PATH           write the results as JSON
   --plot PATH           draw throughput and efficiency vs device count into PATH (PNG) with
                         bench/scale/plot_scale.py (needs python3 + matplotlib:
@@ -178,6 +180,7 @@ ScaleOptions parse_scale_options(int argc, char** argv) {
        }},
       {"--seed", [&](auto f, auto v) { o.seed = parse_number<uint64_t>(f, v); }},
       {"--host-threads", [&](auto f, auto v) { o.host_threads = parse_positive<int>(f, v); }},
+      {"--shard", [&](auto f, auto v) { o.shard = ls::cli::parse_shard_mode(f, v); }},
       {"--bucket-mb", [&](auto f, auto v) { o.bucket_mb = parse_positive<double>(f, v); }},
       {"--json", [&](auto, auto v) { o.json_path = v; }},
       {"--plot", [&](auto, auto v) { o.plot_path = v; }},

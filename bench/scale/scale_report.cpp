@@ -96,6 +96,7 @@ void write_scale_json(const ScaleOptions& o, const Workload& work, ls::DeviceKin
     json.field("global_batch", o.global_batch);
   }
   json.field("host_threads_per_device", o.host_threads);
+  json.field("shard", o.shard);
   json.key("machine").begin_object();
   json.field("cores", ls::host_core_count());
   json.field("cpu", cpu_model());
@@ -120,6 +121,10 @@ void write_scale_json(const ScaleOptions& o, const Workload& work, ls::DeviceKin
     for (double r : p.window_samples_per_s) json.value(r);
     json.end_array();
     json.field("wall_s", p.wall_s);
+    json.field("parameter_bytes", p.state_bytes.parameters);
+    json.field("gradient_bytes", p.state_bytes.gradients);
+    json.field("optimizer_bytes", p.state_bytes.optimizer);
+    json.field("peak_bytes", p.peak_bytes);
     json.end_object();
   }
   json.end_array();

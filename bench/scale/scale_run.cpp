@@ -69,12 +69,14 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   ls::DataParallelOptions options;
   options.seed = o.seed;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  options.shard = o.shard == "optimizer" ? ls::ShardMode::kOptimizer : ls::ShardMode::kNone;
   ls::DataParallel trainer(
       devices, work.model,
       ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}), options);
   point.widths = work.mlp_widths;
   point.params = trainer.parameter_count();
   point.buckets = static_cast<int64_t>(trainer.buckets().size());
+  point.state_bytes = trainer.state_bytes(0);
 
   ls::data::Sampler sampler(train.count, o.seed);
   ls::data::Prefetcher batches(train, sampler, point.global_batch);
@@ -132,6 +134,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   point.final_loss = std::accumulate(recent_losses.begin(), recent_losses.end(), 0.0) /
                      static_cast<double>(recent_losses.size());
   point.wall_s = ms_between(run_start, Clock::now()) / 1000.0;
+  point.peak_bytes = trainer.allocator_stats(0).peak_bytes_in_use;
   progress.end(format_rate(point.samples_per_s));
   return point;
 }

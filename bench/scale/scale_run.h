@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/core/device.h"
+#include "parallel/data_parallel.h"
 #include "engine/model/data/dataset.h"
 #include "examples/stop_signals.h"
 #include "examples/workload.h"
@@ -36,6 +37,8 @@ struct ScalePoint {
   double comm_total_ms = 0;    // median over timed steps of the summed bucket all-reduce times
   double final_loss = 0;       // mean loss of the last (up to) 10 steps
   double wall_s = 0;           // the whole run, construction and warm-up included
+  ls::DataParallel::StateBytes state_bytes;  // replica 0's parameters, gradients, optimizer state
+  int64_t peak_bytes = 0;      // replica 0's allocator peak over the run
   double efficiency = 0;       // filled by the report: samples_per_s / (N * samples_per_s(1))
 };
 

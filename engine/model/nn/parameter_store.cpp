@@ -52,8 +52,10 @@ std::vector<float> initial_values(const std::vector<Parameter*>& parameters, int
   return values;
 }
 
-ParameterStore::ParameterStore(Module& model, Device device, Stream& stream, uint64_t seed)
-    : parameters_(model.parameters()) {
+ParameterStore::ParameterStore(Module& model, Device device, Stream& stream, uint64_t seed,
+                               int shards)
+    : parameters_(model.parameters()), shards_(shards) {
+  LS_CHECK(shards >= 1, "ParameterStore: shards is ", shards, "; it must be at least 1");
   LS_CHECK(!parameters_.empty(), "ParameterStore: the model has no parameters");
   LS_CHECK(stream.device() == device, "ParameterStore: the stream is on ", stream.device().str(),
            ", the parameters go to ", device.str());
@@ -67,6 +69,9 @@ ParameterStore::ParameterStore(Module& model, Device device, Stream& stream, uin
     parameter_count_ += p->numel();
     offset += (p->numel() + kAlignment - 1) / kAlignment * kAlignment;
   }
+  // Equal aligned shards: any parameter count on any device count (the tail is zero padding).
+  const int64_t shard = (offset + shards - 1) / shards;
+  offset = (shard + kAlignment - 1) / kAlignment * kAlignment * shards;
   values_ = Tensor::empty({offset}, DType::kF32, device);
   grads_ = Tensor::empty({offset}, DType::kF32, device);
   for (Parameter* p : parameters_) {
@@ -77,6 +82,12 @@ ParameterStore::ParameterStore(Module& model, Device device, Stream& stream, uin
   values_.copy_from_host_async(init.data(), init.size() * sizeof(float), stream);
   fill(grads_, 0.0f, stream);
   stream.synchronize();  // `init` must outlive the copy
+}
+
+Tensor ParameterStore::shard_view(const Tensor& flat, int shard) const {
+  LS_ASSERT(shard >= 0 && shard < shards_ && flat.numel() == values_.numel(),
+            "shard ", shard, " of ", shards_);
+  return flat.view(shard * shard_size(), {shard_size()});
 }
 
 void ParameterStore::zero_grad(Stream& stream) { fill(grads_, 0.0f, stream); }

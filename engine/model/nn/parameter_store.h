@@ -21,13 +21,18 @@ class ParameterStore {
   static constexpr int64_t kAlignment = 64;  // elements: 256 bytes, cuBLAS and AVX friendly
 
   // Places the parameters, initialises them from `seed` and zeroes the gradients; synchronizes
-  // `stream` before returning.
-  ParameterStore(Module& model, Device device, Stream& stream, uint64_t seed);
+  // `stream` before returning. With shards > 1 the flat buffers are padded (with zeros) to
+  // shards equal, aligned ranges, so a sharded optimizer can own one each (shard_view).
+  ParameterStore(Module& model, Device device, Stream& stream, uint64_t seed, int shards = 1);
 
   const std::vector<Parameter*>& parameters() const { return parameters_; }
   const Tensor& values() const { return values_; }
   const Tensor& grads() const { return grads_; }
   int64_t parameter_count() const { return parameter_count_; }  // without padding
+  int shards() const { return shards_; }
+  int64_t shard_size() const { return values_.numel() / shards_; }  // elements per shard
+  // Shard s of a flat buffer laid out like values() (values(), grads(), or a copy of them).
+  Tensor shard_view(const Tensor& flat, int shard) const;
   Device device() const { return values_.device(); }
 
   void zero_grad(Stream& stream);
@@ -40,6 +45,7 @@ class ParameterStore {
   Tensor values_;
   Tensor grads_;
   int64_t parameter_count_ = 0;
+  int shards_ = 1;
 };
 
 // The initial values of a model's parameters for a seed, laid out as in a ParameterStore.
