@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "engine/core/error.h"
+#include "engine/core/runtime.h"
 #include "engine/model/data/prefetch.h"
 #include "engine/model/data/sampler.h"
 #include "parallel/data_parallel.h"
@@ -66,6 +67,8 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   point.global_batch = global_batch_for(o, point.devices);
 
   const ls::data::Dataset& train = work.train;
+  // Each run's peak is its own: the devices' allocators outlive runs in one process.
+  for (const ls::Device& d : devices) ls::device_runtime(d).allocator().reset_peak();
   ls::DataParallelOptions options;
   options.seed = o.seed;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));

@@ -79,6 +79,11 @@ void CachingAllocator::release_cached() {
   free_blocks_.clear();
 }
 
+void CachingAllocator::reset_peak() {
+  std::lock_guard lock(mutex_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+}
+
 AllocatorStats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;

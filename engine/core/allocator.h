@@ -44,6 +44,9 @@ class CachingAllocator {
   // Returns every cached (unused) block to the system.
   void release_cached();
   AllocatorStats stats() const;
+  // Starts a new high-water mark: peak_bytes_in_use becomes bytes_in_use (as PyTorch's
+  // reset_peak_memory_stats), e.g. between runs that reuse a device in one process.
+  void reset_peak();
   // The same without waiting: nullopt while another thread holds the allocator, which may be
   // inside the system's allocation call (a cudaMalloc stuck on a wedged GPU). For monitors.
   std::optional<AllocatorStats> try_stats() const;

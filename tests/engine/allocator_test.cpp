@@ -50,6 +50,20 @@ TEST(CachingAllocator, ReusesFreedBlocksWithoutSystemCalls) {
   EXPECT_EQ(alloc.stats().bytes_reserved, 0);
 }
 
+TEST(CachingAllocator, ResetPeakStartsANewHighWaterMark) {
+  CachingAllocator alloc = make_malloc_allocator();
+  void* big = alloc.allocate(8192);
+  void* small = alloc.allocate(512);
+  alloc.free(big);
+  EXPECT_EQ(alloc.stats().peak_bytes_in_use, 8192 + 512);
+  alloc.reset_peak();
+  EXPECT_EQ(alloc.stats().peak_bytes_in_use, 512);  // what is in use now
+  void* again = alloc.allocate(1024);
+  EXPECT_EQ(alloc.stats().peak_bytes_in_use, 512 + 1024);
+  alloc.free(again);
+  alloc.free(small);
+}
+
 TEST(CachingAllocator, OutOfMemoryIsAClearError) {
   CachingAllocator alloc([](size_t) -> void* { return nullptr; }, [](void*) {});
   try {
