@@ -10,23 +10,13 @@
 #include <string>
 
 #include "engine/core/error.h"
+#include "tests/ops/op_test_util.h"
 
 namespace ls::data::testing {
 
-// The what() of the ls::Error `fn` raises, or "<no error>" (any other exception fails the test).
-inline std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-inline ::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
-}
+// The shared error helpers of the op tests.
+using ls::test::contains;
+using ls::test::error_of;
 
 inline std::string fixture(const std::string& name) {
   return std::string(LOCKSTEP_SOURCE_DIR) + "/tests/data/fixtures/" + name;
