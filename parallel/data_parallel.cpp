@@ -350,27 +350,25 @@ Shard shard_of(const Examples& ex, int64_t features, int64_t begin, int64_t end)
 // A batch's arrays must agree with its size, features and label width before any replica
 // reads them. Returns the features per example (features == 0: inferred from the inputs).
 int64_t check_batch(const data::Batch& batch) {
-  const size_t n = static_cast<size_t>(batch.size);
   const size_t inputs = batch.tokens.empty() ? batch.images.size() : batch.tokens.size();
-  const size_t features = batch.features > 0 || n == 0 ? static_cast<size_t>(batch.features)
-                                                       : inputs / n;
-  LS_CHECK(batch.size > 0 && features > 0 && batch.label_width > 0 &&
-               (batch.images.empty() || batch.tokens.empty()) && inputs == n * features &&
-               batch.labels.size() == n * static_cast<size_t>(batch.label_width),
+  const int64_t features = batch.features > 0 || batch.size <= 0
+                               ? batch.features
+                               : static_cast<int64_t>(inputs / static_cast<size_t>(batch.size));
+  LS_CHECK(data::examples_fit(batch.size, features, batch.label_width, batch.images.size(),
+                              batch.tokens.size(), batch.labels.size()),
            "malformed batch: ", batch.size, " examples of ", features, " features and ",
            batch.label_width, " label(s), but ", batch.images.size(), " float inputs, ",
            batch.tokens.size(), " token inputs and ", batch.labels.size(),
            " labels; fill exactly one of images and tokens with size * features values and "
            "labels with size * label_width");
-  return static_cast<int64_t>(features);
+  return features;
 }
 }  // namespace
 
 StepResult DataParallel::Impl::step(const data::Batch& batch) {
   const int64_t features = check_batch(batch);
   const std::vector<int64_t> rows = shard_rows(batch.size);
-  int64_t global_labels = 0;
-  for (int32_t label : batch.labels) global_labels += label != kIgnoreLabel ? 1 : 0;
+  const int64_t global_labels = shard_of(batch, features, 0, batch.size).counted_labels();
   LS_CHECK(global_labels > 0, "every label of the batch is kIgnoreLabel (", kIgnoreLabel,
            "), so it has no loss to train on; drop such batches");
   std::vector<StepOutcome> outcomes(rows.size());

@@ -3,7 +3,6 @@
 // the same one the tests compute with the same float expression.
 #include "engine/model/data/dataset.h"
 
-#include <algorithm>
 #include <array>
 #include <filesystem>
 
@@ -16,13 +15,18 @@ static_assert(ls::data::kIgnoreLabel == ls::kIgnoreLabel,
 
 namespace ls::data {
 
+bool examples_fit(int64_t count, int64_t features, int64_t label_width, size_t float_inputs,
+                  size_t token_inputs, size_t labels) {
+  if (count <= 0 || features <= 0 || label_width <= 0) return false;
+  if (float_inputs != 0 && token_inputs != 0) return false;
+  const size_t n = static_cast<size_t>(count);
+  return float_inputs + token_inputs == n * static_cast<size_t>(features) &&
+         labels == n * static_cast<size_t>(label_width);
+}
+
 void check_dataset(const Dataset& ds) {
-  const size_t count = static_cast<size_t>(std::max<int64_t>(ds.count, 0));
-  const size_t inputs = ds.tokens.empty() ? ds.images.size() : ds.tokens.size();
-  LS_CHECK(ds.count > 0 && ds.features > 0 && ds.label_width > 0 &&
-               (ds.images.empty() || ds.tokens.empty()) &&
-               inputs == count * static_cast<size_t>(ds.features) &&
-               ds.labels.size() == count * static_cast<size_t>(ds.label_width),
+  LS_CHECK(examples_fit(ds.count, ds.features, ds.label_width, ds.images.size(), ds.tokens.size(),
+                        ds.labels.size()),
            "data set '", ds.name, "' is malformed: ", ds.count, " examples of ", ds.features,
            " features and ", ds.label_width, " label(s), but ", ds.images.size(), " float inputs, ",
            ds.tokens.size(), " token inputs and ", ds.labels.size(),

@@ -39,6 +39,12 @@ struct Dataset {
 // Images must be a 3-D IDX (N, rows, cols) and labels a 1-D IDX (N) with every label < classes.
 Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path, int classes);
 
+// Whether arrays of these sizes hold `count` examples of `features` inputs (exactly one of the
+// float and token arrays filled) and `label_width` labels each; the rule every check of a
+// Dataset or a Batch applies.
+bool examples_fit(int64_t count, int64_t features, int64_t label_width, size_t float_inputs,
+                  size_t token_inputs, size_t labels);
+
 // Raises ls::Error naming the data set when its arrays disagree with count, features and
 // label_width (exactly one of images and tokens holds count * features values, labels count *
 // label_width); every reader of a Dataset calls it before indexing.

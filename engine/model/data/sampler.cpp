@@ -8,16 +8,10 @@
 #include <random>
 
 #include "engine/core/error.h"
+#include "engine/model/data/splitmix64.h"
 
 namespace ls::data {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // Uniform in [0, bound) without modulo bias; std::uniform_int_distribution is
 // implementation-defined, so it would break cross-platform reproducibility.

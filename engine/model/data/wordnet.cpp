@@ -9,17 +9,11 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/model/data/splitmix64.h"
 #include "engine/model/data/text_file.h"
 
 namespace ls::data {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 struct Synset {
   int64_t offset = 0;
