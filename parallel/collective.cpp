@@ -20,6 +20,7 @@ std::string_view collective_name(CollectiveKind kind) {
     case CollectiveKind::kReduceScatter: return "reduce_scatter";
     case CollectiveKind::kAllGather: return "all_gather";
     case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kReduce: return "reduce";
   }
   return "?";
 }
@@ -47,6 +48,10 @@ std::string describe(const CollectiveDesc& desc) {
     case CollectiveKind::kAllGather: out += ", send_count=" + count; break;
     case CollectiveKind::kBroadcast:
       out += ", count=" + count + ", root=" + std::to_string(desc.root);
+      break;
+    case CollectiveKind::kReduce:
+      out += ", count=" + count + ", " + std::string(reduce_op_name(desc.op)) +
+             ", root=" + std::to_string(desc.root);
       break;
   }
   return out + "]";

@@ -19,7 +19,7 @@ namespace ls {
 enum class ReduceOp { kSum, kAvg, kMax };
 std::string_view reduce_op_name(ReduceOp op);  // "sum"
 
-enum class CollectiveKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+enum class CollectiveKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce };
 std::string_view collective_name(CollectiveKind kind);  // "all_reduce"
 
 struct CollectiveDesc {
@@ -27,7 +27,7 @@ struct CollectiveDesc {
   DType dtype = DType::kF32;
   size_t count = 0;              // NCCL's count: per rank (recv_count, send_count, count)
   ReduceOp op = ReduceOp::kSum;  // kSum for all_gather and broadcast
-  int root = -1;                 // broadcast's root; -1 for the others
+  int root = -1;                 // broadcast's and reduce's root; -1 for the others
   int64_t seq = 0;               // 1 for a rank's first collective, 2 for the next; 0: unnumbered
   std::string label;             // what the buffer holds ("bucket 3", "loss"); may be empty
   const void* send = nullptr;    // the buffers, as passed (not part of the fingerprint)
@@ -49,6 +49,10 @@ struct CollectiveDesc {
                                   int root) {
     return {CollectiveKind::kBroadcast, dtype, count, ReduceOp::kSum, root, 0, {}, send, recv};
   }
+  static CollectiveDesc reduce(const void* send, void* recv, size_t count, DType dtype,
+                               ReduceOp op, int root) {
+    return {CollectiveKind::kReduce, dtype, count, op, root, 0, {}, send, recv};
+  }
 
   // One rank's block in bytes (count elements of dtype).
   size_t bytes() const { return count * dtype_size(dtype); }
@@ -61,7 +65,8 @@ bool same_collective(const CollectiveDesc& a, const CollectiveDesc& b);
 // The one text form of a collective, used in every message and report:
 //   <kind>[ #<seq>] ([<label>, ]<bytes>) [<dtype>, <count name>=<count>[, <op>][, root=<root>]]
 //   "all_reduce #5 (bucket 3, 1.0 MiB) [f32, count=262144, sum]"
-//   "reduce_scatter (4.0 KiB) [bf16, recv_count=2048, avg]", "broadcast #1 (64 B) [f32, count=16, root=0]"
+//   "reduce_scatter (4.0 KiB) [bf16, recv_count=2048, avg]", "broadcast #1 (64 B) [f32, count=16, root=0]",
+//   "reduce #9 (bucket 2, 256 B) [f32, count=64, sum, root=1]"
 // The count is named as the call names it: recv_count (reduce_scatter), send_count (all_gather).
 std::string describe(const CollectiveDesc& desc);
 

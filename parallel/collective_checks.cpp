@@ -33,19 +33,25 @@ void check_collective(const CollectiveDesc& c, int rank, int size, Device device
   const size_t block = c.count * dtype_size(c.dtype);
   const size_t all = block * static_cast<size_t>(size);
   const bool is_root = rank == c.root;
-  if (c.kind == CollectiveKind::kBroadcast) {
-    LS_CHECK(c.root >= 0 && c.root < size, "broadcast: root ", c.root,
+  if (c.kind == CollectiveKind::kBroadcast || c.kind == CollectiveKind::kReduce) {
+    LS_CHECK(c.root >= 0 && c.root < size, name, ": root ", c.root,
              " is out of range; the clique has ", size, " ranks (0..", size - 1, ")");
   }
+  // As in NCCL, a broadcast reads send on the root only and a reduce writes recv on the root only.
   const bool send_needed = c.kind != CollectiveKind::kBroadcast || is_root;
-  LS_CHECK(c.count == 0 || (c.recv != nullptr && (c.send != nullptr || !send_needed)), name,
-           " on rank ", rank, ": send (", c.send, ") and recv (", c.recv,
+  const bool recv_needed = c.kind != CollectiveKind::kReduce || is_root;
+  LS_CHECK(c.count == 0 || ((c.recv != nullptr || !recv_needed) &&
+                            (c.send != nullptr || !send_needed)),
+           name, " on rank ", rank, ": send (", c.send, ") and recv (", c.recv,
            ") must be non-null when count (", c.count,
-           ") > 0 (a broadcast's send only on the root)");
+           ") > 0 (a broadcast's send and a reduce's recv only on the root)");
   switch (c.kind) {
     case CollectiveKind::kAllReduce:
     case CollectiveKind::kBroadcast:
-      LS_CHECK(!send_needed || c.send == c.recv || !overlaps(c.send, block, c.recv, block), name,
+    case CollectiveKind::kReduce:
+      LS_CHECK(!send_needed || !recv_needed || c.send == c.recv ||
+                   !overlaps(c.send, block, c.recv, block),
+               name,
                " on rank ", rank, ": send and recv overlap without being equal; pass "
                "send == recv for in place, or disjoint buffers");
       break;

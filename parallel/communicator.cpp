@@ -47,6 +47,8 @@ void issue_collective(Communicator& comm, const CollectiveDesc& d, Stream& strea
       return comm.all_gather(d.send, d.recv, d.count, d.dtype, stream);
     case CollectiveKind::kBroadcast:
       return comm.broadcast(d.send, d.recv, d.count, d.dtype, d.root, stream);
+    case CollectiveKind::kReduce:
+      return comm.reduce(d.send, d.recv, d.count, d.dtype, d.op, d.root, stream);
   }
   LS_ASSERT(false, "unknown CollectiveKind ", static_cast<int>(d.kind));
 }

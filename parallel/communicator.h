@@ -54,6 +54,9 @@ class Communicator {
   // recv of every rank receives root's send (send is read on root only).
   virtual void broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
                          Stream& stream) = 0;
+  // root's recv receives the reduction of every rank's send (recv is written on root only).
+  virtual void reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                      int root, Stream& stream) = 0;
 
   virtual void group_start() = 0;
   virtual void group_end() = 0;
@@ -64,7 +67,7 @@ class Communicator {
   virtual void label_next(std::string /*label*/) {}
 };
 
-// A Communicator whose four collectives are one: each builds its CollectiveDesc (seq 0, no
+// A Communicator whose five collectives are one: each builds its CollectiveDesc (seq 0, no
 // label) and hands it to issue(). The backends and the decorators (RecordingCommunicator) derive
 // from it, so every collective takes one path through each of them.
 class DescribedCommunicator : public Communicator {
@@ -85,9 +88,13 @@ class DescribedCommunicator : public Communicator {
                  Stream& stream) final {
     issue(CollectiveDesc::broadcast(send, recv, count, dtype, root), stream);
   }
+  void reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root,
+              Stream& stream) final {
+    issue(CollectiveDesc::reduce(send, recv, count, dtype, op, root), stream);
+  }
 
  protected:
-  // Enqueues the collective `desc` describes on `stream` (same contract as the four above).
+  // Enqueues the collective `desc` describes on `stream` (same contract as the five above).
   virtual void issue(CollectiveDesc desc, Stream& stream) = 0;
 };
 

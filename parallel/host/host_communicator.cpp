@@ -77,6 +77,18 @@ void run_all_gather(HostClique& clique, int rank, const CollectiveDesc& desc) {
   }
 }
 
+// Every rank reduces its chunk of the count (rank order 0..N-1, as all_reduce: the same bits)
+// into the root's recv, so the work is shared as in all_reduce; chunk r of the root's recv is
+// written by rank r only (See Note [Host all-reduce in place]).
+void run_reduce(HostClique& clique, int rank, const CollectiveDesc& desc) {
+  const int n = clique.size();
+  const ChunkRange mine = chunk_of(desc.count, n, rank);
+  const void** inputs = clique.scratch(rank);
+  for (int k = 0; k < n; ++k) inputs[k] = clique.peer(k).send;
+  void* root_recv = bytes_of(clique.peer(desc.root).recv) + mine.begin * dtype_size(desc.dtype);
+  host_reduce_to_all(inputs, n, &root_recv, 1, mine.begin, mine.count, desc.dtype, desc.op);
+}
+
 void run_broadcast(HostClique& clique, int rank, const CollectiveDesc& desc) {
   host_copy(desc.recv, clique.peer(desc.root).send, desc.count * dtype_size(desc.dtype));
 }
@@ -90,6 +102,7 @@ void run_collective(HostClique& clique, int rank, const CollectiveDesc& desc) {
       case CollectiveKind::kReduceScatter: run_reduce_scatter(clique, rank, desc); break;
       case CollectiveKind::kAllGather: run_all_gather(clique, rank, desc); break;
       case CollectiveKind::kBroadcast: run_broadcast(clique, rank, desc); break;
+      case CollectiveKind::kReduce: run_reduce(clique, rank, desc); break;
     }
   }
   clique.depart(rank, desc);

@@ -553,6 +553,8 @@ void NcclCommunicator::issue(CollectiveDesc desc, Stream& stream) {
       case CollectiveKind::kAllGather: return ncclAllGather(d.send, d.recv, d.count, type, comm, s);
       case CollectiveKind::kBroadcast:
         return ncclBroadcast(d.send, d.recv, d.count, type, d.root, comm, s);
+      case CollectiveKind::kReduce:
+        return ncclReduce(d.send, d.recv, d.count, type, op, d.root, comm, s);
     }
     return ncclInvalidArgument;
   });

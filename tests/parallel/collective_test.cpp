@@ -37,6 +37,8 @@ TEST(CollectiveDesc, DescribeHasOneFormat) {
             "all_gather (12 B) [f32, send_count=3]");
   EXPECT_EQ(describe(CollectiveDesc::broadcast(nullptr, nullptr, 16, DType::kF32, 1)),
             "broadcast (64 B) [f32, count=16, root=1]");
+  EXPECT_EQ(describe(CollectiveDesc::reduce(nullptr, nullptr, 64, DType::kF32, ReduceOp::kSum, 1)),
+            "reduce (256 B) [f32, count=64, sum, root=1]");
 }
 
 TEST(CollectiveDesc, SameCollectiveIgnoresBuffersAndLabelOnly) {

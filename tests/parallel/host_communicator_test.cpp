@@ -147,11 +147,12 @@ using CaseParam = std::tuple<int, size_t, DType, bool>;  // ranks, count, dtype,
 
 class HostCollective : public ::testing::TestWithParam<CaseParam> {};
 
-// One rank's buffers for: all_reduce x3 ops, reduce_scatter x3 ops, all_gather, broadcast.
+// One rank's buffers for: all_reduce x3 ops, reduce_scatter x3 ops, all_gather, broadcast,
+// reduce x3 ops (its out-of-place input is ar_in).
 template <typename T>
 struct RankBuffers {
   std::vector<T> ar_in, rs_in, ag_in, bc_in;  // out-of-place inputs (shared by the three ops)
-  std::vector<T> ar[3], rs[3], ag, bc;        // recv (in place: also the input)
+  std::vector<T> ar[3], rs[3], ag, bc, rd[3];  // recv (in place: also the input)
 };
 
 template <typename T>
@@ -178,6 +179,7 @@ void run_every_collective(int n, size_t count, bool in_place) {
     for (int o = 0; o < 3; ++o) {
       b.ar[o] = in_place ? b.ar_in : std::vector<T>(count, sentinel);
       b.rs[o] = in_place ? b.rs_in : std::vector<T>(c, sentinel);
+      b.rd[o] = in_place ? b.ar_in : std::vector<T>(count, sentinel);
     }
     b.ag.assign(total, sentinel);
     if (in_place) {
@@ -198,6 +200,10 @@ void run_every_collective(int n, size_t count, bool in_place) {
     }
     comm.all_gather(in_place ? b.ag.data() + ur * c : b.ag_in.data(), b.ag.data(), c, dtype, s);
     comm.broadcast(in_place ? b.bc.data() : b.bc_in.data(), b.bc.data(), count, dtype, root, s);
+    for (int o = 0; o < 3; ++o) {
+      comm.reduce(in_place ? b.rd[o].data() : b.ar_in.data(), b.rd[o].data(), count, dtype,
+                  kOps[o], root, s);
+    }
     s.synchronize();
 
     std::string& bad = mismatch[ur];
@@ -216,6 +222,13 @@ void run_every_collective(int n, size_t count, bool in_place) {
     if (bad.empty()) {
       bad = compare(b.bc.data(), inputs_of<T>(root, count).data(), count, "broadcast");
     }
+    for (int o = 0; o < 3 && bad.empty(); ++o) {  // the root gets the result; the others keep theirs
+      const std::string op(reduce_op_name(kOps[o]));
+      const std::vector<T> untouched = in_place ? inputs_of<T>(r, count)
+                                                : std::vector<T>(count, sentinel);
+      bad = compare(b.rd[o].data(), r == root ? want[o].data() : untouched.data(), count,
+                    "reduce " + op + (r == root ? " on the root" : " off the root"));
+    }
     if (bad.empty() && !in_place) {  // out of place: the inputs are left alone
       bad = compare(b.ar_in.data(), inputs_of<T>(r, count).data(), count, "all_reduce send");
       if (bad.empty()) {
@@ -226,8 +239,8 @@ void run_every_collective(int n, size_t count, bool in_place) {
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
     EXPECT_EQ(mismatch[static_cast<size_t>(r)], "") << "rank " << r;
-    EXPECT_EQ(clique.host(r).issued(), 8);
-    EXPECT_EQ(clique.host(r).completed(), 8);
+    EXPECT_EQ(clique.host(r).issued(), 11);
+    EXPECT_EQ(clique.host(r).completed(), 11);
   }
 }
 
@@ -625,6 +638,28 @@ TEST(HostCommunicator, DescribesItself) {
   EXPECT_EQ(collective_name(CollectiveKind::kReduceScatter), "reduce_scatter");
   EXPECT_EQ(collective_name(CollectiveKind::kAllGather), "all_gather");
   EXPECT_EQ(collective_name(CollectiveKind::kBroadcast), "broadcast");
+  EXPECT_EQ(collective_name(CollectiveKind::kReduce), "reduce");
+}
+
+TEST(HostCommunicator, ReduceWritesTheRootOnlyAndChecksTheRoot) {
+  Clique clique(3);
+  std::vector<std::vector<float>> send{{1, 2}, {10, 20}, {100, 200}};
+  std::vector<float> root_recv(2, -1.0f);
+  const auto errors = run_ranks(clique, [&](int r) {  // as in NCCL, a non-root may pass null
+    clique.comm(r).reduce(send[static_cast<size_t>(r)].data(), r == 2 ? root_recv.data() : nullptr,
+                          2, DType::kF32, ReduceOp::kSum, 2, clique.stream(r));
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", "", ""}));
+  EXPECT_EQ(root_recv, (std::vector<float>{111, 222}));
+  float x = 0;
+  try {
+    clique.comm(0).reduce(&x, &x, 1, DType::kF32, ReduceOp::kSum, 3, clique.stream(0));
+    ADD_FAILURE() << "root 3 of 3 ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("reduce: root 3 is out of range; the clique has 3 ranks (0..2)"),
+              std::string::npos)
+        << e.message();
+  }
 }
 
 }  // namespace
