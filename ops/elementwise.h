@@ -23,17 +23,26 @@ struct ElementwiseOps {
   void (*add)(const float* a, const float* b, float* out, int64_t n, Stream& stream) = nullptr;
   // *count = number of NaN or +-Inf values among x[0..n) (saturating at INT32_MAX)
   void (*count_nonfinite)(const float* x, int64_t n, int32_t* count, Stream& stream) = nullptr;
+  // The same count as a float (exact up to 2^24, and never 0 when there is one), so that it can
+  // ride in an f32 all-reduce beside the loss.
+  void (*count_nonfinite_f32)(const float* x, int64_t n, float* count, Stream& stream) = nullptr;
   // y[i] = bf16(x[i]), round to nearest even, NaN stays NaN
   void (*cast_f32_to_bf16)(const float* x, uint16_t* y, int64_t n, Stream& stream) = nullptr;
   // y[i] = f32(x[i]), exact
   void (*cast_bf16_to_f32)(const uint16_t* x, float* y, int64_t n, Stream& stream) = nullptr;
 };
 
-// count: i32 [1]
+// count: i32 [1], or f32 [1] (see count_nonfinite_f32 above)
 inline void count_nonfinite(const Tensor& x, const Tensor& count, Stream& stream) {
   op_check::tensor("count_nonfinite", "x", x, DType::kF32, stream);
-  op_check::tensor("count_nonfinite", "count", count, DType::kI32, stream);
   op_check::scalar("count_nonfinite", "count", count);
+  if (count.dtype() == DType::kF32) {
+    op_check::tensor("count_nonfinite", "count", count, DType::kF32, stream);
+    op_entry(&ElementwiseOps::count_nonfinite_f32, "count_nonfinite", stream)(
+        x.f32(), x.numel(), count.f32(), stream);
+    return;
+  }
+  op_check::tensor("count_nonfinite", "count", count, DType::kI32, stream);
   op_entry(&ElementwiseOps::count_nonfinite, "count_nonfinite", stream)(x.f32(), x.numel(),
                                                                         count.i32(), stream);
 }

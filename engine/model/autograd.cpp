@@ -15,12 +15,16 @@ Var Tape::constant(Tensor value) const {
 Var Tape::parameter(Parameter& parameter) {
   LS_CHECK(parameter.value.defined(), "parameter '", parameter.name,
            "' has no storage; build a ParameterStore over the model before running it");
+  LS_CHECK(!record_ || parameter.grad.defined() || grad_storage_, "parameter '", parameter.name,
+           "' has no gradient storage: its ParameterStore keeps no flat gradient buffer, so set "
+           "the tape's GradStorage (Tape::set_grad_storage) before the forward pass");
   auto [it, inserted] = parameter_vars_.try_emplace(&parameter);
   if (inserted) {
     auto v = std::make_shared<VarNode>();
     v->value = parameter.value;
     v->grad = parameter.grad;
-    v->grad_written = true;  // parameter gradients are always added to
+    if (!v->grad.defined()) v->grad_storage = &grad_storage_;
+    v->grad_written = true;  // parameter gradients are always added to (their storage is zeroed)
     v->requires_grad = record_;
     v->parameter = &parameter;
     it->second = std::move(v);
@@ -47,6 +51,11 @@ void Tape::record(const Var& output, std::vector<Var> inputs,
 }
 
 bool Tape::begin_grad(VarNode& v) {
+  if (!v.grad.defined() && v.grad_storage != nullptr) {
+    v.grad = (*v.grad_storage)(*v.parameter);
+    LS_ASSERT(v.grad.shape() == v.value.shape(), "gradient storage ", v.grad.describe(),
+              " for parameter ", v.value.describe());
+  }
   if (!v.grad.defined()) v.grad = Tensor::empty(v.value.shape(), v.value.dtype(), v.value.device());
   const bool add = v.grad_written;
   v.grad_written = true;

@@ -5,7 +5,9 @@
 // closure; Tape::backward() runs the closures in reverse order. Gradients are accumulated: the
 // first contribution to an intermediate Var writes its gradient, later ones add to it; a
 // parameter's gradient is its view of the flat gradient buffer and is always added to, so the
-// caller zeroes that buffer once per step (or not, to accumulate micro-batches).
+// caller zeroes that buffer once per step (or not, to accumulate micro-batches). A parameter
+// with no gradient view (a ParameterStore without a flat gradient buffer: ZeRO-2) gets its
+// gradient storage from the tape's GradStorage when backward first reaches it.
 // Parameter hooks: after the last recorded use of a parameter has been back-propagated, the
 // grad-ready hook fires with that parameter, in the order gradients become final. The data-
 // parallel Reducer uses it to start a bucket's all-reduce while backward goes on.
@@ -32,6 +34,8 @@ struct VarNode {
   bool grad_written = false;    // false: the next contribution writes rather than adds
   Parameter* parameter = nullptr;
   int pending_uses = 0;         // recorded uses not yet back-propagated (parameters only)
+  // Parameters without a gradient view: where begin_grad gets the gradient (the tape's).
+  const std::function<Tensor(Parameter&)>* grad_storage = nullptr;
 };
 using Var = std::shared_ptr<VarNode>;
 
@@ -75,6 +79,12 @@ class Tape {
 
   using GradReadyHook = std::function<void(Parameter&)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
+  // For parameters whose `grad` is undefined: returns zeroed storage shaped like the parameter,
+  // which this step's contributions are added to (called once per parameter per tape, when
+  // backward first reaches it; the storage must stay valid until the grad-ready hook's user is
+  // done with it). Set it before the forward pass.
+  using GradStorage = std::function<Tensor(Parameter&)>;
+  void set_grad_storage(GradStorage storage) { grad_storage_ = std::move(storage); }
 
   // Drops every recorded closure and intermediate; parameters are untouched.
   void clear();
@@ -97,6 +107,7 @@ class Tape {
   // One Var per parameter per tape, so a parameter used twice (tied weights) has one use count.
   std::unordered_map<Parameter*, Var> parameter_vars_;
   GradReadyHook grad_ready_hook_;
+  GradStorage grad_storage_;
 };
 
 }  // namespace ls

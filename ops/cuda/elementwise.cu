@@ -11,7 +11,9 @@ namespace {
 
 // Counts per block in shared memory, then one atomicAdd per block: integer sums are the same in
 // any order, so the result is exact and deterministic.
-__global__ void count_nonfinite_kernel(const float* x, int64_t n, int32_t* count) {
+// The f32 count adds whole numbers, which f32 adds exactly (and so in any order) below 2^24.
+template <typename Count>
+__global__ void count_nonfinite_kernel(const float* x, int64_t n, Count* count) {
   __shared__ int32_t block_count;
   if (threadIdx.x == 0) block_count = 0;
   __syncthreads();
@@ -19,7 +21,7 @@ __global__ void count_nonfinite_kernel(const float* x, int64_t n, int32_t* count
   LS_GRID_STRIDE_LOOP(i, n) { local += !isfinite(x[i]); }
   if (local != 0) atomicAdd(&block_count, local);
   __syncthreads();
-  if (threadIdx.x == 0 && block_count != 0) atomicAdd(count, block_count);
+  if (threadIdx.x == 0 && block_count != 0) atomicAdd(count, static_cast<Count>(block_count));
 }
 
 __global__ void fill_kernel(float* x, int64_t n, float value) {
@@ -89,13 +91,22 @@ void add(const float* a, const float* b, float* out, int64_t n, Stream& on) {
   LS_CUDA_CHECK_LAUNCH();
 }
 
-void count_nonfinite(const float* x, int64_t n, int32_t* count, Stream& on) {
+template <typename Count>
+void count_nonfinite_as(const float* x, int64_t n, Count* count, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
-  LS_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int32_t), stream));
+  LS_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(Count), stream));  // 0 bits: 0 and 0.0f
   if (n == 0) return;
   count_nonfinite_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, count);
   LS_CUDA_CHECK_LAUNCH();
+}
+
+void count_nonfinite(const float* x, int64_t n, int32_t* count, Stream& on) {
+  count_nonfinite_as(x, n, count, on);
+}
+
+void count_nonfinite_f32(const float* x, int64_t n, float* count, Stream& on) {
+  count_nonfinite_as(x, n, count, on);
 }
 
 void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, Stream& on) {
@@ -120,6 +131,7 @@ const ElementwiseOps kCudaElementwise{
     .axpy = axpy,
     .add = add,
     .count_nonfinite = count_nonfinite,
+    .count_nonfinite_f32 = count_nonfinite_f32,
     .cast_f32_to_bf16 = cast_f32_to_bf16,
     .cast_bf16_to_f32 = cast_bf16_to_f32,
 };

@@ -49,6 +49,18 @@ void count_nonfinite(const float* x, int64_t n, int32_t* count, Stream& stream) 
   });
 }
 
+void count_nonfinite_f32(const float* x, int64_t n, float* count, Stream& stream) {
+  host_enqueue(stream, [x, n, count] {
+    std::atomic<int64_t> total{0};
+    host_parallel_for(0, n, kHostGrain, [&](int64_t begin, int64_t end) {
+      int64_t local = 0;
+      for (int64_t i = begin; i < end; ++i) local += !std::isfinite(x[i]);
+      total += local;
+    });
+    *count = static_cast<float>(total.load());
+  });
+}
+
 void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, Stream& stream) {
   enqueue_map(stream, n, [=](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] = f32_to_bf16(x[i]);
@@ -67,6 +79,7 @@ const ElementwiseOps kHostElementwise{
     .axpy = axpy,
     .add = add,
     .count_nonfinite = count_nonfinite,
+    .count_nonfinite_f32 = count_nonfinite_f32,
     .cast_f32_to_bf16 = cast_f32_to_bf16,
     .cast_bf16_to_f32 = cast_bf16_to_f32,
 };

@@ -185,6 +185,20 @@ TEST_F(CudaOpsTest, FillScaleAxpyAddMatchHost) {
   }
 }
 
+TEST_F(CudaOpsTest, CountNonfiniteMatchesHostAsI32AndF32) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    std::vector<double> values = random_vector(n, 4);
+    for (int64_t i = 0; i < n; i += 7) values[static_cast<size_t>(i)] = i % 2 ? INFINITY : NAN;
+    Pair x = upload(values, {n});
+    Pair as_f32 = empty({1}, DType::kF32);
+    run_both([&](DeviceKind k, Stream& s, auto side) {
+      ops_of<ElementwiseOps>(k).count_nonfinite_f32(side(x).f32(), n, side(as_f32).f32(), s);
+    });
+    expect_close(as_f32, 0.0, 0.0);
+  }
+}
+
 TEST_F(CudaOpsTest, CastsMatchHostBitwise) {
   for (int64_t n : kSizes) {
     SCOPED_TRACE(testing::Message() << "n=" << n);

@@ -285,6 +285,31 @@ TEST_F(ElementwiseTest, FillScaleAxpyAddMatchReference) {
   }
 }
 
+TEST_F(ElementwiseTest, CountNonfiniteAsI32AndAsF32) {
+  for (int64_t n : kSizes) {
+    std::vector<double> x = random_vector(n, 3);
+    int expected = 0;
+    for (int64_t i = 0; i < n; i += 5) {  // NaN, +Inf and -Inf in turn
+      x[static_cast<size_t>(i)] = i % 3 == 0   ? std::numeric_limits<double>::quiet_NaN()
+                                  : i % 3 == 1 ? std::numeric_limits<double>::infinity()
+                                               : -std::numeric_limits<double>::infinity();
+      ++expected;
+    }
+    Tensor tx = upload(x, {n});
+    Tensor as_i32 = Tensor::empty({1}, DType::kI32, dev_);
+    Tensor as_f32 = Tensor::empty({1}, DType::kF32, dev_);
+    count_nonfinite(tx, as_i32, *stream_);
+    count_nonfinite(tx, as_f32, *stream_);
+    int32_t got_i32 = -1;
+    as_i32.copy_to_host_async(&got_i32, sizeof got_i32, *stream_);
+    stream_->synchronize();
+    EXPECT_EQ(got_i32, expected) << "n=" << n;
+    EXPECT_EQ(as_f32.to_host_f32(*stream_)[0], static_cast<float>(expected)) << "n=" << n;
+  }
+  Tensor bad = Tensor::empty({1}, DType::kBF16, dev_);
+  EXPECT_THROW(count_nonfinite(upload({1.0}, {1}), bad, *stream_), Error);
+}
+
 uint16_t bits_of_bf16(const Tensor& t, Stream& stream) {
   Tensor f = Tensor::empty(t.shape(), DType::kF32, t.device());
   cast(t, f, stream);

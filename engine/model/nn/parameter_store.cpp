@@ -53,7 +53,7 @@ std::vector<float> initial_values(const std::vector<Parameter*>& parameters, int
 }
 
 ParameterStore::ParameterStore(Module& model, Device device, Stream& stream, uint64_t seed,
-                               int shards)
+                               int shards, Gradients gradients)
     : parameters_(model.parameters()), shards_(shards) {
   LS_CHECK(shards >= 1, "ParameterStore: shards is ", shards, "; it must be at least 1");
   LS_CHECK(!parameters_.empty(), "ParameterStore: the model has no parameters");
@@ -73,14 +73,14 @@ ParameterStore::ParameterStore(Module& model, Device device, Stream& stream, uin
   const int64_t shard = (offset + shards - 1) / shards;
   offset = (shard + kAlignment - 1) / kAlignment * kAlignment * shards;
   values_ = Tensor::empty({offset}, DType::kF32, device);
-  grads_ = Tensor::empty({offset}, DType::kF32, device);
+  if (gradients == Gradients::kFlat) grads_ = Tensor::empty({offset}, DType::kF32, device);
   for (Parameter* p : parameters_) {
     p->value = values_.view(p->offset, p->shape);
-    p->grad = grads_.view(p->offset, p->shape);
+    if (grads_.defined()) p->grad = grads_.view(p->offset, p->shape);
   }
   std::vector<float> init = initial_values(parameters_, offset, seed);
   values_.copy_from_host_async(init.data(), init.size() * sizeof(float), stream);
-  fill(grads_, 0.0f, stream);
+  zero_grad(stream);
   stream.synchronize();  // `init` must outlive the copy
 }
 
@@ -90,7 +90,9 @@ Tensor ParameterStore::shard_view(const Tensor& flat, int shard) const {
   return flat.view(shard * shard_size(), {shard_size()});
 }
 
-void ParameterStore::zero_grad(Stream& stream) { fill(grads_, 0.0f, stream); }
+void ParameterStore::zero_grad(Stream& stream) {
+  if (grads_.defined()) fill(grads_, 0.0f, stream);
+}
 
 std::vector<float> ParameterStore::values_to_host(Stream& stream) const {
   return values_.to_host_f32(stream);

@@ -20,14 +20,20 @@ class ParameterStore {
  public:
   static constexpr int64_t kAlignment = 64;  // elements: 256 bytes, cuBLAS and AVX friendly
 
+  // Whether the store holds the flat gradient buffer (kFlat), or none (kNone: each parameter's
+  // `grad` stays undefined and the tape asks for gradient storage when backward reaches the
+  // parameter; ZeRO-2, where gradients live in short-lived bucket buffers, see Tape::GradStorage).
+  enum class Gradients { kFlat, kNone };
+
   // Places the parameters, initialises them from `seed` and zeroes the gradients; synchronizes
   // `stream` before returning. With shards > 1 the flat buffers are padded (with zeros) to
   // shards equal, aligned ranges, so a sharded optimizer can own one each (shard_view).
-  ParameterStore(Module& model, Device device, Stream& stream, uint64_t seed, int shards = 1);
+  ParameterStore(Module& model, Device device, Stream& stream, uint64_t seed, int shards = 1,
+                 Gradients gradients = Gradients::kFlat);
 
   const std::vector<Parameter*>& parameters() const { return parameters_; }
   const Tensor& values() const { return values_; }
-  const Tensor& grads() const { return grads_; }
+  const Tensor& grads() const { return grads_; }  // undefined with Gradients::kNone
   int64_t parameter_count() const { return parameter_count_; }  // without padding
   int shards() const { return shards_; }
   int64_t shard_size() const { return values_.numel() / shards_; }  // elements per shard
@@ -35,7 +41,7 @@ class ParameterStore {
   Tensor shard_view(const Tensor& flat, int shard) const;
   Device device() const { return values_.device(); }
 
-  void zero_grad(Stream& stream);
+  void zero_grad(Stream& stream);  // nothing to do with Gradients::kNone
 
   // Host copies of all values, in flat-buffer order (synchronizes; for tests and checkpoints).
   std::vector<float> values_to_host(Stream& stream) const;
