@@ -67,16 +67,13 @@ inline std::vector<Device> parse_devices_flag(std::string_view flag, std::string
   }
 }
 
-// --shard: "none" or "optimizer" (ZeRO-1); "gradients" (ZeRO-2) is named but not built yet.
-inline std::string parse_shard_mode(std::string_view flag, std::string_view value) {
-  if (value == "none" || value == "optimizer") return std::string(value);
-  if (value == "gradients") {
-    throw UsageError(std::string(flag) +
-                     " gradients (ZeRO-2) is not built yet; --shard optimizer shards the "
-                     "optimizer state (ZeRO-1)");
+// --shard: "none", "optimizer" (ZeRO-1) or "gradients" (ZeRO-2), as ShardMode.
+inline ShardMode parse_shard_mode(std::string_view flag, std::string_view value) {
+  for (ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
+    if (value == shard_mode_name(mode)) return mode;
   }
   throw UsageError(std::string(flag) + ": unknown mode '" + std::string(value) +
-                   "'; use none or optimizer");
+                   "'; use none, optimizer (ZeRO-1) or gradients (ZeRO-2)");
 }
 
 using FlagSetter = std::function<void(std::string_view flag, std::string_view value)>;

@@ -52,7 +52,7 @@ ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
   ls::DataParallelOptions options;
   options.seed = o.seed;
   options.accumulate = static_cast<int>(o.accumulate);
-  options.shard = o.shard == "optimizer" ? ls::ShardMode::kOptimizer : ls::ShardMode::kNone;
+  options.shard = o.shard;
   options.allow_uneven_shards = o.uneven_shards;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   options.collective_timeout =
@@ -250,7 +250,7 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, c
   json.field("skipped_steps", s.skipped_steps);
   json.field("global_batch", o.batch);
   json.field("accumulate", o.accumulate);
-  json.field("shard", o.shard);
+  json.field("shard", ls::shard_mode_name(o.shard));
   json.field("final_loss", s.final_loss);
   json.field("test_loss", s.test.loss);
   json.field("test_accuracy", s.test.accuracy);

@@ -56,8 +56,9 @@ Trains a model data-parallel and reports its test loss, accuracy and throughput.
   --accumulate K        K micro-batches per step, gradients all-reduced after the last (default 1)
   --uneven-shards       allow a global batch that does not divide by the device count
   --bucket-mb X         gradient bucket cap in MiB (default 25; the first bucket is 1 MiB)
-  --shard MODE          none (default) or optimizer: ZeRO-1, each device keeps the optimizer
-                        state of 1/N of the parameters (same results, less memory)
+  --shard MODE          none (default); optimizer: ZeRO-1, each device keeps the optimizer
+                        state of 1/N of the parameters; gradients: ZeRO-2, also 1/N of the
+                        summed gradients (same results, less memory)
   --collective-timeout-s X
                         a collective waiting longer stops the run with a report of where every
                         replica is (default 600)

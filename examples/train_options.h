@@ -33,7 +33,7 @@ struct TrainOptions {
   int64_t accumulate = 1;
   bool uneven_shards = false;
   double bucket_mb = 25.0;
-  std::string shard = "none";  // none | optimizer (ZeRO-1)
+  ls::ShardMode shard = ls::ShardMode::kNone;  // --shard none | optimizer | gradients
   double collective_timeout_s = 600;
   double heartbeat_s = 30;
   std::string telemetry_path;  // empty: no telemetry

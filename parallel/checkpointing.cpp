@@ -76,7 +76,7 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
     return s;
   });
   // Every replica's optimizer range into the flat state (one replica when it is not sharded).
-  const int holders = options_.shard == ShardMode::kOptimizer ? size() : 1;
+  const int holders = options_.shard == ShardMode::kNone ? 1 : size();
   for (int holder = 0; holder < holders; ++holder) {
     run_on<int>(holder, [&state](Replica& r) {
       const auto tensors = r.optimizer().state();

@@ -63,7 +63,12 @@ DataParallel::StateBytes DataParallel::state_bytes(int replica) {
   return impl_->state_bytes(replica);
 }
 const char* shard_mode_name(ShardMode mode) {
-  return mode == ShardMode::kOptimizer ? "optimizer" : "none";
+  switch (mode) {
+    case ShardMode::kNone: return "none";
+    case ShardMode::kOptimizer: return "optimizer";
+    case ShardMode::kGradients: return "gradients";
+  }
+  return "?";
 }
 AllocatorStats DataParallel::allocator_stats(int replica) const {
   return impl_->allocator_stats(replica);
@@ -127,10 +132,9 @@ void DataParallel::Impl::build_replicas(const ModelFactory& model,
       std::unique_ptr<Communicator> comm = std::move(recorder);
       if (hooks.wrap_communicator)
         comm = hooks.wrap_communicator(std::move(comm), static_cast<int>(r));
-      const int shards = options_.shard == ShardMode::kOptimizer ? size() : 1;
       replicas_[r] = std::make_unique<Replica>(static_cast<int>(r), devices_[r], model, optimizer,
                                                std::move(comm), recorder_ref, options_.buckets,
-                                               options_.seed, shards);
+                                               options_.seed, options_.shard);
     }));
   }
   std::exception_ptr first;

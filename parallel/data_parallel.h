@@ -76,8 +76,16 @@ int current_replica();
 // gradient all-reduce, and an all-gather gives every replica the updated parameters. Results are
 // bitwise those of kNone on the same devices (the update is element-wise on identical summed
 // gradients). Checkpoints hold whole tensors either way and load into any mode and device count.
-enum class ShardMode { kNone, kOptimizer };
-const char* shard_mode_name(ShardMode mode);  // "none", "optimizer"
+// kGradients (ZeRO stage 2): as kOptimizer, and replica r keeps only range r of the summed
+// gradients too (1/N): no flat gradient buffer; each bucket's gradients live in a staging buffer
+// while backward fills it and are then reduced to the replicas owning its pieces, bucket by
+// bucket, overlapped with backward, after every micro-batch (so accumulate > 1 reduces
+// accumulate times). Staging takes about three buckets' worth (BucketOptions::cap_bytes) at a
+// time. Bitwise kNone on host devices with accumulate == 1; with accumulate > 1 the sum over
+// micro-batches and replicas is taken in another order (last-bit differences); on NCCL a
+// reduce may sum in another order than an all-reduce (last-bit differences).
+enum class ShardMode { kNone, kOptimizer, kGradients };
+const char* shard_mode_name(ShardMode mode);  // "none", "optimizer", "gradients"
 
 struct DataParallelOptions {
   BucketOptions buckets;

@@ -1,4 +1,7 @@
 // Reducer: sums gradients across replicas, bucket by bucket, overlapped with backward.
+// Two ways: all-reduce views of the flat gradient buffer in place (DDP, ZeRO-1), or, with
+// sharded gradients (ZeRO-2), reduce each bucket's pieces to the replicas that own them, from
+// short-lived staging buffers (Note [Sharded gradients] in reducer.cpp).
 //
 // Buckets (parallel/bucket_plan.h) are views of the flat gradient buffer the Reducer is given,
 // with the parameters' extents in it. During the last backward of a step, the tape's grad-ready
@@ -24,6 +27,14 @@
 
 namespace ls {
 
+// ZeRO-2's layout: the flat gradient layout is cut into size() equal ranges; replica r owns
+// range r, where its reduced gradients land.
+struct GradientShard {
+  int64_t flat_size = 0;   // elements of the flat layout, padding included (size() * shard_size)
+  int64_t shard_size = 0;  // elements per range
+  Tensor owned;            // f32 [shard_size]: this replica's range of the summed gradients
+};
+
 class Reducer {
  public:
   // `flat_grads` (f32) holds every parameter's gradient at `extents` (registration order,
@@ -31,14 +42,27 @@ class Reducer {
   Reducer(const Tensor& flat_grads, const std::vector<ParameterExtent>& extents,
           Communicator& comm, Stream& compute, Stream& comm_stream,
           const BucketOptions& options);
+  // Sharded gradients: no flat buffer; gradients go to staging buffers that gradient_storage()
+  // hands out, and their sums to the owners' `shard.owned` (which must outlive the Reducer).
+  Reducer(const GradientShard& shard, const std::vector<ParameterExtent>& extents,
+          Communicator& comm, Stream& compute, Stream& comm_stream,
+          const BucketOptions& options);
 
-  // Starts a step's reduction bookkeeping; call before the backward whose hook feeds it.
-  void begin();
+  // Starts a reduction's bookkeeping; call before the backward whose hook feeds it. Sharded:
+  // `accumulate` adds this reduction's sums to the owned gradients instead of writing them (the
+  // micro-batches after a step's first).
+  void begin(bool accumulate = false);
+  // Sharded: zeroed storage for parameter `index`'s gradient (shaped `shape`), a view of its
+  // bucket's staging buffer, allocated on the bucket's first request since begin(); the tape's
+  // GradStorage. Valid until the bucket has been reduced.
+  Tensor gradient_storage(int index, const Shape& shape);
   // The gradient of parameter `index` (into extents) is final for this step.
   void on_grad_ready(int index);
   // Marks the end of backward on the compute stream, launches every bucket not launched yet (in
-  // order) and makes the compute stream wait for the last all-reduce.
+  // order) and makes the compute stream wait for the last all-reduce (sharded: and releases
+  // every staging buffer).
   void finish();
+  bool sharded() const { return shard_.owned.defined(); }
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
@@ -48,10 +72,19 @@ class Reducer {
   Timeline timeline(const Event& reference) const;
 
  private:
+  void make_events();
   void launch_ready_buckets();
   void launch(size_t bucket);
+  void reduce_to_owners(size_t bucket);
+  Tensor& staging(size_t bucket);  // allocated and zeroed on first use since begin()
+  void release_staging(size_t bucket);
 
   Tensor flat_grads_;
+  GradientShard shard_;                   // sharded only
+  std::vector<ParameterExtent> extents_;  // sharded only
+  std::vector<Tensor> staging_;           // sharded only: per bucket, while it is live
+  size_t next_release_ = 0;               // sharded only: staging below it is released
+  bool accumulate_ = false;
   Communicator& comm_;
   Stream& compute_;
   Stream& comm_stream_;

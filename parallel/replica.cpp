@@ -28,12 +28,12 @@ const char* phase_name(Phase phase) {
 namespace {
 thread_local int t_current_replica = -1;
 
-// Where each parameter's gradient lies in the flat buffer, padding included.
+// Where each parameter's gradient lies in the flat layout, padding included.
 std::vector<ParameterExtent> parameter_extents(const nn::ParameterStore& store) {
   const auto& params = store.parameters();
   std::vector<ParameterExtent> extents;
   for (size_t i = 0; i < params.size(); ++i) {
-    const int64_t end = i + 1 < params.size() ? params[i + 1]->offset : store.grads().numel();
+    const int64_t end = i + 1 < params.size() ? params[i + 1]->offset : store.values().numel();
     extents.push_back({params[i]->offset, end - params[i]->offset});
   }
   return extents;
@@ -45,7 +45,7 @@ int current_replica() { return t_current_replica; }
 Replica::Replica(int rank, Device device, const ModelFactory& model,
                  const OptimizerFactory& optimizer, std::unique_ptr<Communicator> comm,
                  RecordingCommunicator& recorder, const BucketOptions& buckets, uint64_t seed,
-                 int shards)
+                 ShardMode shard)
     : rank_(rank), device_(device), comm_(std::move(comm)), recorder_(recorder) {
   t_current_replica = rank;
   DeviceRuntime& runtime = device_runtime(device);
@@ -56,16 +56,27 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   model_ = model();
   LS_CHECK(model_ != nullptr, "the model factory returned no model");
   const CachingAllocator& allocator = runtime.allocator();
-  store_ = std::make_unique<nn::ParameterStore>(*model_, device, *compute_, seed, shards);
+  const int shards = shard == ShardMode::kNone ? 1 : comm_->size();
+  const bool zero2 = shard == ShardMode::kGradients;
+  store_ = std::make_unique<nn::ParameterStore>(
+      *model_, device, *compute_, seed, shards,
+      zero2 ? nn::ParameterStore::Gradients::kNone : nn::ParameterStore::Gradients::kFlat);
   state_bytes_.parameters = store_->values().nbytes();
-  state_bytes_.gradients = store_->grads().nbytes();
+  if (zero2) owned_grads_ = Tensor::empty({store_->shard_size()}, DType::kF32, device);
+  state_bytes_.gradients = zero2 ? owned_grads_.nbytes() : store_->grads().nbytes();
   const int64_t before_optimizer = allocator.stats().bytes_in_use;
   optimizer_ = optimizer(optimizer_range(store_->values()), *compute_);
   state_bytes_.optimizer = allocator.stats().bytes_in_use - before_optimizer;
   LS_CHECK(optimizer_ != nullptr, "the optimizer factory returned no optimizer");
-  reducer_ = std::make_unique<Reducer>(store_->grads(), parameter_extents(*store_), *comm_,
-                                       *compute_, *comm_stream_, buckets);
-  loss_sum_ = Tensor::empty({1}, DType::kF32, device);
+  if (zero2) {
+    const GradientShard range{store_->values().numel(), store_->shard_size(), owned_grads_};
+    reducer_ = std::make_unique<Reducer>(range, parameter_extents(*store_), *comm_, *compute_,
+                                         *comm_stream_, buckets);
+  } else {
+    reducer_ = std::make_unique<Reducer>(store_->grads(), parameter_extents(*store_), *comm_,
+                                         *compute_, *comm_stream_, buckets);
+  }
+  loss_sum_ = Tensor::empty({2}, DType::kF32, device);
   nonfinite_ = Tensor::empty({1}, DType::kI32, device);
   compute_->synchronize();
   phase_ = Phase::kIdle;
@@ -146,15 +157,27 @@ void Replica::forward_backward(const Shard& shard, int64_t global_labels, int ac
     ForwardContext micro = context;
     micro.first_row += begin;
     tape.set_context(micro);
-    if (m + 1 == accumulate) {  // the all-reduce follows the last micro-batch only
+    // Unsharded gradients are summed over micro-batches in the flat buffer and all-reduced after
+    // the last one; sharded ones are reduced after each (Note [Sharded gradients]).
+    const bool reduce = gradients_sharded() || m + 1 == accumulate;
+    if (reduce) {
+      reducer_->begin(/*accumulate=*/gradients_sharded() && m > 0);
       tape.set_grad_ready_hook([this](Parameter& p) { reducer_->on_grad_ready(p.index); });
+    }
+    if (gradients_sharded()) {
+      tape.set_grad_storage(
+          [this](Parameter& p) { return reducer_->gradient_storage(p.index, p.shape); });
     }
     Var logits = model_->forward(tape, input_rows(tape, shard, begin, end));
     Var loss = nn::cross_entropy(tape, logits, y, grad_scale);
     // The loss is (sum over counted labels) / (logit rows): back to the sum.
-    axpy(static_cast<float>(logits->value.dim(0)), loss->value, loss_sum_, stream);
+    axpy(static_cast<float>(logits->value.dim(0)), loss->value, loss_sum_.view(0, {1}), stream);
     phase_ = Phase::kBackward;
     tape.backward(loss);
+    if (reduce) {
+      phase_ = Phase::kReduce;
+      reducer_->finish();
+    }
   }
 }
 
@@ -166,26 +189,36 @@ StepOutcome Replica::step(const Shard& shard, int64_t global_labels, int accumul
   stream.record(*step_start_);
   store_->zero_grad(stream);
   fill(loss_sum_, 0.0f, stream);
-  reducer_->begin();
   forward_backward(shard, global_labels, accumulate,
                    ForwardContext{true, dropout_seed, step_index, shard.first_row});
 
   phase_ = Phase::kReduce;
-  reducer_->finish();
-  // The loss sum rides on the compute stream, after the gradients (the same order everywhere).
-  comm_->label_next("loss");
-  comm_->all_reduce(loss_sum_.data(), loss_sum_.data(), 1, DType::kF32, ReduceOp::kSum, stream);
-  count_nonfinite(store_->grads(), nonfinite_, stream);
-  loss_sum_.copy_to_host_async(&loss_sum_host_, sizeof loss_sum_host_, stream);
-  nonfinite_.copy_to_host_async(&nonfinite_host_, sizeof nonfinite_host_, stream);
+  // The loss sum rides on the compute stream, after the gradients (the same order everywhere);
+  // ZeRO-2's non-finite count of each range rides with it, so all replicas see the total.
+  if (gradients_sharded()) {
+    count_nonfinite(owned_grads_, loss_sum_.view(1, {1}), stream);
+    comm_->label_next("loss and non-finite count");
+    comm_->all_reduce(loss_sum_.data(), loss_sum_.data(), 2, DType::kF32, ReduceOp::kSum, stream);
+  } else {
+    comm_->label_next("loss");
+    comm_->all_reduce(loss_sum_.data(), loss_sum_.data(), 1, DType::kF32, ReduceOp::kSum, stream);
+    count_nonfinite(store_->grads(), nonfinite_, stream);
+    nonfinite_.copy_to_host_async(&nonfinite_host_, sizeof nonfinite_host_, stream);
+  }
+  loss_sum_.copy_to_host_async(loss_sum_host_, sizeof loss_sum_host_, stream);
   stream.synchronize();
+  // A count past 2^31 saturates; as a float it is exact below 2^24 and never 0 when it is not.
+  const int32_t nonfinite =
+      gradients_sharded() ? static_cast<int32_t>(std::min(loss_sum_host_[1], 2.0e9f))
+                          : nonfinite_host_;
 
-  StepOutcome outcome{loss_sum_host_, nonfinite_host_, false};
+  StepOutcome outcome{loss_sum_host_[0], nonfinite, false};
   // Identical inputs on every replica (summed gradients, global loss): an identical decision.
-  outcome.skipped = nonfinite_host_ != 0 || !std::isfinite(loss_sum_host_);
+  outcome.skipped = nonfinite != 0 || !std::isfinite(loss_sum_host_[0]);
   if (!outcome.skipped) {
     phase_ = Phase::kOptimizer;
-    optimizer_->step(optimizer_range(store_->values()), optimizer_range(store_->grads()), stream);
+    const Tensor grads = gradients_sharded() ? owned_grads_ : optimizer_range(store_->grads());
+    optimizer_->step(optimizer_range(store_->values()), grads, stream);
     if (sharded()) {  // every replica gets every updated range (in place: NCCL's layout)
       const Tensor mine = optimizer_range(store_->values());
       comm_->label_next("updated parameters");

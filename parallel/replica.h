@@ -9,6 +9,10 @@
 // same decision: step the optimizer, or skip the step when anything is NaN/Inf (parameters stay
 // bitwise equal across replicas). Gradients are scaled by 1/global_batch and summed, so the
 // result equals one big batch whatever the shard sizes (uneven shards included).
+// Sharded (ZeRO): the optimizer steps this replica's range of the flat buffer and an all-gather
+// spreads the updated ranges. ZeRO-2 also keeps only that range of the summed gradients: every
+// micro-batch's buckets are reduced to their owners (Note [Sharded gradients], reducer.cpp), and
+// the non-finite count of each range rides in the loss's all-reduce.
 #pragma once
 
 #include <atomic>
@@ -63,11 +67,12 @@ class Replica {
  public:
   // `comm` is the replica's communicator chain (decorators, if any, around `recorder`, the
   // flight recorder it owns, around the backend); `recorder` is read by the watchdog.
-  // shards > 1 (ZeRO-1, ShardMode::kOptimizer): the optimizer owns range `rank` of the flat
-  // parameter buffer only, and every step all-gathers the updated ranges.
+  // `shard` (ZeRO-1, ZeRO-2): the optimizer owns range `rank` of the flat parameter buffer only
+  // (and ZeRO-2 that range of the summed gradients), and every step all-gathers the updated
+  // ranges.
   Replica(int rank, Device device, const ModelFactory& model, const OptimizerFactory& optimizer,
           std::unique_ptr<Communicator> comm, RecordingCommunicator& recorder,
-          const BucketOptions& buckets, uint64_t seed, int shards = 1);
+          const BucketOptions& buckets, uint64_t seed, ShardMode shard = ShardMode::kNone);
   ~Replica();
 
   // Makes every replica start from rank 0's parameters (a collective: all replicas call it).
@@ -83,6 +88,7 @@ class Replica {
   Phase phase() const { return phase_.load(); }
   nn::ParameterStore& store() { return *store_; }
   bool sharded() const { return store_->shards() > 1; }
+  bool gradients_sharded() const { return owned_grads_.defined(); }
   // The part of a flat buffer this replica's optimizer updates: all of it, or its shard.
   Tensor optimizer_range(const Tensor& flat) const {
     return sharded() ? store_->shard_view(flat, rank_) : flat;
@@ -121,10 +127,13 @@ class Replica {
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<Event> step_start_;
   Tensor inputs_, labels_;  // device copies of the shard, reused across steps
-  Tensor loss_sum_;         // f32 [1]: this shard's loss sum, then (all-reduced) the global one
-  Tensor nonfinite_;        // i32 [1]: non-finite values in the summed gradients
+  Tensor owned_grads_;      // ZeRO-2: f32 [shard size], this replica's range of the summed grads
+  // f32 [2]: this shard's loss sum, then (all-reduced) the global one; ZeRO-2: [1] counts the
+  // non-finite summed gradients (this range's, then all of them).
+  Tensor loss_sum_;
+  Tensor nonfinite_;        // i32 [1]: non-finite values in the summed gradients (not ZeRO-2)
   DataParallel::StateBytes state_bytes_;
-  float loss_sum_host_ = 0;
+  float loss_sum_host_[2] = {0, 0};
   int32_t nonfinite_host_ = 0;
 };
 

@@ -83,8 +83,8 @@ device, step time and exposed communication per device count, as a table, JSON a
   --seed N              seed for initialisation and shuffling (default 1)
   --host-threads N      cores per host device (default 1)
   --bucket-mb X         gradient bucket cap in MiB (default 25; the first bucket is 1 MiB)
-  --shard MODE          none (default) or optimizer (ZeRO-1: optimizer state split across
-                        the devices)
+  --shard MODE          none (default), optimizer (ZeRO-1: optimizer state split across
+                        the devices) or gradients (ZeRO-2: summed gradients split too)
   --json PATH           write the results as JSON
   --plot PATH           draw throughput and efficiency vs device count into PATH (PNG) with
                         bench/scale/plot_scale.py (needs python3 + matplotlib:

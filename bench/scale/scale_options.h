@@ -43,7 +43,7 @@ struct ScaleOptions {
   uint64_t seed = 1;
   int host_threads = 1;
   double bucket_mb = 25.0;
-  std::string shard = "none";  // none | optimizer (ZeRO-1)
+  ls::ShardMode shard = ls::ShardMode::kNone;  // --shard none | optimizer | gradients
   std::string json_path;
   std::string plot_path;
   bool help = false;

@@ -96,7 +96,7 @@ void write_scale_json(const ScaleOptions& o, const Workload& work, ls::DeviceKin
     json.field("global_batch", o.global_batch);
   }
   json.field("host_threads_per_device", o.host_threads);
-  json.field("shard", o.shard);
+  json.field("shard", ls::shard_mode_name(o.shard));
   json.key("machine").begin_object();
   json.field("cores", ls::host_core_count());
   json.field("cpu", cpu_model());

@@ -72,7 +72,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   ls::DataParallelOptions options;
   options.seed = o.seed;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
-  options.shard = o.shard == "optimizer" ? ls::ShardMode::kOptimizer : ls::ShardMode::kNone;
+  options.shard = o.shard;
   ls::DataParallel trainer(
       devices, work.model,
       ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}), options);

@@ -78,7 +78,11 @@ void Tape::backward(const Var& root, const Tensor& root_grad) {
     for (const Var& input : node->inputs) {
       if (input->parameter == nullptr) continue;
       LS_ASSERT(input->pending_uses > 0);
-      if (--input->pending_uses == 0 && grad_ready_hook_) grad_ready_hook_(*input->parameter);
+      if (--input->pending_uses > 0) continue;
+      if (grad_ready_hook_) grad_ready_hook_(*input->parameter);
+      // Storage from GradStorage belongs to whoever handed it out (the Reducer frees a bucket's
+      // staging once reduced): the tape lets go of it as soon as the gradient is final.
+      if (input->grad_storage != nullptr) input->grad = Tensor();
     }
     node->backward = nullptr;  // frees what the closure held as soon as it has run
   }

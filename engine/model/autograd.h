@@ -82,7 +82,7 @@ class Tape {
   // For parameters whose `grad` is undefined: returns zeroed storage shaped like the parameter,
   // which this step's contributions are added to (called once per parameter per tape, when
   // backward first reaches it; the storage must stay valid until the grad-ready hook's user is
-  // done with it). Set it before the forward pass.
+  // done with it; the tape drops its reference after the hook). Set it before the forward pass.
   using GradStorage = std::function<Tensor(Parameter&)>;
   void set_grad_storage(GradStorage storage) { grad_storage_ = std::move(storage); }
 

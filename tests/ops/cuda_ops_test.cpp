@@ -188,7 +188,7 @@ TEST_F(CudaOpsTest, FillScaleAxpyAddMatchHost) {
 TEST_F(CudaOpsTest, CountNonfiniteMatchesHostAsI32AndF32) {
   for (int64_t n : kSizes) {
     SCOPED_TRACE(testing::Message() << "n=" << n);
-    std::vector<double> values = random_vector(n, 4);
+    std::vector<float> values = random_vector(n, 4);
     for (int64_t i = 0; i < n; i += 7) values[static_cast<size_t>(i)] = i % 2 ? INFINITY : NAN;
     Pair x = upload(values, {n});
     Pair as_f32 = empty({1}, DType::kF32);

@@ -287,12 +287,12 @@ TEST_F(ElementwiseTest, FillScaleAxpyAddMatchReference) {
 
 TEST_F(ElementwiseTest, CountNonfiniteAsI32AndAsF32) {
   for (int64_t n : kSizes) {
-    std::vector<double> x = random_vector(n, 3);
+    std::vector<float> x = random_vector(n, 3);
     int expected = 0;
     for (int64_t i = 0; i < n; i += 5) {  // NaN, +Inf and -Inf in turn
-      x[static_cast<size_t>(i)] = i % 3 == 0   ? std::numeric_limits<double>::quiet_NaN()
-                                  : i % 3 == 1 ? std::numeric_limits<double>::infinity()
-                                               : -std::numeric_limits<double>::infinity();
+      x[static_cast<size_t>(i)] = i % 3 == 0   ? std::numeric_limits<float>::quiet_NaN()
+                                  : i % 3 == 1 ? std::numeric_limits<float>::infinity()
+                                               : -std::numeric_limits<float>::infinity();
       ++expected;
     }
     Tensor tx = upload(x, {n});
@@ -307,7 +307,7 @@ TEST_F(ElementwiseTest, CountNonfiniteAsI32AndAsF32) {
     EXPECT_EQ(as_f32.to_host_f32(*stream_)[0], static_cast<float>(expected)) << "n=" << n;
   }
   Tensor bad = Tensor::empty({1}, DType::kBF16, dev_);
-  EXPECT_THROW(count_nonfinite(upload({1.0}, {1}), bad, *stream_), Error);
+  EXPECT_THROW(count_nonfinite(upload({1.0f}, {1}), bad, *stream_), Error);
 }
 
 uint16_t bits_of_bf16(const Tensor& t, Stream& stream) {

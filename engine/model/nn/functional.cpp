@@ -35,7 +35,10 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
       const bool add = Tape::begin_grad(*weight);
       matmul(dy, true, x->value, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream);
     }
-    if (b && b->requires_grad) bias_grad(dy, b->grad, Tape::begin_grad(*b), stream);
+    if (b && b->requires_grad) {
+      const bool add = Tape::begin_grad(*b);  // before reading b->grad: it may give it storage
+      bias_grad(dy, b->grad, add, stream);
+    }
   });
   return out;
 }

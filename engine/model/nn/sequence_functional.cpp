@@ -90,12 +90,12 @@ Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float
   Var out = tape.output(std::move(y), {&x, &gamma, &beta});
   tape.record(out, {x, gamma, beta}, [x, gamma, beta, mean, rstd, &stream](const Tensor& dy) {
     const bool add = x->requires_grad && Tape::begin_grad(*x);
+    for (const Var& p : {gamma, beta}) {  // first: it may be what gives them storage
+      if (p->requires_grad) begin_accumulating_grad(*p, stream);
+    }
     const Tensor dx = x->requires_grad ? x->grad : like(x->value);
     const Tensor dgamma = gamma->requires_grad ? gamma->grad : like(gamma->value);
     const Tensor dbeta = beta->requires_grad ? beta->grad : like(beta->value);
-    for (const Var& p : {gamma, beta}) {
-      if (p->requires_grad) begin_accumulating_grad(*p, stream);
-    }
     if (!gamma->requires_grad) fill(dgamma, 0.0f, stream);
     if (!beta->requires_grad) fill(dbeta, 0.0f, stream);
     layernorm_backward(x->value, gamma->value, mean, rstd, dy, dx, add, dgamma, dbeta, stream);
