@@ -15,8 +15,8 @@
 #include <numeric>
 
 #include "examples/stop_signals.h"
-#include "examples/train_pipeline.h"
 #include "examples/train_options.h"
+#include "examples/train_pipeline.h"
 #include "examples/workload.h"
 
 namespace {

@@ -144,8 +144,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
                             "'; use 1f1b or gpipe");
          o.schedule = v;
        }},
-      {"--micro-batches",
-       [&](auto f, auto v) { o.micro_batches = parse_positive<int64_t>(f, v); }},
+      {"--micro-batches", [&](auto f, auto v) { o.micro_batches = parse_positive<int64_t>(f, v); }},
       {"--bucket-mb", [&](auto f, auto v) { o.bucket_mb = parse_positive<double>(f, v); }},
       {"--shard", [&](auto f, auto v) { o.shard = ls::cli::parse_shard_mode(f, v); }},
       {"--collective-timeout-s",

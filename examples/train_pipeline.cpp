@@ -26,8 +26,8 @@ struct BubbleSums {
 };
 
 void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices,
-                const ls::Pipeline& pipe, const Workload& work, double final_loss,
-                double train_s, int64_t steps, const BubbleSums& bubble) {
+                const ls::Pipeline& pipe, const Workload& work, double final_loss, double train_s,
+                int64_t steps, const BubbleSums& bubble) {
   ls::JsonWriter json;
   json.begin_object();
   json.key("devices").begin_array();
@@ -45,8 +45,8 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices,
   json.field("final_loss", final_loss);
   const double examples_per_s = static_cast<double>(steps * o.batch) / train_s;
   json.field("samples_per_s", examples_per_s);
-  json.field("tokens_per_s", examples_per_s * static_cast<double>(std::max<int64_t>(
-                                                  1, work.tokens_per_example)));
+  json.field("tokens_per_s",
+             examples_per_s * static_cast<double>(std::max<int64_t>(1, work.tokens_per_example)));
   json.field("mean_step_ms", bubble.step_ms / static_cast<double>(bubble.steps));
   json.field("bubble_measured", bubble.measured / static_cast<double>(bubble.steps));
   json.field("bubble_theory", bubble.theory);
@@ -89,12 +89,13 @@ int train_pipeline(const TrainOptions& o, const std::vector<ls::Device>& devices
   LS_CHECK(batches.batches_per_epoch() > 0, "--batch ", o.batch, " is larger than the ",
            work.train.count, " training examples; use a smaller batch");
   const int64_t total = o.steps > 0 ? o.steps : o.epochs * batches.batches_per_epoch();
-  std::printf("training %s (%lld parameters) on %s: pipeline of %d stages x %d, %s, %lld "
-              "micro-batches, %lld steps of global batch %lld\n",
-              work.description.c_str(), static_cast<long long>(pipe.parameter_count()),
-              ls::devices_str(devices).c_str(), pipe.stages(), pipe.pipelines(),
-              o.schedule.c_str(), static_cast<long long>(o.micro_batches),
-              static_cast<long long>(total), static_cast<long long>(o.batch));
+  std::printf(
+      "training %s (%lld parameters) on %s: pipeline of %d stages x %d, %s, %lld "
+      "micro-batches, %lld steps of global batch %lld\n",
+      work.description.c_str(), static_cast<long long>(pipe.parameter_count()),
+      ls::devices_str(devices).c_str(), pipe.stages(), pipe.pipelines(), o.schedule.c_str(),
+      static_cast<long long>(o.micro_batches), static_cast<long long>(total),
+      static_cast<long long>(o.batch));
   ls::data::Batch batch;
   BubbleSums bubble;
   double loss_sum = 0;
@@ -122,12 +123,11 @@ int train_pipeline(const TrainOptions& o, const std::vector<ls::Device>& devices
   if (stop.stop_requested()) return stop.exit_code();
   const double train_s = std::chrono::duration<double>(Clock::now() - start).count();
   const double final_loss = losses > 0 ? loss_sum / static_cast<double>(losses) : NAN;
-  std::printf("done: %lld steps, final loss %.4f, %.0f examples/s, bubble %.3f measured, %.3f "
-              "theory\n",
-              static_cast<long long>(steps), final_loss,
-              static_cast<double>(steps * o.batch) / train_s,
-              bubble.measured / static_cast<double>(std::max<int64_t>(1, bubble.steps)),
-              bubble.theory);
+  std::printf(
+      "done: %lld steps, final loss %.4f, %.0f examples/s, bubble %.3f measured, %.3f "
+      "theory\n",
+      static_cast<long long>(steps), final_loss, static_cast<double>(steps * o.batch) / train_s,
+      bubble.measured / static_cast<double>(std::max<int64_t>(1, bubble.steps)), bubble.theory);
   if (!o.json_path.empty()) {
     write_json(o, devices, pipe, work, final_loss, train_s, steps, bubble);
     std::printf("results written to %s\n", o.json_path.c_str());

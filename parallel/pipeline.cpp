@@ -147,13 +147,17 @@ void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFact
   for (size_t i = 0; i < devices_.size(); ++i) {
     built.push_back(threads_[i]->post([&, i] {
       const int s = static_cast<int>(i) % p, r = static_cast<int>(i) / p;
-      StageConfig config{s, p, ranges_[static_cast<size_t>(s)].first,
-                         ranges_[static_cast<size_t>(s)].second, options_.micro_batches,
-                         options_.seed, options_.timeout};
+      StageConfig config{s,
+                         p,
+                         ranges_[static_cast<size_t>(s)].first,
+                         ranges_[static_cast<size_t>(s)].second,
+                         options_.micro_batches,
+                         options_.seed,
+                         options_.timeout};
       std::unique_ptr<Communicator> comm =
           n > 1 ? std::move(comms[static_cast<size_t>(s)][static_cast<size_t>(r)]) : nullptr;
-      stages_[i] = std::make_unique<PipelineStage>(config, devices_[i], model, optimizer,
-                                                   std::move(comm));
+      stages_[i] =
+          std::make_unique<PipelineStage>(config, devices_[i], model, optimizer, std::move(comm));
     }));
   }
   std::exception_ptr first;
@@ -266,8 +270,8 @@ std::string Pipeline::Impl::watch(std::vector<std::future<void>>& jobs,
         signature = current;
         last_change = now;
       } else if (now - last_change > options_.timeout) {
-        stuck = stall_report(
-            std::chrono::duration_cast<std::chrono::milliseconds>(now - last_change));
+        stuck =
+            stall_report(std::chrono::duration_cast<std::chrono::milliseconds>(now - last_change));
         abort_all();
         aborted = true;
       }
@@ -286,7 +290,8 @@ int Pipeline::Impl::device_done(const PipelineStage& stage) const {
 uint64_t Pipeline::Impl::progress_signature() const {
   uint64_t signature = 0;
   for (const auto& stage : stages_) {
-    signature = signature * 1000003u + stage->ticks() * 131u + static_cast<uint64_t>(device_done(*stage));
+    signature =
+        signature * 1000003u + stage->ticks() * 131u + static_cast<uint64_t>(device_done(*stage));
   }
   return signature;
 }
@@ -364,14 +369,13 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
         while (stages_[static_cast<size_t>(index)].get() != &stage) ++index;
         const int64_t r = index / p, rows = batch.size / n;
         const Shard shard = shard_of(batch, features, r * rows, (r + 1) * rows);
-        outcomes[static_cast<size_t>(index)] = stage.run(
-            shard, global_labels, schedule_[static_cast<size_t>(stage.stage())], steps_,
-            options_.seed);
+        outcomes[static_cast<size_t>(index)] =
+            stage.run(shard, global_labels, schedule_[static_cast<size_t>(stage.stage())], steps_,
+                      options_.seed);
       },
       "step");
   const double step_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
-          .count();
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   double loss_sum = 0;
   bool nonfinite = false;
   for (size_t i = 0; i < stages_.size(); ++i) {

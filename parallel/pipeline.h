@@ -43,11 +43,11 @@ struct PipelineOptions {
 
 // Where the last step's time went, per stage (of pipeline 0).
 struct PipelineStepStats {
-  double step_ms = 0;              // wall time of forward + backward (to the last stage's sync)
-  std::vector<double> busy_ms;     // per stage: its stream running forward/backward actions
-  std::vector<double> bubble;      // per stage: 1 - busy / step
-  double mean_bubble = 0;          // over the stages
-  double theoretical_bubble = 0;   // (p - 1) / (m + p - 1)
+  double step_ms = 0;             // wall time of forward + backward (to the last stage's sync)
+  std::vector<double> busy_ms;    // per stage: its stream running forward/backward actions
+  std::vector<double> bubble;     // per stage: 1 - busy / step
+  double mean_bubble = 0;         // over the stages
+  double theoretical_bubble = 0;  // (p - 1) / (m + p - 1)
 };
 
 class Pipeline {

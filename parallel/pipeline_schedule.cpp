@@ -20,8 +20,7 @@ ScheduleKind parse_schedule(const std::string& name) {
 std::vector<std::vector<PipelineAction>> pipeline_schedule(int stages, int micro_batches,
                                                            ScheduleKind kind) {
   LS_CHECK(stages >= 1, "a pipeline needs at least 1 stage, got ", stages);
-  LS_CHECK(micro_batches >= 1, "a pipeline step needs at least 1 micro-batch, got ",
-           micro_batches);
+  LS_CHECK(micro_batches >= 1, "a pipeline step needs at least 1 micro-batch, got ", micro_batches);
   using Kind = PipelineAction::Kind;
   std::vector<std::vector<PipelineAction>> out(static_cast<size_t>(stages));
   for (int s = 0; s < stages; ++s) {
@@ -43,8 +42,7 @@ std::vector<std::vector<PipelineAction>> pipeline_schedule(int stages, int micro
   return out;
 }
 
-std::vector<std::pair<int, int>> split_layers(const std::vector<bool>& has_parameters,
-                                              int stages) {
+std::vector<std::pair<int, int>> split_layers(const std::vector<bool>& has_parameters, int stages) {
   std::vector<int> units;  // the layers that hold parameters: each starts a unit
   for (size_t i = 0; i < has_parameters.size(); ++i) {
     if (has_parameters[i]) units.push_back(static_cast<int>(i));

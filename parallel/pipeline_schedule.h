@@ -35,8 +35,7 @@ std::vector<std::vector<PipelineAction>> pipeline_schedule(int stages, int micro
 // number of layers that hold parameters (a layer without any, such as ReLU, goes with the one
 // before it; leading ones with the first): stages get floor or ceil of (such layers / stages),
 // the later stages the extra ones. An ls::Error when there are fewer such layers than stages.
-std::vector<std::pair<int, int>> split_layers(const std::vector<bool>& has_parameters,
-                                              int stages);
+std::vector<std::pair<int, int>> split_layers(const std::vector<bool>& has_parameters, int stages);
 
 // The idle fraction of an ideal pipeline with equal stages and free transfers: (p-1)/(m+p-1).
 double theoretical_bubble(int stages, int micro_batches);

@@ -252,8 +252,8 @@ void PipelineStage::sum_tied_gradients() {
     LS_ASSERT(p != nullptr, "stage ", me, " does not hold tied parameter ", tied.model_index);
     compute_->record(*tied_ready_);
     for (int h : tied.holders) {
-      if (h != me) send({StageInbox::Kind::kTiedGradient, tied.model_index, me}, h, p->grad,
-                        *tied_ready_);
+      if (h != me)
+        send({StageInbox::Kind::kTiedGradient, tied.model_index, me}, h, p->grad, *tied_ready_);
     }
     std::vector<Tensor> parts;  // in stage order, so every holder sums alike (bitwise)
     for (int h : tied.holders) {
@@ -265,18 +265,17 @@ void PipelineStage::sum_tied_gradients() {
     }
     compute_->record(*tied_copied_);
     for (int h : tied.holders) {
-      if (h != me) send({StageInbox::Kind::kTiedCopied, tied.model_index, me}, h, Tensor(),
-                        *tied_copied_);
+      if (h != me)
+        send({StageInbox::Kind::kTiedCopied, tied.model_index, me}, h, Tensor(), *tied_copied_);
     }
     Tensor sum = Tensor::empty(p->grad.shape(), DType::kF32, device_);
     add(parts[0], parts[1], sum, *compute_);
     for (size_t j = 2; j < parts.size(); ++j) add(sum, parts[j], sum, *compute_);
     for (int h : tied.holders) {  // every peer has copied our gradient before we overwrite it
       if (h == me) continue;
-      StageMessage copied = inbox_.take({StageInbox::Kind::kTiedCopied, tied.model_index, h},
-                                        wait_bound(),
-                                        "stage " + std::to_string(h) + " to copy the gradient of " +
-                                            p->name);
+      StageMessage copied =
+          inbox_.take({StageInbox::Kind::kTiedCopied, tied.model_index, h}, wait_bound(),
+                      "stage " + std::to_string(h) + " to copy the gradient of " + p->name);
       compute_->wait(*copied.ready);
     }
     device_runtime(device_).copy_async(p->grad.data(), sum.data(), sum.nbytes(), *compute_);

@@ -30,8 +30,19 @@
 namespace ls {
 
 enum class StagePhase {
-  kIdle, kSetup, kUpload, kReceiveActivation, kForward, kSendActivation, kReceiveGradient,
-  kBackward, kSendGradient, kTiedGradients, kReduce, kSynchronize, kOptimizer
+  kIdle,
+  kSetup,
+  kUpload,
+  kReceiveActivation,
+  kForward,
+  kSendActivation,
+  kReceiveGradient,
+  kBackward,
+  kSendGradient,
+  kTiedGradients,
+  kReduce,
+  kSynchronize,
+  kOptimizer
 };
 const char* stage_phase_name(StagePhase phase);  // "receive activations", "forward", ...
 
@@ -54,7 +65,7 @@ struct StageConfig {
 struct StageOutcome {
   double loss_sum = 0;  // last stage: sum of the per-label loss over this pipeline's rows
   int32_t nonfinite = 0;
-  double busy_ms = 0;   // time the stream spent on forward and backward actions
+  double busy_ms = 0;  // time the stream spent on forward and backward actions
 };
 
 class PipelineStage {

@@ -24,7 +24,7 @@
 namespace ls {
 
 struct StageMessage {
-  Tensor tensor;               // on the sender's device; the sender keeps it alive
+  Tensor tensor;                 // on the sender's device; the sender keeps it alive
   const Event* ready = nullptr;  // recorded after the work that produced `tensor`
 };
 
@@ -48,9 +48,8 @@ class StageInbox {
 
   StageMessage take(const Key& key, std::chrono::milliseconds timeout, const std::string& what) {
     std::unique_lock lock(mutex_);
-    const bool arrived = cv_.wait_for(lock, timeout, [&] {
-      return aborted_ || messages_.count(key) != 0;
-    });
+    const bool arrived =
+        cv_.wait_for(lock, timeout, [&] { return aborted_ || messages_.count(key) != 0; });
     if (aborted_) LS_THROW_AS(ErrorKind::kAborted, "aborted while waiting for ", what);
     if (!arrived) {
       LS_THROW_AS(ErrorKind::kTimeout, "waited ", timeout.count(), " ms for ", what,

@@ -63,12 +63,10 @@ TEST(PipelineSchedule, OneFOneBKeepsAtMostStagesMinusSInFlight) {
 
 TEST(PipelineSchedule, OneFOneBOrderOnFourStages) {
   const auto schedule = pipeline_schedule(4, 6, ScheduleKind::k1F1B);
-  const std::vector<PipelineAction> stage1{{Kind::kForward, 0},  {Kind::kForward, 1},
-                                           {Kind::kForward, 2},  {Kind::kBackward, 0},
-                                           {Kind::kForward, 3},  {Kind::kBackward, 1},
-                                           {Kind::kForward, 4},  {Kind::kBackward, 2},
-                                           {Kind::kForward, 5},  {Kind::kBackward, 3},
-                                           {Kind::kBackward, 4}, {Kind::kBackward, 5}};
+  const std::vector<PipelineAction> stage1{
+      {Kind::kForward, 0}, {Kind::kForward, 1},  {Kind::kForward, 2},  {Kind::kBackward, 0},
+      {Kind::kForward, 3}, {Kind::kBackward, 1}, {Kind::kForward, 4},  {Kind::kBackward, 2},
+      {Kind::kForward, 5}, {Kind::kBackward, 3}, {Kind::kBackward, 4}, {Kind::kBackward, 5}};
   EXPECT_EQ(schedule[1], stage1);
   const std::vector<PipelineAction> last_two{schedule[3][0], schedule[3][1]};
   EXPECT_EQ(last_two, (std::vector<PipelineAction>{{Kind::kForward, 0}, {Kind::kBackward, 0}}));

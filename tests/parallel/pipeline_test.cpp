@@ -38,7 +38,8 @@ double max_relative_difference(const std::vector<DataParallel::NamedParameter>& 
     EXPECT_EQ(a[i].values.size(), b[i].values.size());
     for (size_t j = 0; j < std::min(a[i].values.size(), b[i].values.size()); ++j) {
       const double scale = std::max(1e-3, static_cast<double>(std::abs(a[i].values[j])));
-      worst = std::max(worst, std::abs(static_cast<double>(a[i].values[j]) - b[i].values[j]) / scale);
+      worst =
+          std::max(worst, std::abs(static_cast<double>(a[i].values[j]) - b[i].values[j]) / scale);
     }
   }
   return worst;
@@ -60,7 +61,7 @@ TrainRun single_device(const ModelFactory& model, const Batches& batches, int st
 }
 
 TrainRun pipelined(int devices, const ModelFactory& model, const Batches& batches, int steps,
-              PipelineOptions options) {
+                   PipelineOptions options) {
   Pipeline pipe(hosts(devices), model, sgd(), options);
   TrainRun run;
   for (int s = 0; s < steps; ++s) run.losses.push_back(pipe.step(batches(s)).loss);
@@ -95,8 +96,8 @@ TEST(Pipeline, MlpMatchesOneDeviceForEveryStageCountMicroBatchesAndSchedule) {
   for (ScheduleKind schedule : {ScheduleKind::k1F1B, ScheduleKind::kGPipe}) {
     for (int p : {2, 4}) {
       for (int m : {1, 4, 8}) {
-        const std::string what = std::string(schedule_name(schedule)) + " p " +
-                                 std::to_string(p) + " m " + std::to_string(m);
+        const std::string what = std::string(schedule_name(schedule)) + " p " + std::to_string(p) +
+                                 " m " + std::to_string(m);
         expect_same_training(reference, pipelined(p, kMlp, mlp_batch, 3, options(p, m, schedule)),
                              what);
       }
@@ -153,8 +154,8 @@ TEST(Pipeline, GptWithTiedHeadMatchesOneDevice) {
   for (ScheduleKind schedule : {ScheduleKind::k1F1B, ScheduleKind::kGPipe}) {
     for (int p : {2, 4}) {
       for (int m : {1, 4}) {
-        const std::string what = std::string(schedule_name(schedule)) + " p " +
-                                 std::to_string(p) + " m " + std::to_string(m);
+        const std::string what = std::string(schedule_name(schedule)) + " p " + std::to_string(p) +
+                                 " m " + std::to_string(m);
         expect_same_training(reference, pipelined(p, gpt, gpt_batch, 3, options(p, m, schedule)),
                              what);
       }
@@ -219,8 +220,11 @@ void expect_error(const std::function<void()>& f, const std::string& part) {
 }
 
 TEST(Pipeline, BadSizesAreErrorsNamingTheValue) {
-  expect_error([] { Pipeline(hosts(4), mlp_factory({20, 16, 10}), sgd(), options(4, 2, {})); },
-               "a pipeline of 4 stages needs at least 4 layers with parameters");
+  expect_error(
+      [] {
+        Pipeline(hosts(4), mlp_factory({20, 16, 10}), sgd(), options(4, 2, {}));
+      },
+      "a pipeline of 4 stages needs at least 4 layers with parameters");
   expect_error([] { Pipeline(hosts(3), kMlp, sgd(), options(2, 2, {})); },
                "the device count must be a multiple of the stages");
   expect_error([] { Pipeline(hosts(2), kMlp, sgd(), options(2, 0, {})); },
@@ -244,7 +248,8 @@ class FaultLayer final : public nn::Module {
   Var forward(Tape& tape, const Var& input) override {
     if (calls_++ != at_) return input;
     if (fault_ == Fault::kThrow) LS_THROW("injected fault in the test layer");
-    host_enqueue(tape.stream(), [] { std::this_thread::sleep_for(std::chrono::milliseconds(1500)); });
+    host_enqueue(tape.stream(),
+                 [] { std::this_thread::sleep_for(std::chrono::milliseconds(1500)); });
     return input;
   }
 

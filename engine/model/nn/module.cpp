@@ -92,8 +92,9 @@ std::vector<PipelineLayer> Sequential::pipeline_layers() {
   std::vector<PipelineLayer> out;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Module* layer = layers_[i];
-    out.push_back({std::to_string(i), parameters_under(all, std::to_string(i) + "."),
-                   [layer](Tape& tape, const Var& x, const Var&) { return layer->forward(tape, x); }});
+    out.push_back(
+        {std::to_string(i), parameters_under(all, std::to_string(i) + "."),
+         [layer](Tape& tape, const Var& x, const Var&) { return layer->forward(tape, x); }});
   }
   return out;
 }

@@ -284,8 +284,7 @@ Var Transformer::head(Tape& tape, Var x, const Tensor& tokens, const Tensor& val
   if (!config_.is_classifier()) {  // the tied head: logits = x wte^T
     return linear(tape, x, tape.parameter(wte_->weight()), nullptr);
   }
-  Var pooled =
-      pool(tape, x, valid, pooling_op(config_.pooling), tokens.dim(0), tokens.dim(1));
+  Var pooled = pool(tape, x, valid, pooling_op(config_.pooling), tokens.dim(0), tokens.dim(1));
   if (pooler_ != nullptr) pooled = tanh(tape, pooler_->forward(tape, pooled));
   return head_->forward(tape, pooled);
 }
