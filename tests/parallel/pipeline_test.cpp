@@ -163,6 +163,33 @@ TEST(Pipeline, GptWithTiedHeadMatchesOneDevice) {
   }
 }
 
+// A BERT-layout classifier: bidirectional blocks mask padding keys, the head pools, a pooler.
+TEST(Pipeline, BertClassifierMatchesOneDevice) {
+  nn::TransformerConfig c = nn::bert_config(2, 2, 32, kSeq, kVocab);
+  c.pad_id = 0;
+  c.classes = 3;
+  const ModelFactory bert = transformer_factory(c);
+  const Batches batches = [](int step) {
+    std::mt19937 rng(static_cast<uint32_t>(11 + step));
+    data::Batch b;
+    b.size = 16;
+    b.features = kSeq;
+    for (int64_t r = 0; r < b.size; ++r) {
+      const int64_t length = 2 + static_cast<int64_t>(rng() % (kSeq - 1));  // right padding
+      for (int64_t t = 0; t < kSeq; ++t) {
+        b.tokens.push_back(t < length ? 1 + static_cast<int32_t>(rng() % (kVocab - 1)) : 0);
+      }
+      b.labels.push_back(static_cast<int32_t>(rng() % 3));
+    }
+    return b;
+  };
+  const TrainRun reference = single_device(bert, batches, 3);
+  for (int p : {2, 4}) {
+    expect_same_training(reference, pipelined(p, bert, batches, 3, options(p, 4, {})),
+                         "bert p " + std::to_string(p));
+  }
+}
+
 TEST(Pipeline, GptExportsTheTiedWeightOnceInSingleDeviceOrder) {
   Pipeline pipe(hosts(2), tiny_gpt(2), sgd(), options(2, 2, ScheduleKind::k1F1B));
   DataParallel dp(hosts(1), tiny_gpt(2), sgd());
