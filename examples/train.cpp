@@ -16,6 +16,7 @@
 
 #include "examples/stop_signals.h"
 #include "examples/train_options.h"
+#include "examples/train_pipeline.h"
 #include "examples/workload.h"
 
 namespace {
@@ -303,6 +304,7 @@ int main(int argc, char** argv) {
   }
   const Clock::time_point start = Clock::now();
   try {
+    if (options.pipeline > 0) return train_pipeline(options, devices, stop);
     RunSummary summary = run(options, devices, stop);
     if (summary.stopped) return report_stop(options, summary, stop);
     const double wall_s = seconds_since(start);

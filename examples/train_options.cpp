@@ -55,6 +55,10 @@ Trains a model data-parallel and reports its test loss, accuracy and throughput.
                         transformers 32)
   --accumulate K        K micro-batches per step, gradients all-reduced after the last (default 1)
   --uneven-shards       allow a global batch that does not divide by the device count
+  --pipeline P          pipeline parallelism: the model's layers in P stages, one per device
+                        (devices a multiple of P: devices/P pipelines, data-parallel)
+  --schedule NAME       pipeline schedule: 1f1b (default) or gpipe
+  --micro-batches M     pipeline: micro-batches per step (default 4)
   --bucket-mb X         gradient bucket cap in MiB (default 25; the first bucket is 1 MiB)
   --shard MODE          none (default); optimizer: ZeRO-1, each device keeps the optimizer
                         state of 1/N of the parameters; gradients: ZeRO-2, also 1/N of the
@@ -133,6 +137,15 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--steps", [&](auto f, auto v) { o.steps = parse_positive<int64_t>(f, v); }},
       {"--batch", [&](auto f, auto v) { o.batch = parse_positive<int64_t>(f, v); }},
       {"--accumulate", [&](auto f, auto v) { o.accumulate = parse_positive<int64_t>(f, v); }},
+      {"--pipeline", [&](auto f, auto v) { o.pipeline = parse_positive<int64_t>(f, v); }},
+      {"--schedule",
+       [&](auto f, auto v) {
+         if (v != "1f1b" && v != "gpipe")
+           throw UsageError(std::string(f) + ": unknown schedule '" + std::string(v) +
+                            "'; use 1f1b or gpipe");
+         o.schedule = v;
+       }},
+      {"--micro-batches", [&](auto f, auto v) { o.micro_batches = parse_positive<int64_t>(f, v); }},
       {"--bucket-mb", [&](auto f, auto v) { o.bucket_mb = parse_positive<double>(f, v); }},
       {"--shard", [&](auto f, auto v) { o.shard = ls::cli::parse_shard_mode(f, v); }},
       {"--collective-timeout-s",

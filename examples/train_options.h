@@ -32,6 +32,9 @@ struct TrainOptions {
   int64_t batch = 0;  // global, split across the devices; 0: mlp 128, transformers 32
   int64_t accumulate = 1;
   bool uneven_shards = false;
+  int64_t pipeline = 0;           // > 0: pipeline parallelism with this many stages
+  std::string schedule = "1f1b";  // pipeline: 1f1b | gpipe
+  int64_t micro_batches = 4;      // pipeline: micro-batches per step
   double bucket_mb = 25.0;
   ls::ShardMode shard = ls::ShardMode::kNone;  // --shard none | optimizer | gradients
   double collective_timeout_s = 600;

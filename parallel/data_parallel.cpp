@@ -13,6 +13,7 @@
 #include "engine/model/optim/optimizer.h"
 #include "ops/softmax_xent.h"
 #include "parallel/data_parallel_impl.h"
+#include "parallel/step_common.h"
 
 namespace ls {
 
@@ -191,35 +192,6 @@ std::vector<ReplicaProgress> DataParallel::Impl::progress() const {
 
 // ---- running a job on every replica ----------------------------------------------------------
 
-namespace {
-
-std::string describe_exception(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const Error& e) {
-    return e.message() + (e.context().empty() ? "" : " [" + e.context() + "]") + " (" + e.file() +
-           ":" + std::to_string(e.line()) + ")";
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
-
-// The kind of a replica's error; anything not an ls::Error came from user code (a model or a
-// factory) and is reported as internal.
-ErrorKind kind_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const Error& e) {
-    return e.kind();
-  } catch (...) {
-    return ErrorKind::kInternal;
-  }
-}
-
-}  // namespace
-
 void DataParallel::Impl::check_usable(const char* what) const {
   LS_CHECK(failure_.empty(), "cannot ", what, ": a replica failed earlier (", failure_,
            "); destroy this DataParallel and build a new one");
@@ -312,7 +284,7 @@ void DataParallel::Impl::fail(const Failure& first, const std::string& stuck, co
                devices_[static_cast<size_t>(first.replica)].str() + " failed in " + what +
                " (step " + std::to_string(steps_ + 1) + ", " + phase_name(first.phase) +
                "): " + describe_exception(first.error);
-    failure_kind_ = kind_of(first.error);
+    failure_kind_ = error_kind_of(first.error);
   }
   LS_THROW_AS(failure_kind_, failure_);
 }
@@ -336,38 +308,6 @@ std::vector<int64_t> DataParallel::Impl::shard_rows(int64_t global_rows) const {
   for (int64_t r = 0; r < n; ++r) rows.push_back(global_rows * (r + 1) / n - global_rows * r / n);
   return rows;
 }
-
-namespace {
-// The rows [begin, end) of a Batch or Dataset (both lay examples out the same way).
-template <typename Examples>
-Shard shard_of(const Examples& ex, int64_t features, int64_t begin, int64_t end) {
-  Shard all{ex.images.empty() ? nullptr : ex.images.data(),
-            ex.tokens.empty() ? nullptr : ex.tokens.data(),
-            ex.labels.data(),
-            end,
-            features,
-            ex.label_width,
-            0};
-  return all.slice(begin, end - begin);
-}
-
-// A batch's arrays must agree with its size, features and label width before any replica
-// reads them. Returns the features per example (features == 0: inferred from the inputs).
-int64_t check_batch(const data::Batch& batch) {
-  const size_t inputs = batch.tokens.empty() ? batch.images.size() : batch.tokens.size();
-  const int64_t features = batch.features > 0 || batch.size <= 0
-                               ? batch.features
-                               : static_cast<int64_t>(inputs / static_cast<size_t>(batch.size));
-  LS_CHECK(data::examples_fit(batch.size, features, batch.label_width, batch.images.size(),
-                              batch.tokens.size(), batch.labels.size()),
-           "malformed batch: ", batch.size, " examples of ", features, " features and ",
-           batch.label_width, " label(s), but ", batch.images.size(), " float inputs, ",
-           batch.tokens.size(), " token inputs and ", batch.labels.size(),
-           " labels; fill exactly one of images and tokens with size * features values and "
-           "labels with size * label_width");
-  return features;
-}
-}  // namespace
 
 StepResult DataParallel::Impl::step(const data::Batch& batch) {
   const int64_t features = check_batch(batch);

@@ -12,6 +12,12 @@ Var Tape::constant(Tensor value) const {
   return v;
 }
 
+Var Tape::differentiable_input(Tensor value) const {
+  Var v = constant(std::move(value));
+  v->requires_grad = record_;
+  return v;
+}
+
 Var Tape::parameter(Parameter& parameter) {
   LS_CHECK(parameter.value.defined(), "parameter '", parameter.name,
            "' has no storage; build a ParameterStore over the model before running it");

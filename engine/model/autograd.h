@@ -63,6 +63,9 @@ class Tape {
 
   // A Var that needs no gradient (inputs, labels).
   Var constant(Tensor value) const;
+  // An input whose gradient the caller wants (a pipeline stage's received activations): after
+  // backward, ->grad is d(root)/d(input), or undefined when nothing flowed into it.
+  Var differentiable_input(Tensor value) const;
   // The Var of a parameter: its value, with its gradient in the flat gradient buffer. The same
   // Var is returned for every use of the parameter on this tape.
   Var parameter(Parameter& parameter);

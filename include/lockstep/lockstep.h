@@ -28,3 +28,4 @@
 #include "engine/model/nn/transformer_config.h"
 #include "parallel/buckets.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline.h"

@@ -30,6 +30,20 @@ void Module::collect(const std::string& prefix, std::vector<Parameter*>& out) {
   for (auto& [name, child] : children_) child->collect(prefix + name + ".", out);
 }
 
+std::vector<PipelineLayer> Module::pipeline_layers() {
+  return {{"model", parameters(),
+           [this](Tape& tape, const Var& x, const Var&) { return forward(tape, x); }}};
+}
+
+std::vector<Parameter*> parameters_under(const std::vector<Parameter*>& all,
+                                         const std::string& prefix) {
+  std::vector<Parameter*> out;
+  for (Parameter* p : all) {
+    if (p->name.compare(0, prefix.size(), prefix) == 0) out.push_back(p);
+  }
+  return out;
+}
+
 Parameter& Module::register_parameter(std::string name, Shape shape, Init init) {
   LS_CHECK(!name.empty() && name.find('.') == std::string::npos, "parameter name '", name,
            "' must be non-empty and contain no '.'");
@@ -71,6 +85,18 @@ Var Sequential::forward(Tape& tape, const Var& input) {
   Var x = input;
   for (Module* layer : layers_) x = layer->forward(tape, x);
   return x;
+}
+
+std::vector<PipelineLayer> Sequential::pipeline_layers() {
+  const std::vector<Parameter*> all = parameters();  // full paths: "0.weight", ...
+  std::vector<PipelineLayer> out;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Module* layer = layers_[i];
+    out.push_back(
+        {std::to_string(i), parameters_under(all, std::to_string(i) + "."),
+         [layer](Tape& tape, const Var& x, const Var&) { return layer->forward(tape, x); }});
+  }
+  return out;
 }
 
 std::unique_ptr<Sequential> mlp(const std::vector<int64_t>& widths, Activation activation) {

@@ -7,6 +7,7 @@
 // Thread-safety: a Module is used by one thread (each replica owns its own copy).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,10 +17,25 @@
 
 namespace ls::nn {
 
+// One of a model's consecutive layers, as pipeline parallelism cuts them (parallel/pipeline.h):
+// forward(tape, x, model_input) maps the previous layer's output x (for the first layer, the
+// model input itself) to this layer's output; model_input is the model's input for the same rows
+// (token ids), for layers that need it (masks, shapes). `parameters` are every parameter forward
+// uses, registration order; a parameter listed by two layers is shared (tied weights). Chaining
+// every layer's forward computes exactly what Module::forward computes, op for op.
+struct PipelineLayer {
+  std::string name;
+  std::vector<Parameter*> parameters;
+  std::function<Var(Tape& tape, const Var& x, const Var& model_input)> forward;
+};
+
 class Module {
  public:
   virtual ~Module() = default;
   virtual Var forward(Tape& tape, const Var& input) = 0;
+  // The model as consecutive layers (see PipelineLayer); by default one layer, the whole module.
+  // Valid while the module lives; parameter names are the full paths of parameters().
+  virtual std::vector<PipelineLayer> pipeline_layers();
   // Every parameter of this module and its children, depth-first in registration order.
   std::vector<Parameter*> parameters();
   int64_t parameter_count();
@@ -67,11 +83,17 @@ class Sequential final : public Module {
  public:
   Sequential& add(std::unique_ptr<Module> module);  // named by position: "0", "1", ...
   Var forward(Tape& tape, const Var& input) override;
+  // One layer per child, named by position.
+  std::vector<PipelineLayer> pipeline_layers() override;
   size_t size() const { return layers_.size(); }
 
  private:
   std::vector<Module*> layers_;
 };
+
+// The parameters of `all` whose names start with `prefix` ("h.3."), in their order.
+std::vector<Parameter*> parameters_under(const std::vector<Parameter*>& all,
+                                         const std::string& prefix);
 
 enum class Activation { kReLU, kGELU };
 

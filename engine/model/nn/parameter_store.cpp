@@ -54,7 +54,11 @@ std::vector<float> initial_values(const std::vector<Parameter*>& parameters, int
 
 ParameterStore::ParameterStore(Module& model, Device device, Stream& stream, uint64_t seed,
                                int shards, Gradients gradients)
-    : parameters_(model.parameters()), shards_(shards) {
+    : ParameterStore(model.parameters(), device, stream, seed, shards, gradients) {}
+
+ParameterStore::ParameterStore(std::vector<Parameter*> parameters, Device device, Stream& stream,
+                               uint64_t seed, int shards, Gradients gradients)
+    : parameters_(std::move(parameters)), shards_(shards) {
   LS_CHECK(shards >= 1, "ParameterStore: shards is ", shards, "; it must be at least 1");
   LS_CHECK(!parameters_.empty(), "ParameterStore: the model has no parameters");
   LS_CHECK(stream.device() == device, "ParameterStore: the stream is on ", stream.device().str(),

@@ -30,6 +30,11 @@ class ParameterStore {
   // shards equal, aligned ranges, so a sharded optimizer can own one each (shard_view).
   ParameterStore(Module& model, Device device, Stream& stream, uint64_t seed, int shards = 1,
                  Gradients gradients = Gradients::kFlat);
+  // The same over a chosen list of parameters (a pipeline stage's part of a model), placed and
+  // initialised in the list's order (a pipeline gives them Init::from_values slices of the whole
+  // model's initial values, so a stage starts exactly where the single-device model does).
+  ParameterStore(std::vector<Parameter*> parameters, Device device, Stream& stream, uint64_t seed,
+                 int shards = 1, Gradients gradients = Gradients::kFlat);
 
   const std::vector<Parameter*>& parameters() const { return parameters_; }
   const Tensor& values() const { return values_; }

@@ -211,19 +211,28 @@ Transformer::Transformer(const TransformerConfig& config) : config_(config) {
 
 Transformer::~Transformer() = default;
 
-Var Transformer::encode(Tape& tape, const Tensor& tokens, const Tensor& valid) {
-  const int64_t b = tokens.dim(0), t = tokens.dim(1);
+Var Transformer::embed(Tape& tape, const Tensor& tokens) {
+  const int64_t t = tokens.dim(1);
   Var x = embedding(tape, tape.parameter(wte_->weight()), tokens);
   x = add_table_rows(tape, x, tape.parameter(wpe_->weight()), t);
   if (wtt_ != nullptr) x = add_table_rows(tape, x, tape.parameter(wtt_->weight()), 1);
   if (ln_emb_ != nullptr) x = ln_emb_->forward(tape, x);
-  x = dropout(tape, x, config_.dropout, kEmbeddingSite, t * config_.hidden);
-  const AttentionShape shape{b, t, config_.heads, config_.causal};
+  return dropout(tape, x, config_.dropout, kEmbeddingSite, t * config_.hidden);
+}
+
+Var Transformer::block(Tape& tape, size_t index, const Var& x, const Tensor& tokens,
+                       const Tensor& valid) {
+  const AttentionShape shape{tokens.dim(0), tokens.dim(1), config_.heads, config_.causal};
   // Right padding cannot reach a real token through causal attention, so only a bidirectional
   // model masks padding keys. (GPT-2 files often make the pad id the end-of-text id, which packed
   // language-model data uses as a separator: it must stay visible.)
   const Tensor key_valid = config_.causal ? Tensor() : valid;
-  for (TransformerBlock* block : blocks_) x = block->forward(tape, x, key_valid, shape);
+  return blocks_[index]->forward(tape, x, key_valid, shape);
+}
+
+Var Transformer::encode(Tape& tape, const Tensor& tokens, const Tensor& valid) {
+  Var x = embed(tape, tokens);
+  for (size_t i = 0; i < blocks_.size(); ++i) x = block(tape, i, x, tokens, valid);
   if (ln_f_ != nullptr) x = ln_f_->forward(tape, x);
   return x;
 }
@@ -265,13 +274,48 @@ Var Transformer::hidden_states(Tape& tape, const Var& tokens) {
 Var Transformer::forward(Tape& tape, const Var& tokens) {
   const Tensor ids = check_tokens(tokens, config_);
   const Tensor valid = valid_mask(tape, ids);
-  Var x = encode(tape, ids, valid);
+  Var x = embed(tape, ids);
+  for (size_t i = 0; i < blocks_.size(); ++i) x = block(tape, i, x, ids, valid);
+  return head(tape, x, ids, valid);
+}
+
+Var Transformer::head(Tape& tape, Var x, const Tensor& tokens, const Tensor& valid) {
+  if (ln_f_ != nullptr) x = ln_f_->forward(tape, x);
   if (!config_.is_classifier()) {  // the tied head: logits = x wte^T
     return linear(tape, x, tape.parameter(wte_->weight()), nullptr);
   }
-  Var pooled = pool(tape, x, valid, pooling_op(config_.pooling), ids.dim(0), ids.dim(1));
+  Var pooled = pool(tape, x, valid, pooling_op(config_.pooling), tokens.dim(0), tokens.dim(1));
   if (pooler_ != nullptr) pooled = tanh(tape, pooler_->forward(tape, pooled));
   return head_->forward(tape, pooled);
+}
+
+std::vector<PipelineLayer> Transformer::pipeline_layers() {
+  const std::vector<Parameter*> all = parameters();
+  std::vector<PipelineLayer> out;
+  std::vector<Parameter*> embeddings;
+  for (const char* prefix : {"wte.", "wpe.", "wtt.", "ln_emb."}) {
+    for (Parameter* p : parameters_under(all, prefix)) embeddings.push_back(p);
+  }
+  // Every layer computes the padding mask it needs from the token ids, as forward() does once.
+  out.push_back({"embeddings", embeddings, [this](Tape& tape, const Var&, const Var& tokens) {
+                   return embed(tape, check_tokens(tokens, config_));
+                 }});
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const std::string name = "h." + std::to_string(i);
+    out.push_back({name, parameters_under(all, name + "."),
+                   [this, i](Tape& tape, const Var& x, const Var& tokens) {
+                     return block(tape, i, x, tokens->value, valid_mask(tape, tokens->value));
+                   }});
+  }
+  std::vector<Parameter*> head_parameters;
+  if (!config_.is_classifier()) head_parameters.push_back(&wte_->weight());  // tied
+  for (const char* prefix : {"ln_f.", "pooler.", "head."}) {
+    for (Parameter* p : parameters_under(all, prefix)) head_parameters.push_back(p);
+  }
+  out.push_back({"head", head_parameters, [this](Tape& tape, const Var& x, const Var& tokens) {
+                   return head(tape, x, tokens->value, valid_mask(tape, tokens->value));
+                 }});
+  return out;
 }
 
 }  // namespace ls::nn

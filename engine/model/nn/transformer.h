@@ -57,10 +57,17 @@ class Transformer final : public Module {
   // The final hidden states [B*T, hidden] (after ln_f in the pre-norm layout): what a Hugging
   // Face model returns as last_hidden_state.
   Var hidden_states(Tape& tape, const Var& tokens);
+  // Pipeline layers: "embeddings", "h.0" ... "h.<layers-1>", "head" (ln_f, pooler and the head;
+  // a language model's head is wte.weight, which the embeddings layer lists too: tied).
+  std::vector<PipelineLayer> pipeline_layers() override;
   const TransformerConfig& config() const { return config_; }
 
  private:
   Var encode(Tape& tape, const Tensor& tokens, const Tensor& valid);
+  Var embed(Tape& tape, const Tensor& tokens);
+  Var block(Tape& tape, size_t index, const Var& x, const Tensor& tokens, const Tensor& valid);
+  // ln_f (pre-norm) and the output head: hidden states -> logits.
+  Var head(Tape& tape, Var x, const Tensor& tokens, const Tensor& valid);
   // i32 [B, T], 1 for a real token and 0 for padding; undefined when nothing needs it.
   Tensor valid_mask(Tape& tape, const Tensor& ids) const;
 

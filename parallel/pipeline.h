@@ -1,0 +1,81 @@
+// Pipeline: pipeline-parallel training (public) — the model's layers cut into consecutive
+// stages, one per device, each stage on its own thread with its own stream, like a Replica.
+//
+// The model's pipeline_layers() (engine/model/nn/module.h) are split near-equally by the number
+// of layers holding parameters (parallel/pipeline_schedule.h: split_layers). Each step splits the
+// batch into micro_batches near-equal micro-batches and runs them through the stages in the
+// chosen schedule (1F1B by default, or GPipe); activations and their gradients move between
+// neighbouring stages by device-to-device copies ordered by events. Gradients accumulate over the
+// micro-batches and every stage takes one optimizer step. The loss is the mean over the batch's
+// counted labels, as in DataParallel, and the result equals a single-device DataParallel run on
+// the same batch and seed (up to summation order): the same initial values (drawn for the whole
+// model and sliced), and tied parameters (GPT's head = wte) kept on every stage that uses them,
+// their gradients summed among those stages before the optimizer so all copies stay equal.
+// With more devices than stages (a multiple), devices [r*p, r*p + p) form pipeline r; the batch
+// is split into one contiguous shard per pipeline and stage s of every pipeline all-reduces its
+// gradients with the others (data parallelism over pipelines).
+// Failure: when a stage throws, or no stage makes progress for `timeout`, every stage is aborted
+// and step() throws one ls::Error naming the stage, its device, the step, the micro-batch and the
+// phase or transfer it was in, with the original message; the object is unusable afterwards.
+// Thread-safety: call from one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/data_parallel.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace ls {
+
+struct PipelineOptions {
+  int stages = 2;  // p; the device count must be a multiple of it
+  int micro_batches = 4;
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  uint64_t seed = 1;  // parameter initialisation (as DataParallelOptions::seed) and dropout
+  // How long the pipeline may go without any stage making progress (host or device) before it
+  // is aborted as stalled; also the bound of each wait for a neighbour's tensor.
+  std::chrono::milliseconds timeout = std::chrono::minutes(10);
+};
+
+// Where the last step's time went, per stage (of pipeline 0).
+struct PipelineStepStats {
+  double step_ms = 0;             // wall time of forward + backward (to the last stage's sync)
+  std::vector<double> busy_ms;    // per stage: its stream running forward/backward actions
+  std::vector<double> bubble;     // per stage: 1 - busy / step
+  double mean_bubble = 0;         // over the stages
+  double theoretical_bubble = 0;  // (p - 1) / (m + p - 1)
+};
+
+class Pipeline {
+ public:
+  Pipeline(std::vector<Device> devices, ModelFactory model, OptimizerFactory optimizer,
+           PipelineOptions options = {});
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  StepResult step(const data::Batch& batch);
+
+  int stages() const;
+  int pipelines() const;  // devices / stages
+  const std::vector<Device>& devices() const;
+  int64_t steps_taken() const;
+  int64_t parameter_count() const;  // the model's, each tied parameter once
+  // The layers of each stage, by name ("h.0"), for logs.
+  std::vector<std::vector<std::string>> stage_layers() const;
+  PipelineStepStats last_step_stats() const;
+  // The whole model's parameters in single-device (registration) order and names, each tied
+  // parameter once (from the first stage holding it); synchronizes.
+  std::vector<DataParallel::NamedParameter> named_parameters();
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ls

@@ -1,0 +1,44 @@
+// Shared step helpers (see parallel/step_common.h).
+#include "parallel/step_common.h"
+
+namespace ls {
+
+std::string describe_exception(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return e.message() + (e.context().empty() ? "" : " [" + e.context() + "]") + " (" + e.file() +
+           ":" + std::to_string(e.line()) + ")";
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+ErrorKind error_kind_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return e.kind();
+  } catch (...) {
+    return ErrorKind::kInternal;
+  }
+}
+
+int64_t check_batch(const data::Batch& batch) {
+  const size_t inputs = batch.tokens.empty() ? batch.images.size() : batch.tokens.size();
+  const int64_t features = batch.features > 0 || batch.size <= 0
+                               ? batch.features
+                               : static_cast<int64_t>(inputs / static_cast<size_t>(batch.size));
+  LS_CHECK(data::examples_fit(batch.size, features, batch.label_width, batch.images.size(),
+                              batch.tokens.size(), batch.labels.size()),
+           "malformed batch: ", batch.size, " examples of ", features, " features and ",
+           batch.label_width, " label(s), but ", batch.images.size(), " float inputs, ",
+           batch.tokens.size(), " token inputs and ", batch.labels.size(),
+           " labels; fill exactly one of images and tokens with size * features values and "
+           "labels with size * label_width");
+  return features;
+}
+
+}  // namespace ls

@@ -1,0 +1,39 @@
+// What DataParallel and Pipeline share to run a step and report its failure (internal): checking
+// a batch, cutting it into Shards, and describing a worker's exception.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include "engine/core/error.h"
+#include "engine/model/data/dataset.h"
+#include "engine/model/data/sampler.h"
+#include "parallel/replica.h"
+
+namespace ls {
+
+// "message [context] (file:line)" for an ls::Error, what() for other exceptions.
+std::string describe_exception(const std::exception_ptr& error);
+// The kind of a worker's error; anything not an ls::Error came from user code (a model or a
+// factory) and is reported as internal.
+ErrorKind error_kind_of(const std::exception_ptr& error);
+
+// A batch's arrays must agree with its size, features and label width before any worker reads
+// them. Returns the features per example (features == 0: inferred from the inputs).
+int64_t check_batch(const data::Batch& batch);
+
+// The rows [begin, end) of a Batch or Dataset (both lay examples out the same way).
+template <typename Examples>
+Shard shard_of(const Examples& ex, int64_t features, int64_t begin, int64_t end) {
+  Shard all{ex.images.empty() ? nullptr : ex.images.data(),
+            ex.tokens.empty() ? nullptr : ex.tokens.data(),
+            ex.labels.data(),
+            end,
+            features,
+            ex.label_width,
+            0};
+  return all.slice(begin, end - begin);
+}
+
+}  // namespace ls
