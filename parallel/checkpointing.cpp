@@ -1,7 +1,7 @@
 // DataParallel's save and load (see parallel/data_parallel.h), and latest_checkpoint: flat device buffers
 // <-> per-parameter safetensors tensors, through engine/checkpoint's crash-safe commit.
 // Replica 0's parameters are saved (every replica holds bitwise the same values); optimizer state
-// is replica 0's too, or, sharded (ZeRO-1), each replica's range put together, so a checkpoint
+// is replica 0's too, or, sharded (ZeRO-1/2), each replica's range put together, so a checkpoint
 // holds whole tensors in every mode. A load writes the same host bytes into every replica (each
 // sharded optimizer takes its range), so they stay bitwise equal and any mode can load any file.
 #include <algorithm>
@@ -9,6 +9,7 @@
 
 #include "engine/core/error.h"
 #include "engine/model/checkpoint/checkpoint.h"
+#include "parallel/checkpoint_tensors.h"
 #include "parallel/data_parallel_impl.h"
 
 namespace ls {
@@ -16,7 +17,6 @@ namespace {
 
 using checkpoint::NamedHostTensor;
 using checkpoint::SafetensorsDType;
-using checkpoint::SafetensorsFile;
 
 // Host copies of one replica's flat buffers: values, then each optimizer state in order.
 struct HostState {
@@ -32,27 +32,19 @@ std::span<const std::byte> bytes_of(const std::vector<float>& flat, const Parame
                                                            static_cast<size_t>(p.numel())));
 }
 
-// Copies tensor `name` of `file` into flat[p.offset ...] after checking dtype and shape.
-void restore_into(const SafetensorsFile& file, const std::string& name, const Parameter& p,
-                  std::vector<float>& flat) {
-  const checkpoint::SafetensorsTensor& t = file.at(name);
-  LS_CHECK(t.dtype == SafetensorsDType::kF32 && t.shape == p.shape, file.name(), ": tensor '",
-           name, "' is ", checkpoint::safetensors_dtype_name(t.dtype), shape_str(t.shape),
-           " but this model needs F32", shape_str(p.shape),
-           "; the checkpoint was saved from a different model");
-  std::memcpy(flat.data() + p.offset, t.data.data(), t.data.size());
-}
-
 // Where replica r's optimizer state starts in the flat layout: 0, or its shard's offset.
 int64_t optimizer_offset(Replica& r) {
   return r.sharded() ? r.store().shard_size() * r.rank() : 0;
 }
 
 std::string model_description(const std::vector<Parameter*>& parameters) {
-  std::string out;
-  for (const Parameter* p : parameters)
-    out += (out.empty() ? "" : " ") + p->name + shape_str(p->shape);
-  return out;
+  std::vector<std::string> names;
+  std::vector<Shape> shapes;
+  for (const Parameter* p : parameters) {
+    names.push_back(p->name);
+    shapes.push_back(p->shape);
+  }
+  return ls::model_description(names, shapes);
 }
 
 }  // namespace
@@ -122,18 +114,12 @@ TrainingPosition DataParallel::Impl::load(const std::string& dir) {
     s.optimizer_name = r.optimizer().name();
     return s;
   });
-  LS_CHECK(loaded.meta.optimizer == state.optimizer_name, loaded.path, ": saved with optimizer '",
-           loaded.meta.optimizer, "' but this run uses '", state.optimizer_name, "'");
-  LS_CHECK(loaded.model.tensors().size() == state.parameters.size(), loaded.model.name(), " holds ",
-           loaded.model.tensors().size(), " tensors but this model has ", state.parameters.size(),
-           " parameters; the checkpoint was saved from a different model");
-  LS_CHECK(loaded.optimizer.tensors().size() == state.parameters.size() * state.optimizer.size(),
-           loaded.optimizer.name(), " holds ", loaded.optimizer.tensors().size(),
-           " tensors but this optimizer keeps ", state.optimizer.size(), " per parameter");
+  check_checkpoint_fits(loaded, state.optimizer_name, state.parameters.size(),
+                        state.optimizer.size());
   for (const Parameter* p : state.parameters) {
-    restore_into(loaded.model, p->name, *p, state.values);
+    restore_tensor(loaded.model, p->name, p->shape, state.values.data() + p->offset);
     for (auto& [name, flat] : state.optimizer)
-      restore_into(loaded.optimizer, p->name + "." + name, *p, flat);
+      restore_tensor(loaded.optimizer, p->name + "." + name, p->shape, flat.data() + p->offset);
   }
   run_on_all(
       [&](Replica& r) {

@@ -1,6 +1,6 @@
 // Pipeline (see parallel/pipeline.h): building the stages, running a job on every stage with
 // failure and stall handling, and the step.
-#include "parallel/pipeline.h"
+#include "parallel/pipeline_impl.h"
 
 #include <algorithm>
 #include <atomic>
@@ -12,65 +12,9 @@
 
 #include "engine/core/runtime.h"
 #include "ops/softmax_xent.h"
-#include "parallel/pipeline_stage.h"
 #include "parallel/step_common.h"
-#include "parallel/worker_thread.h"
 
 namespace ls {
-
-class Pipeline::Impl {
- public:
-  Impl(std::vector<Device> devices, const ModelFactory& model, const OptimizerFactory& optimizer,
-       PipelineOptions options);
-  ~Impl() { destroy_stages(); }
-
-  StepResult step(const data::Batch& batch);
-  std::vector<DataParallel::NamedParameter> named_parameters();
-
-  int stages() const { return options_.stages; }
-  int pipelines() const { return static_cast<int>(devices_.size()) / options_.stages; }
-  const std::vector<Device>& devices() const { return devices_; }
-  int64_t steps_taken() const { return steps_; }
-  int64_t parameter_count() const { return parameter_count_; }
-  std::vector<std::vector<std::string>> stage_layers() const { return stage_layer_names_; }
-  PipelineStepStats last_step_stats() const { return stats_; }
-
- private:
-  struct Failure {
-    int stage = -1;  // index into stages_ (pipeline * p + stage)
-    std::exception_ptr error;
-    StagePhase phase = StagePhase::kIdle;
-    int micro_batch = -1;
-  };
-  void plan(const ModelFactory& model);
-  void build_stages(const ModelFactory& model, const OptimizerFactory& optimizer);
-  void run_on_stages(const std::function<void(PipelineStage&)>& job, const char* what);
-  std::string watch(std::vector<std::future<void>>& jobs, const std::atomic<bool>& failed);
-  uint64_t progress_signature() const;
-  int device_done(const PipelineStage& stage) const;
-  std::string stall_report(std::chrono::milliseconds quiet) const;
-  [[noreturn]] void fail(const Failure& first, const std::string& stuck, const char* what);
-  void abort_all();
-  void drain_all();
-  void destroy_stages();
-  std::string where(int index) const;  // "stage 1 on host:1" (with "of pipeline r" if several)
-
-  std::vector<Device> devices_;
-  PipelineOptions options_;
-  std::vector<std::pair<int, int>> ranges_;  // layers of each stage
-  std::vector<std::vector<std::string>> stage_layer_names_;
-  std::vector<std::string> parameter_names_;  // the whole model's, registration order
-  std::vector<std::vector<int64_t>> parameter_shapes_;
-  std::vector<TiedParameter> tied_;
-  std::vector<std::vector<PipelineAction>> schedule_;
-  std::vector<std::unique_ptr<WorkerThread>> threads_;
-  std::vector<std::unique_ptr<PipelineStage>> stages_;  // pipeline-major: r * p + s
-  int64_t parameter_count_ = 0;
-  int64_t steps_ = 0;
-  PipelineStepStats stats_;
-  std::string failure_;
-  ErrorKind failure_kind_ = ErrorKind::kInternal;
-};
 
 // ---- construction ----------------------------------------------------------------------------
 

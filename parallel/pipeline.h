@@ -71,6 +71,12 @@ class Pipeline {
   // The whole model's parameters in single-device (registration) order and names, each tied
   // parameter once (from the first stage holding it); synchronizes.
   std::vector<DataParallel::NamedParameter> named_parameters();
+  // Checkpoints in DataParallel's format (see DataParallel::save/load): whole tensors under the
+  // model's parameter names, each tied parameter once, so a pipeline checkpoint loads into a
+  // DataParallel (any device count and shard mode) or a Pipeline of any stage count, and back.
+  std::string save(const std::string& dir, const TrainingPosition& position = {},
+                   const CheckpointRetention& retention = {});
+  TrainingPosition load(const std::string& dir);
 
   class Impl;
 
