@@ -1,7 +1,9 @@
 // lockstep-train: trains a model (an MLP on Fashion-MNIST, a GPT on dict-gcide, a transformer
-// classifier on WordNet supersenses; examples/workload.h) data-parallel over the given devices,
-// and reports test loss, accuracy and throughput. It is also the example of embedding the engine:
-// load data, make a DataParallel, loop over batches, evaluate.
+// classifier on WordNet supersenses; examples/workload.h) data-parallel over the given devices
+// (ZeRO-1/2 with --shard), or with its layers cut into --pipeline stages (pipelines x data
+// parallel when the devices are a multiple), and reports test loss, accuracy and throughput. It
+// is also the example of embedding the engine: load data, make a DataParallel (or a Pipeline:
+// the same calls), loop over batches, evaluate.
 // Ctrl-C or SIGTERM stops it after the current step, with a checkpoint when it keeps them.
 // Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 / 143 stopped by SIGINT / SIGTERM.
 #include <lockstep/lockstep.h>
@@ -13,10 +15,11 @@
 #include <deque>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <string>
 
 #include "examples/stop_signals.h"
 #include "examples/train_options.h"
-#include "examples/train_pipeline.h"
 #include "examples/workload.h"
 
 namespace {
@@ -33,6 +36,13 @@ std::string format_eta(double seconds) {
   return buf;
 }
 
+// The pipeline's bubble over a run: the mean of each step's measured bubble, and the theory.
+struct BubbleTotals {
+  double measured = 0, theory = 0;
+  int64_t steps = 0;
+  double mean() const { return steps > 0 ? measured / static_cast<double>(steps) : 0.0; }
+};
+
 struct RunSummary {
   std::string description;      // the model and data
   std::vector<int64_t> widths;  // the MLP's layer widths, input to output (mlp only)
@@ -47,6 +57,7 @@ struct RunSummary {
   double final_loss = 0;  // mean loss over the last (up to) 100 steps
   double train_seconds = 0;
   ls::EvalResult test;
+  std::optional<BubbleTotals> bubble;  // pipeline runs
 };
 
 ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
@@ -70,10 +81,46 @@ ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
   return options;
 }
 
+ls::PipelineOptions pipeline_options(const TrainOptions& o) {
+  LS_CHECK(o.accumulate == 1 && o.shard == ls::ShardMode::kNone && !o.uneven_shards,
+           "--pipeline does not combine with --accumulate, --shard or --uneven-shards; use "
+           "--micro-batches instead of --accumulate");
+  ls::PipelineOptions options;
+  options.stages = static_cast<int>(o.pipeline);
+  options.micro_batches = static_cast<int>(o.micro_batches);
+  options.schedule = ls::parse_schedule(o.schedule);
+  options.seed = o.seed;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
+  return options;
+}
+
+// What differs between the two trainers, for the shared loop below.
+std::string layout(const ls::DataParallel& t) {
+  return std::to_string(t.buckets().size()) + " gradient bucket(s)";
+}
+std::string layout(const ls::Pipeline& t) {
+  return "pipeline of " + std::to_string(t.stages()) + " stages x " +
+         std::to_string(t.pipelines());
+}
+std::vector<ls::DataParallel::NamedParameter> named_parameters(ls::DataParallel& t) {
+  return t.named_parameters(0);
+}
+std::vector<ls::DataParallel::NamedParameter> named_parameters(ls::Pipeline& t) {
+  return t.named_parameters();
+}
+void observe_step(const ls::DataParallel&, RunSummary&) {}
+void observe_step(const ls::Pipeline& t, RunSummary& s) {
+  const ls::PipelineStepStats stats = t.last_step_stats();
+  if (!s.bubble) s.bubble = BubbleTotals{};
+  s.bubble->measured += stats.mean_bubble;
+  s.bubble->theory = stats.theoretical_bubble;
+  ++s.bubble->steps;
+}
+
 // With --resume and a checkpoint in --checkpoint-dir: restores the trainer and the data position
 // from it. Returns the first step to run.
-int64_t resume_if_asked(const TrainOptions& o, ls::DataParallel& trainer,
-                        ls::data::Prefetcher& batches) {
+template <typename Trainer>
+int64_t resume_if_asked(const TrainOptions& o, Trainer& trainer, ls::data::Prefetcher& batches) {
   if (!o.resume) return 1;
   if (!ls::latest_checkpoint(o.checkpoint_dir)) {
     std::printf("no checkpoint in %s yet: starting from step 1\n", o.checkpoint_dir.c_str());
@@ -109,15 +156,17 @@ ls::CheckpointRetention retention(const TrainOptions& o) {
 
 // Steps first_step..total_steps, logging and checkpointing as the options say. A stop signal
 // ends it between two steps; returns the last step taken.
-int64_t train_steps(const TrainOptions& o, ls::DataParallel& trainer, ls::data::Prefetcher& batches,
+template <typename Trainer>
+int64_t train_steps(const TrainOptions& o, Trainer& trainer, ls::data::Prefetcher& batches,
                     int64_t first_step, int64_t total_steps, RecentLoss& recent,
-                    const StopSignals& stop) {
+                    RunSummary& summary, const StopSignals& stop) {
   ls::data::Batch batch;
   const Clock::time_point start = Clock::now();
   for (int64_t step = first_step; step <= total_steps; ++step) {
     if (stop.stop_requested()) return step - 1;
     if (!batches.next(batch)) batches.next(batch);  // an epoch ended: the next one is ready
     const ls::StepResult result = trainer.step(batch);
+    observe_step(trainer, summary);
     if (result.skipped) {
       std::printf("step %lld skipped: non-finite loss or gradients (%lld skipped so far)\n",
                   static_cast<long long>(step), static_cast<long long>(trainer.skipped_steps()));
@@ -163,28 +212,22 @@ WorkloadOptions workload_options(const TrainOptions& o) {
   return w;
 }
 
-// Writes replica 0's parameters as a Hugging Face checkpoint (--export-hf).
-void export_hf(const TrainOptions& o, const ls::nn::TransformerConfig& config,
-               ls::DataParallel& trainer) {
+// Writes the model's parameters as a Hugging Face checkpoint (--export-hf).
+template <typename Trainer>
+void export_hf(const TrainOptions& o, const ls::nn::TransformerConfig& config, Trainer& trainer) {
   ls::checkpoint::HostTensors weights;
-  for (auto& p : trainer.named_parameters(0)) {
+  for (auto& p : named_parameters(trainer)) {
     weights[p.name] = {std::move(p.shape), std::move(p.values)};
   }
   ls::checkpoint::write_hf(o.export_hf, config, weights);
   std::printf("exported the model in Hugging Face form to %s\n", o.export_hf.c_str());
 }
 
-RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
-               const StopSignals& stop) {
-  const Workload work = make_workload(workload_options(o));
+template <typename Trainer>
+RunSummary train_with(const TrainOptions& o, const std::vector<ls::Device>& devices,
+                      const Workload& work, Trainer& trainer, const StopSignals& stop) {
   const ls::data::Dataset& train = work.train;
   const ls::data::Dataset& test = work.test;
-  for (const std::string& note : work.notes) std::printf("note: %s\n", note.c_str());
-  ls::DataParallel trainer(
-      devices, work.model,
-      ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}),
-      data_parallel_options(o));
-
   ls::data::Sampler sampler(train.count, o.seed);
   // Batches are gathered on a background thread, two steps ahead, so a step never waits for data.
   ls::data::Prefetcher batches(train, sampler, o.batch);
@@ -194,16 +237,17 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
   const int64_t first_step = resume_if_asked(o, trainer, batches);
   std::printf(
       "training %s (%lld parameters) on %s: %lld steps of global batch %lld, %s lr %g,"
-      " %zu gradient bucket(s)\n",
+      " %s\n",
       work.description.c_str(), static_cast<long long>(trainer.parameter_count()),
       ls::devices_str(devices).c_str(), static_cast<long long>(total_steps),
       static_cast<long long>(o.batch), o.optimizer.c_str(), static_cast<double>(o.lr),
-      trainer.buckets().size());
+      layout(trainer).c_str());
 
   RecentLoss recent;
-  const Clock::time_point start = Clock::now();
-  const int64_t last_step = train_steps(o, trainer, batches, first_step, total_steps, recent, stop);
   RunSummary summary;
+  const Clock::time_point start = Clock::now();
+  const int64_t last_step =
+      train_steps(o, trainer, batches, first_step, total_steps, recent, summary, stop);
   summary.stopped = last_step < total_steps;
   summary.last_step = last_step;
   const bool saved_last = o.checkpoint_every > 0 && last_step % o.checkpoint_every == 0;
@@ -225,7 +269,22 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
   summary.final_loss = recent.mean();
   if (!summary.stopped) summary.test = trainer.evaluate(test, work.transformer ? 64 : 1000);
   if (!summary.stopped && !o.export_hf.empty()) export_hf(o, *work.transformer, trainer);
-  return summary;  // the trainer's threads are joined here, when it goes out of scope
+  return summary;
+}
+
+RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
+               const StopSignals& stop) {
+  const Workload work = make_workload(workload_options(o));
+  for (const std::string& note : work.notes) std::printf("note: %s\n", note.c_str());
+  const ls::OptimizerFactory optimizer =
+      ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay});
+  // The trainer's threads are joined when it goes out of scope, before the summary is printed.
+  if (o.pipeline > 0) {
+    ls::Pipeline trainer(devices, work.model, optimizer, pipeline_options(o));
+    return train_with(o, devices, work, trainer, stop);
+  }
+  ls::DataParallel trainer(devices, work.model, optimizer, data_parallel_options(o));
+  return train_with(o, devices, work, trainer, stop);
 }
 
 void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, const RunSummary& s,
@@ -252,6 +311,13 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, c
   json.field("global_batch", o.batch);
   json.field("accumulate", o.accumulate);
   json.field("shard", ls::shard_mode_name(o.shard));
+  if (s.bubble) {
+    json.field("pipeline_stages", o.pipeline);
+    json.field("schedule", o.schedule);
+    json.field("micro_batches", o.micro_batches);
+    json.field("bubble_measured", s.bubble->mean());
+    json.field("bubble_theory", s.bubble->theory);
+  }
   json.field("final_loss", s.final_loss);
   json.field("test_loss", s.test.loss);
   json.field("test_accuracy", s.test.accuracy);
@@ -304,7 +370,6 @@ int main(int argc, char** argv) {
   }
   const Clock::time_point start = Clock::now();
   try {
-    if (options.pipeline > 0) return train_pipeline(options, devices, stop);
     RunSummary summary = run(options, devices, stop);
     if (summary.stopped) return report_stop(options, summary, stop);
     const double wall_s = seconds_since(start);
@@ -318,6 +383,10 @@ int main(int argc, char** argv) {
     if (summary.tokens_per_example > 0) {
       std::printf(" (%.0f tokens/s)",
                   examples_per_s * static_cast<double>(summary.tokens_per_example));
+    }
+    if (summary.bubble) {
+      std::printf(", bubble %.3f measured, %.3f theory", summary.bubble->mean(),
+                  summary.bubble->theory);
     }
     std::printf(", %.1f s\n", wall_s);
     if (!options.json_path.empty()) {

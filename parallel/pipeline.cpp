@@ -330,6 +330,7 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   const bool skipped = nonfinite || !std::isfinite(loss);
   run_on_stages([skipped](PipelineStage& stage) { stage.step(!skipped); }, "optimizer step");
   ++steps_;
+  if (skipped) ++skipped_total_;
   stats_ = {};
   stats_.step_ms = step_ms;
   for (int s = 0; s < p; ++s) {
@@ -340,6 +341,38 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   }
   stats_.theoretical_bubble = theoretical_bubble(p, options_.micro_batches);
   return {loss, skipped};
+}
+
+EvalResult Pipeline::Impl::evaluate(const data::Dataset& dataset, int64_t batch_size) {
+  LS_CHECK(batch_size > 0, "evaluate: batch size must be positive, got ", batch_size);
+  LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
+  data::check_dataset(dataset);
+  const int p = options_.stages, n = pipelines();
+  std::vector<EvalCounts> counts(stages_.size());
+  run_on_stages(
+      [&](PipelineStage& stage) {
+        int index = 0;
+        while (stages_[static_cast<size_t>(index)].get() != &stage) ++index;
+        const int64_t r = index / p;
+        const int64_t begin = dataset.count * r / n, end = dataset.count * (r + 1) / n;
+        const Shard rows = shard_of(dataset, dataset.features, begin, end);
+        if (rows.rows > 0) counts[static_cast<size_t>(index)] = stage.evaluate(rows, batch_size);
+      },
+      "evaluate");
+  EvalResult result;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int r = 0; r < n; ++r) {
+    const EvalCounts& c = counts[static_cast<size_t>(r * p + p - 1)];  // the last stages'
+    loss_sum += c.loss_sum;
+    correct += c.correct;
+    result.examples += c.rows;
+  }
+  LS_CHECK(result.examples > 0, "evaluate: every label of '", dataset.name,
+           "' is kIgnoreLabel; there is nothing to evaluate");
+  result.loss = loss_sum / static_cast<double>(result.examples);
+  result.accuracy = static_cast<double>(correct) / static_cast<double>(result.examples);
+  return result;
 }
 
 std::vector<DataParallel::NamedParameter> Pipeline::Impl::named_parameters() {
@@ -373,10 +406,14 @@ Pipeline::Pipeline(std::vector<Device> devices, ModelFactory model, OptimizerFac
     : impl_(std::make_unique<Impl>(std::move(devices), model, optimizer, options)) {}
 Pipeline::~Pipeline() = default;
 StepResult Pipeline::step(const data::Batch& batch) { return impl_->step(batch); }
+EvalResult Pipeline::evaluate(const data::Dataset& dataset, int64_t batch_size) {
+  return impl_->evaluate(dataset, batch_size);
+}
 int Pipeline::stages() const { return impl_->stages(); }
 int Pipeline::pipelines() const { return impl_->pipelines(); }
 const std::vector<Device>& Pipeline::devices() const { return impl_->devices(); }
 int64_t Pipeline::steps_taken() const { return impl_->steps_taken(); }
+int64_t Pipeline::skipped_steps() const { return impl_->skipped_steps(); }
 int64_t Pipeline::parameter_count() const { return impl_->parameter_count(); }
 std::vector<std::vector<std::string>> Pipeline::stage_layers() const {
   return impl_->stage_layers();

@@ -59,11 +59,16 @@ class Pipeline {
   Pipeline& operator=(const Pipeline&) = delete;
 
   StepResult step(const data::Batch& batch);
+  // Forward only: the data set split across the pipelines, each part streamed through its
+  // stages in chunks of batch_size; the counts of the last stages combined (as
+  // DataParallel::evaluate).
+  EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
 
   int stages() const;
   int pipelines() const;  // devices / stages
   const std::vector<Device>& devices() const;
   int64_t steps_taken() const;
+  int64_t skipped_steps() const;  // non-finite loss or gradients: the optimizer did not step
   int64_t parameter_count() const;  // the model's, each tied parameter once
   // The layers of each stage, by name ("h.0"), for logs.
   std::vector<std::vector<std::string>> stage_layers() const;

@@ -26,6 +26,7 @@ class Pipeline::Impl {
   ~Impl() { destroy_stages(); }
 
   StepResult step(const data::Batch& batch);
+  EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
   std::vector<DataParallel::NamedParameter> named_parameters();
   std::string save(const std::string& dir, const TrainingPosition& position,
                    const CheckpointRetention& retention);
@@ -35,6 +36,7 @@ class Pipeline::Impl {
   int pipelines() const { return static_cast<int>(devices_.size()) / options_.stages; }
   const std::vector<Device>& devices() const { return devices_; }
   int64_t steps_taken() const { return steps_; }
+  int64_t skipped_steps() const { return skipped_total_; }
   int64_t parameter_count() const { return parameter_count_; }
   std::vector<std::vector<std::string>> stage_layers() const { return stage_layer_names_; }
   PipelineStepStats last_step_stats() const { return stats_; }
@@ -75,6 +77,7 @@ class Pipeline::Impl {
   std::vector<std::unique_ptr<PipelineStage>> stages_;  // pipeline-major: r * p + s
   int64_t parameter_count_ = 0;
   int64_t steps_ = 0;
+  int64_t skipped_total_ = 0;
   PipelineStepStats stats_;
   std::string failure_;
   ErrorKind failure_kind_ = ErrorKind::kInternal;

@@ -15,8 +15,19 @@
 #include "engine/core/runtime.h"
 #include "engine/model/nn/functional.h"
 #include "ops/elementwise.h"
+#include "ops/softmax_xent.h"
 
 namespace ls {
+
+// Note [Evaluation window]
+// Evaluation streams a whole data set through the stages, so a sender cannot keep every chunk's
+// activations until the end (as a step keeps its micro-batches', Note [Pipeline transfer
+// lifetime]). The receiver, after enqueueing its copy of chunk c, records an event and posts it
+// back (kEvalCopied); the sender, after sending chunk c, takes chunk c - kEvalWindow's
+// confirmation, makes its stream wait on it and only then lets that tensor go. So at most
+// kEvalWindow + 1 chunks per stage are in flight, and each event slot (c mod kEvalWindow + 1)
+// is recorded again only after the sender has waited on its previous use.
+constexpr int kEvalWindow = 2;
 
 const char* stage_phase_name(StagePhase phase) {
   switch (phase) {
@@ -33,6 +44,7 @@ const char* stage_phase_name(StagePhase phase) {
     case StagePhase::kReduce: return "gradient all-reduce";
     case StagePhase::kSynchronize: return "synchronize";
     case StagePhase::kOptimizer: return "optimizer";
+    case StagePhase::kEvaluate: return "evaluate";
   }
   return "?";
 }
@@ -68,6 +80,10 @@ PipelineStage::PipelineStage(const StageConfig& config, Device device, const Mod
   }
   tied_ready_ = runtime.create_event();
   tied_copied_ = runtime.create_event();
+  for (int k = 0; k < kEvalWindow + 1; ++k) {
+    eval_sent_.push_back(runtime.create_event());
+    eval_copied_.push_back(runtime.create_event());
+  }
   loss_sum_ = Tensor::empty({1}, DType::kF32, device);
   nonfinite_ = Tensor::empty({1}, DType::kI32, device);
   compute_->synchronize();
@@ -334,6 +350,73 @@ StageOutcome PipelineStage::run(const Shard& shard, int64_t global_labels,
   }
   set_phase(StagePhase::kIdle, -1);
   return outcome;
+}
+
+void PipelineStage::evaluate_chunk(const Shard& chunk, int c, EvalCounts& counts) {
+  const int s = config_.stage;
+  const size_t slot = static_cast<size_t>(c % (kEvalWindow + 1));
+  upload(chunk);
+  set_phase(StagePhase::kEvaluate, c);
+  Tape tape(*compute_, /*record=*/false);
+  Var model_input = tape.constant(inputs_);
+  Var x = model_input;
+  if (s > 0) {
+    x = tape.constant(receive({StageInbox::Kind::kEvalActivation, c, s - 1},
+                              "evaluation chunk " + std::to_string(c) + "'s activations from stage " +
+                                  std::to_string(s - 1),
+                              nullptr));
+    compute_->record(*eval_copied_[slot]);
+    inboxes_[static_cast<size_t>(s - 1)]->post({StageInbox::Kind::kEvalCopied, c, s},
+                                               {Tensor(), eval_copied_[slot].get()});
+    set_phase(StagePhase::kEvaluate, c);
+  }
+  for (const nn::PipelineLayer& layer : layers_) x = layer.forward(tape, x, model_input);
+  if (last()) {
+    Var loss = nn::cross_entropy(tape, x, labels_);
+    count_correct(x->value, labels_, nonfinite_, *compute_);  // nonfinite_ is free: i32 [1]
+    int32_t correct = 0;
+    float loss_mean = 0;
+    nonfinite_.copy_to_host_async(&correct, sizeof correct, *compute_);
+    loss->value.copy_to_host_async(&loss_mean, sizeof loss_mean, *compute_);
+    compute_->synchronize();
+    counts.correct += correct;
+    // The loss is (sum over counted labels) / (logit rows).
+    counts.loss_sum += static_cast<double>(loss_mean) * static_cast<double>(x->value.dim(0));
+    counts.rows += chunk.counted_labels();
+    return;
+  }
+  compute_->record(*eval_sent_[slot]);
+  send({StageInbox::Kind::kEvalActivation, c, s}, s + 1, x->value, *eval_sent_[slot]);
+  if (c >= kEvalWindow) {  // See Note [Evaluation window]
+    StageMessage copied = inbox_.take({StageInbox::Kind::kEvalCopied, c - kEvalWindow, s + 1},
+                                      wait_bound(), "stage " + std::to_string(s + 1) +
+                                                        " to copy evaluation chunk " +
+                                                        std::to_string(c - kEvalWindow));
+    compute_->wait(*copied.ready);
+    keep_alive_.erase(keep_alive_.begin());
+  }
+}
+
+EvalCounts PipelineStage::evaluate(const Shard& rows, int64_t batch_size) {
+  EvalCounts counts;
+  int c = 0;
+  for (int64_t begin = 0; begin < rows.rows; begin += batch_size) {
+    const Shard chunk = rows.slice(begin, std::min(batch_size, rows.rows - begin));
+    if (chunk.counted_labels() == 0) continue;  // every stage skips it alike
+    evaluate_chunk(chunk, c++, counts);
+  }
+  // The last confirmations: the receiver has enqueued every copy once they are all taken.
+  for (int k = std::max(0, c - kEvalWindow); k < c && !last(); ++k) {
+    StageMessage copied =
+        inbox_.take({StageInbox::Kind::kEvalCopied, k, config_.stage + 1}, wait_bound(),
+                    "stage " + std::to_string(config_.stage + 1) + " to copy evaluation chunk " +
+                        std::to_string(k));
+    compute_->wait(*copied.ready);
+  }
+  compute_->synchronize();
+  keep_alive_.clear();
+  set_phase(StagePhase::kIdle, -1);
+  return counts;
 }
 
 void PipelineStage::step(bool apply) {

@@ -42,7 +42,8 @@ enum class StagePhase {
   kTiedGradients,
   kReduce,
   kSynchronize,
-  kOptimizer
+  kOptimizer,
+  kEvaluate
 };
 const char* stage_phase_name(StagePhase phase);  // "receive activations", "forward", ...
 
@@ -87,6 +88,10 @@ class PipelineStage {
                    const std::vector<PipelineAction>& actions, int64_t step, uint64_t dropout_seed);
   // The optimizer step (synchronizes); then drops the tensors kept for the neighbours' copies.
   void step(bool apply);
+  // Forward only over `rows` (this pipeline's part of a data set) in chunks of batch_size, the
+  // activations passed stage to stage; the last stage returns the counts (the others, zeros).
+  // Each chunk's input is needed on every stage (padding masks, pooling), so each uploads it.
+  EvalCounts evaluate(const Shard& rows, int64_t batch_size);
 
   int stage() const { return config_.stage; }
   Device device() const { return device_; }
@@ -118,6 +123,8 @@ class PipelineStage {
   Tensor receive(StageInbox::Key key, const std::string& what, Event* start);
   void send(StageInbox::Key key, int to, const Tensor& tensor, const Event& ready);
   void sum_tied_gradients();
+  // Evaluation: chunk c's activations through this stage, sent on (or, last, counted).
+  void evaluate_chunk(const Shard& chunk, int c, EvalCounts& counts);
   void reduce_data_parallel();
   bool last() const { return config_.stage + 1 == config_.stages; }
   // A wait for a neighbour is a backstop, later than the Pipeline's stall watch (which reports
@@ -146,6 +153,8 @@ class PipelineStage {
   std::vector<MicroBatch> micro_;
   std::vector<std::unique_ptr<Event>> action_start_, action_end_, sent_;
   std::unique_ptr<Event> tied_ready_, tied_copied_;
+  // Evaluation: per chunk slot (see Note [Evaluation window]), sent and copied.
+  std::vector<std::unique_ptr<Event>> eval_sent_, eval_copied_;
   std::vector<Tensor> keep_alive_;  // see Note [Pipeline transfer lifetime]
   Tensor inputs_, labels_, loss_sum_, nonfinite_;
   Shard shard_;

@@ -30,7 +30,7 @@ struct StageMessage {
 
 class StageInbox {
  public:
-  enum class Kind { kActivation, kGradient, kTiedGradient, kTiedCopied };
+  enum class Kind { kActivation, kGradient, kTiedGradient, kTiedCopied, kEvalActivation, kEvalCopied };
   struct Key {
     Kind kind;
     int index;  // micro-batch, or tied parameter
