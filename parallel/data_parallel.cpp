@@ -138,14 +138,7 @@ void DataParallel::Impl::build_replicas(const ModelFactory& model,
                                                options_.seed, options_.shard);
     }));
   }
-  std::exception_ptr first;
-  for (auto& f : built) {
-    try {
-      f.get();
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-  }
+  const std::exception_ptr first = WorkerThread::wait_all(built);
   // On failure the replicas, too, are destroyed on their own threads (not by ~vector here).
   if (first) {
     abort_all();

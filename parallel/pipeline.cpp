@@ -104,14 +104,7 @@ void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFact
           std::make_unique<PipelineStage>(config, devices_[i], model, optimizer, std::move(comm));
     }));
   }
-  std::exception_ptr first;
-  for (auto& f : built) {
-    try {
-      f.get();
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-  }
+  const std::exception_ptr first = WorkerThread::wait_all(built);
   if (first) {
     abort_all();
     destroy_stages();

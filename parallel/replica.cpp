@@ -8,6 +8,7 @@
 #include "engine/model/nn/functional.h"
 #include "ops/elementwise.h"
 #include "ops/softmax_xent.h"
+#include "parallel/step_common.h"
 
 namespace ls {
 
@@ -127,16 +128,7 @@ int64_t Shard::counted_labels() const {
 
 void Replica::upload(const Shard& shard) {
   phase_ = Phase::kUpload;
-  const DType input_type = shard.tokens != nullptr ? DType::kI32 : DType::kF32;
-  if (!inputs_.defined() || inputs_.dim(0) != shard.rows || inputs_.dim(1) != shard.features ||
-      inputs_.dtype() != input_type || labels_.numel() != shard.rows * shard.label_width) {
-    inputs_ = Tensor::empty({shard.rows, shard.features}, input_type, device_);
-    labels_ = Tensor::empty({shard.rows * shard.label_width}, DType::kI32, device_);
-  }
-  const void* inputs = shard.tokens != nullptr ? static_cast<const void*>(shard.tokens)
-                                               : static_cast<const void*>(shard.images);
-  inputs_.copy_from_host_async(inputs, inputs_.nbytes(), *compute_);
-  labels_.copy_from_host_async(shard.labels, labels_.nbytes(), *compute_);
+  upload_shard(shard, /*with_labels=*/true, device_, inputs_, labels_, *compute_);
 }
 
 Var Replica::input_rows(Tape& tape, const Shard& shard, int64_t begin, int64_t end) const {

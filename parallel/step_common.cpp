@@ -41,4 +41,18 @@ int64_t check_batch(const data::Batch& batch) {
   return features;
 }
 
+void upload_shard(const Shard& shard, bool with_labels, Device device, Tensor& inputs,
+                  Tensor& labels, Stream& stream) {
+  const DType input_type = shard.tokens != nullptr ? DType::kI32 : DType::kF32;
+  if (!inputs.defined() || inputs.dim(0) != shard.rows || inputs.dim(1) != shard.features ||
+      inputs.dtype() != input_type || labels.numel() != shard.rows * shard.label_width) {
+    inputs = Tensor::empty({shard.rows, shard.features}, input_type, device);
+    labels = Tensor::empty({shard.rows * shard.label_width}, DType::kI32, device);
+  }
+  const void* host_inputs = shard.tokens != nullptr ? static_cast<const void*>(shard.tokens)
+                                                    : static_cast<const void*>(shard.images);
+  inputs.copy_from_host_async(host_inputs, inputs.nbytes(), stream);
+  if (with_labels) labels.copy_from_host_async(shard.labels, labels.nbytes(), stream);
+}
+
 }  // namespace ls

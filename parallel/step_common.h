@@ -36,4 +36,10 @@ Shard shard_of(const Examples& ex, int64_t features, int64_t begin, int64_t end)
   return all.slice(begin, end - begin);
 }
 
+// Enqueues on `stream` the copy of a shard's inputs into `inputs` (and, with `with_labels`, its
+// labels into `labels`), (re)allocating both on `device` when the shard's shape changed. The
+// shard's host arrays must outlive the copies.
+void upload_shard(const Shard& shard, bool with_labels, Device device, Tensor& inputs,
+                  Tensor& labels, Stream& stream);
+
 }  // namespace ls

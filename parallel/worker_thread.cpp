@@ -17,6 +17,18 @@ WorkerThread::~WorkerThread() {
   thread_.join();
 }
 
+std::exception_ptr WorkerThread::wait_all(std::vector<std::future<void>>& futures) {
+  std::exception_ptr first;
+  for (auto& f : futures) {
+    try {
+      f.get();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  return first;
+}
+
 std::future<void> WorkerThread::post(std::function<void()> job) {
   std::packaged_task<void()> task(std::move(job));
   std::future<void> done = task.get_future();

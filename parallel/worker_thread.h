@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace ls {
 
@@ -23,6 +24,8 @@ class WorkerThread {
 
   // Runs `job` on the thread; the future holds its exception, if it throws.
   std::future<void> post(std::function<void()> job);
+  // Waits for every future and returns the first exception among them (in order), or null.
+  static std::exception_ptr wait_all(std::vector<std::future<void>>& futures);
 
  private:
   void loop();

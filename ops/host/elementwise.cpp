@@ -36,29 +36,26 @@ void add(const float* a, const float* b, float* out, int64_t n, Stream& stream) 
   });
 }
 
-void count_nonfinite(const float* x, int64_t n, int32_t* count, Stream& stream) {
+// Integer counts add up the same in any order, so the chunks may combine as they finish.
+template <typename Count>
+void count_nonfinite_as(const float* x, int64_t n, Count* count, Stream& stream) {
   host_enqueue(stream, [x, n, count] {
-    // Integer counts add up the same in any order, so the chunks may combine as they finish.
     std::atomic<int64_t> total{0};
     host_parallel_for(0, n, kHostGrain, [&](int64_t begin, int64_t end) {
       int64_t local = 0;
       for (int64_t i = begin; i < end; ++i) local += !std::isfinite(x[i]);
       total += local;
     });
-    *count = static_cast<int32_t>(std::min<int64_t>(total, INT32_MAX));
+    *count = static_cast<Count>(std::min<int64_t>(total, INT32_MAX));
   });
 }
 
+void count_nonfinite(const float* x, int64_t n, int32_t* count, Stream& stream) {
+  count_nonfinite_as(x, n, count, stream);
+}
+
 void count_nonfinite_f32(const float* x, int64_t n, float* count, Stream& stream) {
-  host_enqueue(stream, [x, n, count] {
-    std::atomic<int64_t> total{0};
-    host_parallel_for(0, n, kHostGrain, [&](int64_t begin, int64_t end) {
-      int64_t local = 0;
-      for (int64_t i = begin; i < end; ++i) local += !std::isfinite(x[i]);
-      total += local;
-    });
-    *count = static_cast<float>(total.load());
-  });
+  count_nonfinite_as(x, n, count, stream);
 }
 
 void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, Stream& stream) {

@@ -13,19 +13,15 @@
 #include "engine/core/error.h"
 #include "engine/model/nn/transformer_config.h"
 #include "parallel/pipeline.h"
+#include "parallel/training_helpers.h"
 
 namespace ls {
 namespace {
 
-std::vector<Device> hosts(int n) { return parse_devices("host:" + std::to_string(n)); }
-OptimizerFactory sgd() { return make_optimizer_factory({"sgd", 0.05f, 0.9f, 1e-4f}); }
-
-ModelFactory tiny_gpt() {
-  nn::TransformerConfig c = nn::gpt_config(2, 2, 16, 8, 20);
-  c.ffn = 24;
-  c.pad_id = 0;
-  return transformer_factory(c);
-}
+using testing::hosts;
+using testing::max_relative_difference;
+OptimizerFactory sgd() { return testing::momentum_sgd(); }
+ModelFactory tiny_gpt() { return transformer_factory(testing::tiny_gpt_config()); }
 
 data::Batch token_batch(int step) {
   std::mt19937 rng(static_cast<uint32_t>(70 + step));
@@ -43,21 +39,6 @@ PipelineOptions stages(int p) {
   o.stages = p;
   o.micro_batches = 2;
   return o;
-}
-
-double max_relative_difference(const std::vector<DataParallel::NamedParameter>& a,
-                               const std::vector<DataParallel::NamedParameter>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    EXPECT_EQ(a[i].name, b[i].name);
-    for (size_t j = 0; j < std::min(a[i].values.size(), b[i].values.size()); ++j) {
-      const double scale = std::max(1e-3, static_cast<double>(std::abs(a[i].values[j])));
-      worst =
-          std::max(worst, std::abs(static_cast<double>(a[i].values[j]) - b[i].values[j]) / scale);
-    }
-  }
-  return worst;
 }
 
 std::string file_bytes(const std::string& path) {

@@ -8,19 +8,14 @@
 #include "engine/core/error.h"
 #include "engine/model/nn/transformer_config.h"
 #include "parallel/pipeline.h"
+#include "parallel/training_helpers.h"
 
 namespace ls {
 namespace {
 
-std::vector<Device> hosts(int n) { return parse_devices("host:" + std::to_string(n)); }
-OptimizerFactory sgd() { return make_optimizer_factory({"sgd", 0.05f, 0.9f, 1e-4f}); }
-
-ModelFactory tiny_gpt() {
-  nn::TransformerConfig c = nn::gpt_config(2, 2, 16, 8, 20);
-  c.ffn = 24;
-  c.pad_id = 0;
-  return transformer_factory(c);
-}
+using testing::hosts;
+OptimizerFactory sgd() { return testing::momentum_sgd(); }
+ModelFactory tiny_gpt() { return transformer_factory(testing::tiny_gpt_config()); }
 
 // 37 sequences of random lengths, right-padded with 0; next-token labels, padding ignored.
 data::Dataset token_set() {

@@ -19,31 +19,16 @@
 #include "engine/model/nn/transformer_config.h"
 #include "ops/softmax_xent.h"
 #include "parallel/random_batch.h"
+#include "parallel/training_helpers.h"
 
 namespace ls {
 namespace {
 
 using testing::random_batch;
 
-std::vector<Device> hosts(int n) { return parse_devices("host:" + std::to_string(n)); }
-OptimizerFactory sgd() { return make_optimizer_factory({"sgd", 0.05f, 0.9f, 1e-4f}); }
-
-double max_relative_difference(const std::vector<DataParallel::NamedParameter>& a,
-                               const std::vector<DataParallel::NamedParameter>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    EXPECT_EQ(a[i].name, b[i].name);
-    EXPECT_EQ(a[i].shape, b[i].shape);
-    EXPECT_EQ(a[i].values.size(), b[i].values.size());
-    for (size_t j = 0; j < std::min(a[i].values.size(), b[i].values.size()); ++j) {
-      const double scale = std::max(1e-3, static_cast<double>(std::abs(a[i].values[j])));
-      worst =
-          std::max(worst, std::abs(static_cast<double>(a[i].values[j]) - b[i].values[j]) / scale);
-    }
-  }
-  return worst;
-}
+using testing::hosts;
+using testing::max_relative_difference;
+OptimizerFactory sgd() { return testing::momentum_sgd(); }
 
 struct TrainRun {
   std::vector<float> losses;

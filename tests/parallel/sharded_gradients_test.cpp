@@ -17,11 +17,13 @@
 #include "ops/elementwise.h"
 #include "parallel/data_parallel.h"
 #include "parallel/random_batch.h"
+#include "parallel/training_helpers.h"
 
 namespace ls {
 namespace {
 
-std::vector<Device> hosts(int n) { return parse_devices("host:" + std::to_string(n)); }
+using testing::hosts;
+using testing::max_relative_difference;
 
 DataParallelOptions options_for(ShardMode mode, int64_t bucket_bytes = 25ll << 20,
                                 int accumulate = 1) {
@@ -110,15 +112,6 @@ TEST(ShardedGradients, GptWithTiedEmbeddingIsBitwiseTheUnshardedRun) {
       EXPECT_EQ(std::vector<float>(p.begin(), p.begin() + reference.size()), reference);
     }
   }
-}
-
-double max_relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    const double scale = std::max(1e-3, static_cast<double>(std::abs(a[i])));
-    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / scale);
-  }
-  return worst;
 }
 
 TEST(ShardedGradients, AccumulatedMicroBatchesAndUnevenShardsMatchTheUnshardedRun) {
