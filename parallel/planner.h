@@ -116,4 +116,10 @@ struct ProbeOptions {
 // rows1 and rows2 rows on probe.device, measuring the allocator peak above the state bytes.
 ModelProfile profile_model(const ModelFactory& model, const ProbeOptions& probe);
 
+// Quick machine measurements (about a second together) for the planner's defaults: one square
+// sgemm on `device` (FLOP/s), and all-reduces among `devices` (bus bandwidth, bytes/s: 2(n-1)/n
+// x bytes / time; one device: the device's copy bandwidth).
+double measure_gemm_flops(Device device, int64_t size = 512);
+double measure_all_reduce_busbw(const std::vector<Device>& devices, int64_t bytes = 16ll << 20);
+
 }  // namespace ls

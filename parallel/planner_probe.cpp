@@ -3,11 +3,16 @@
 // transformers, two depths); activation bytes are the allocator's peak above the state bytes,
 // linear in rows (and in layers).
 #include <algorithm>
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "engine/core/error.h"
 #include "engine/core/runtime.h"
 #include "engine/model/nn/module.h"
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+#include "parallel/communicator.h"
 #include "parallel/planner.h"
 
 namespace ls {
@@ -74,7 +79,63 @@ void share_by_parameters(ModelProfile& m) {
   for (double s : sizes) m.layer_activation_share.push_back(total > 0 ? s / total : 0);
 }
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 }  // namespace
+
+double measure_gemm_flops(Device device, int64_t size) {
+  std::unique_ptr<Stream> stream = device_runtime(device).create_stream();
+  const Tensor a = Tensor::empty({size, size}, DType::kF32, device);
+  const Tensor b = Tensor::empty({size, size}, DType::kF32, device);
+  const Tensor c = Tensor::empty({size, size}, DType::kF32, device);
+  fill(a, 0.5f, *stream);
+  fill(b, 0.25f, *stream);
+  matmul(a, false, b, false, c, 1.0f, 0.0f, *stream);  // warm-up
+  stream->synchronize();
+  const Clock::time_point start = Clock::now();
+  const int reps = 3;
+  for (int i = 0; i < reps; ++i) matmul(a, false, b, false, c, 1.0f, 0.0f, *stream);
+  stream->synchronize();
+  return 2.0 * static_cast<double>(size * size * size) * reps / seconds_since(start);
+}
+
+double measure_all_reduce_busbw(const std::vector<Device>& devices, int64_t bytes) {
+  LS_CHECK(!devices.empty(), "measure_all_reduce_busbw: no devices");
+  const size_t count = static_cast<size_t>(bytes / 4);
+  const int n = static_cast<int>(devices.size());
+  std::vector<std::unique_ptr<Communicator>> comms = make_communicators(devices);
+  std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<Tensor> buffers;
+  for (const Device& d : devices) {
+    streams.push_back(device_runtime(d).create_stream());
+    buffers.push_back(Tensor::empty({static_cast<int64_t>(count)}, DType::kF32, d));
+    fill(buffers.back(), 1.0f, *streams.back());
+  }
+  const auto run = [&](int reps) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        const size_t i = static_cast<size_t>(r);
+        for (int k = 0; k < reps; ++k) {
+          comms[i]->all_reduce(buffers[i].f32(), buffers[i].f32(), count, DType::kF32,
+                               ReduceOp::kAvg, *streams[i]);
+        }
+        streams[i]->synchronize();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  };
+  run(1);  // warm-up
+  const Clock::time_point start = Clock::now();
+  run(3);
+  const double seconds = seconds_since(start) / 3;
+  const double factor = n > 1 ? 2.0 * (n - 1) / n : 1.0;
+  return factor * static_cast<double>(count * 4) / seconds;
+}
 
 ModelProfile profile_model(const ModelFactory& model, const ProbeOptions& probe) {
   LS_CHECK(probe.batch != nullptr, "profile_model: the probe needs a batch maker");
