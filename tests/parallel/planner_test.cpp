@@ -123,6 +123,25 @@ TEST(Planner, PredictsTwoStagePipelinePeaksWithinTenPercent) {
   }
 }
 
+TEST(Planner, DepthProbeExtrapolatesToADeeperGpt) {
+  // Activations probed on 1- and 2-layer copies, predicted for 4 layers, against a real run.
+  ProbeOptions probe;
+  probe.batch = token_batch;
+  probe.optimizer = kAdamW;
+  probe.with_layers = [](int64_t layers) { return transformer_factory(gpt(layers)); };
+  probe.layers = 4;
+  const ModelFactory model = transformer_factory(gpt(4));
+  const ModelProfile profile = profile_model(model, probe);
+  EXPECT_NE(profile.activation_source.find("extrapolated to 4 layers"), std::string::npos);
+  PlanRequest request;
+  request.global_batch = 6;
+  const Plan plan = plan_strategies(profile, machine(2, 1ll << 30), request);
+  DataParallel dp(hosts(2), model, make_optimizer_factory(kAdamW));
+  const int64_t peak = measured_peak(dp.devices(), [&] { dp.step(token_batch(6)); });
+  EXPECT_NEAR(static_cast<double>(plan.strategies[0].worst.total()), static_cast<double>(peak),
+              0.1 * peak);
+}
+
 // A synthetic model: 8 layers of 1M parameters, 10 MB of activations per example.
 ModelProfile synthetic() {
   ModelProfile m;
@@ -184,7 +203,9 @@ TEST(Planner, BadInputsAreClearErrors) {
   r.micro_batches = 0;
   EXPECT_NE(error_of(synthetic(), machine(2, 1 << 30), r).find("micro-batches is 0"),
             std::string::npos);
-  EXPECT_NE(error_of(ModelProfile{}, machine(2, 1 << 30), PlanRequest{.global_batch = 1}).find("no parameters"),
+  PlanRequest one;
+  one.global_batch = 1;
+  EXPECT_NE(error_of(ModelProfile{}, machine(2, 1 << 30), one).find("no parameters"),
             std::string::npos);
 }
 
