@@ -14,7 +14,7 @@ using Clock = std::chrono::steady_clock;
 
 void refuse_unsupported(const TrainOptions& o) {
   const bool unsupported = !o.checkpoint_dir.empty() || o.resume || !o.export_hf.empty() ||
-                           o.accumulate != 1 || o.shard != "none" || o.uneven_shards;
+                           o.accumulate != 1 || o.shard != ls::ShardMode::kNone || o.uneven_shards;
   LS_CHECK(!unsupported,
            "--pipeline does not support --checkpoint-dir, --resume, --export-hf, --accumulate, "
            "--shard or --uneven-shards yet; use --micro-batches instead of --accumulate");
