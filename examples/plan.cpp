@@ -57,19 +57,22 @@ PlanOptions parse(int argc, char** argv) {
   ls::cli::parse_flags(
       argc, argv,
       {{"--model", [&](auto, auto v) { o.model = v; }},
-       {"--hidden", [&](auto f, auto v) { o.hidden = ls::cli::parse_positive_list<int64_t>(f, v); }},
+       {"--hidden",
+        [&](auto f, auto v) { o.hidden = ls::cli::parse_positive_list<int64_t>(f, v); }},
        {"--layers", [&](auto f, auto v) { o.layers = parse_positive<int64_t>(f, v); }},
        {"--heads", [&](auto f, auto v) { o.heads = parse_positive<int64_t>(f, v); }},
        {"--seq", [&](auto f, auto v) { o.seq = parse_positive<int64_t>(f, v); }},
        {"--vocab", [&](auto f, auto v) { o.vocab = parse_positive<int64_t>(f, v); }},
        {"--devices", [&](auto, auto v) { o.devices = v; }},
        {"--batch", [&](auto f, auto v) { o.batch = parse_positive<int64_t>(f, v); }},
-       {"--micro-batches", [&](auto f, auto v) { o.micro_batches = parse_positive<int64_t>(f, v); }},
+       {"--micro-batches",
+        [&](auto f, auto v) { o.micro_batches = parse_positive<int64_t>(f, v); }},
        {"--schedule", [&](auto, auto v) { o.schedule = v; }},
        {"--optimizer", [&](auto, auto v) { o.optimizer = v; }},
        {"--momentum", [&](auto f, auto v) { o.momentum = ls::cli::parse_number<float>(f, v); }},
        {"--bucket-mb", [&](auto f, auto v) { o.bucket_mb = parse_positive<double>(f, v); }},
-       {"--device-memory-gb", [&](auto f, auto v) { o.device_memory_gb = parse_positive<double>(f, v); }},
+       {"--device-memory-gb",
+        [&](auto f, auto v) { o.device_memory_gb = parse_positive<double>(f, v); }},
        {"--gemm-gflops", [&](auto f, auto v) { o.gemm_gflops = parse_positive<double>(f, v); }},
        {"--link-gbps", [&](auto f, auto v) { o.link_gbps = parse_positive<double>(f, v); }},
        {"--json", [&](auto, auto v) { o.json_path = v; }}},
@@ -92,8 +95,8 @@ PlanOptions parse(int argc, char** argv) {
 }
 
 ls::nn::TransformerConfig gpt_config(const PlanOptions& o, int64_t layers) {
-  ls::nn::TransformerConfig c = ls::nn::gpt_config(
-      layers, o.heads, o.hidden.empty() ? 256 : o.hidden[0], o.seq, o.vocab);
+  ls::nn::TransformerConfig c =
+      ls::nn::gpt_config(layers, o.heads, o.hidden.empty() ? 256 : o.hidden[0], o.seq, o.vocab);
   c.pad_id = 0;
   c.validate();
   return c;
@@ -173,8 +176,7 @@ ls::MachineSpec machine(const PlanOptions& o, const std::vector<ls::Device>& dev
     m.device_bytes = mem_available_bytes() / m.devices;
   }
   m.gemm_flops = o.gemm_gflops > 0 ? o.gemm_gflops * 1e9 : ls::measure_gemm_flops(devices[0]);
-  m.link_bytes_per_s =
-      o.link_gbps > 0 ? o.link_gbps * 1e9 : ls::measure_all_reduce_busbw(devices);
+  m.link_bytes_per_s = o.link_gbps > 0 ? o.link_gbps * 1e9 : ls::measure_all_reduce_busbw(devices);
   return m;
 }
 
@@ -201,8 +203,8 @@ void print_plan(const ls::ModelProfile& model, const ls::MachineSpec& spec,
   std::printf("recommendation: %s\n", plan.reason.c_str());
 }
 
-void write_json(const std::string& path, const ls::ModelProfile& model,
-                const ls::MachineSpec& spec, const ls::Plan& plan) {
+void write_json(const std::string& path, const ls::ModelProfile& model, const ls::MachineSpec& spec,
+                const ls::Plan& plan) {
   ls::JsonWriter json;
   json.begin_object();
   json.field("model", model.description);
@@ -225,9 +227,9 @@ void write_json(const std::string& path, const ls::ModelProfile& model,
     json.end_object();
   }
   json.end_array();
-  json.field("recommended",
-             plan.recommended < 0 ? std::string("none")
-                                  : plan.strategies[static_cast<size_t>(plan.recommended)].name);
+  json.field("recommended", plan.recommended < 0
+                                ? std::string("none")
+                                : plan.strategies[static_cast<size_t>(plan.recommended)].name);
   json.field("reason", plan.reason);
   json.end_object();
   json.write_file(path);

@@ -91,8 +91,8 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
   const double rows = std::ceil(static_cast<double>(r.global_batch) / n);
   double act = m.activation_fixed_bytes + m.activation_bytes_per_example * rows;
   if (mode == ShardMode::kGradients) {
-    act += static_cast<double>(std::min(rounded(padded_elements(m.parameter_numel, 1) * 4),
-                                        staging_bytes(m, r.buckets)));
+    act += static_cast<double>(
+        std::min(rounded(padded_elements(m.parameter_numel, 1) * 4), staging_bytes(m, r.buckets)));
   }
   b.activations = static_cast<int64_t>(act);
   e.per_stage = {b};
@@ -139,16 +139,15 @@ StrategyEstimate pipeline(const ModelProfile& m, const MachineSpec& machine, con
     }
     StageBytes b = state_of(m, numel, 1, ShardMode::kNone);
     const int in_flight = r.schedule == ScheduleKind::kGPipe ? mb : std::min(p - s, mb);
-    b.activations = static_cast<int64_t>(
-        m.activation_fixed_bytes / p +
-        m.activation_bytes_per_example * share * micro_rows * in_flight +
-        2.0 * m.boundary_bytes_per_example * micro_rows * in_flight);
+    b.activations =
+        static_cast<int64_t>(m.activation_fixed_bytes / p +
+                             m.activation_bytes_per_example * share * micro_rows * in_flight +
+                             2.0 * m.boundary_bytes_per_example * micro_rows * in_flight);
     e.per_stage.push_back(b);
     if (b.total() > e.worst.total()) e.worst = b;
     max_grad_bytes = std::max(max_grad_bytes, static_cast<double>(b.gradients));
   }
-  const double compute_ms =
-      m.train_flops_per_example * micro_rows * mb / machine.gemm_flops * 1e3;
+  const double compute_ms = m.train_flops_per_example * micro_rows * mb / machine.gemm_flops * 1e3;
   const double transfers_ms = 2.0 * (mb + p - 1) * m.boundary_bytes_per_example * micro_rows /
                               machine.link_bytes_per_s * 1e3;
   e.step_ms = compute_ms / p * (mb + p - 1) / mb + transfers_ms +
@@ -165,23 +164,23 @@ std::string recommend(const Plan& plan, const MachineSpec& machine, const PlanRe
     }
     return "nothing fits in " + megabytes(usable) + " per device (" +
            std::to_string(static_cast<int>(r.headroom * 100)) + "% of " +
-           megabytes(static_cast<double>(machine.device_bytes)) + "): the smallest, " +
-           best->name + ", needs " + megabytes(static_cast<double>(best->worst.total())) +
+           megabytes(static_cast<double>(machine.device_bytes)) + "): the smallest, " + best->name +
+           ", needs " + megabytes(static_cast<double>(best->worst.total())) +
            " per device; use devices with at least " +
            megabytes(static_cast<double>(best->worst.total()) / r.headroom) +
            ", more devices, or a smaller batch";
   }
   const StrategyEstimate& e = plan.strategies[static_cast<size_t>(plan.recommended)];
-  const std::string need = megabytes(static_cast<double>(e.worst.total())) + " of " +
-                           megabytes(usable) + " per device";
+  const std::string need =
+      megabytes(static_cast<double>(e.worst.total())) + " of " + megabytes(usable) + " per device";
   if (e.stages == 1 && e.shard == ShardMode::kNone) {
     return "fits with data parallel: use it (" + need + ")";
   }
   const std::string before = plan.strategies[static_cast<size_t>(plan.recommended) - 1].name;
-  const std::string why = "; " + before + " needs " +
-                          megabytes(static_cast<double>(
-                              plan.strategies[static_cast<size_t>(plan.recommended) - 1]
-                                  .worst.total()));
+  const std::string why =
+      "; " + before + " needs " +
+      megabytes(static_cast<double>(
+          plan.strategies[static_cast<size_t>(plan.recommended) - 1].worst.total()));
   if (e.stages == 1) return "needs " + e.name + ": " + need + why;
   return "needs a " + std::to_string(e.stages) + "-stage pipeline (x " +
          std::to_string(e.pipelines) + " data parallel): " + need + why;
@@ -196,7 +195,6 @@ int64_t padded_elements(const std::vector<int64_t>& numel, int shards) {
   const int64_t shard = (offset + shards - 1) / shards;
   return (shard + kAlign - 1) / kAlign * kAlign * shards;
 }
-
 
 Plan plan_strategies(const ModelProfile& m, const MachineSpec& machine, const PlanRequest& r) {
   check_inputs(m, machine, r);

@@ -14,8 +14,8 @@
 //   alignment; sharded: N equal aligned ranges). O: optimizer floats per parameter x the buffer
 //   (ZeRO-1/2: x one range). A: activations, measured by profile_model (fixed + per example x
 //   rows on the device). DP: P + G + O + A. ZeRO-1: O / N. ZeRO-2: G / N plus staging of the
-//   three largest buckets, at most G (parallel/reducer.cpp, Note [Sharded gradients]). Pipeline stage s:
-//   its own layers' P, G, O (tied parameters counted on every stage holding them) plus the
+//   three largest buckets, at most G (parallel/reducer.cpp, Note [Sharded gradients]). Pipeline
+//   stage s: its own layers' P, G, O (tied parameters counted on every stage holding them) plus the
 //   activations of the micro-batches it keeps in flight (1F1B: min(p - s, m); GPipe: m), each
 //   stage's share of the per-example activations taken from the per-layer profile (an
 //   APPROXIMATION: per-block bytes from a depth probe for transformers, else by parameter share).
@@ -40,7 +40,7 @@ namespace ls {
 // What the planner knows of a model.
 struct ModelProfile {
   std::string description;
-  std::vector<int64_t> parameter_numel;          // in registration order (ParameterStore's)
+  std::vector<int64_t> parameter_numel;            // in registration order (ParameterStore's)
   std::vector<std::vector<int>> layer_parameters;  // per pipeline layer: indices of the above
   std::vector<std::string> layer_names;
   // Activations: fixed bytes per device plus per-example bytes (whole model), and each pipeline
@@ -48,7 +48,7 @@ struct ModelProfile {
   double activation_fixed_bytes = 0;
   double activation_bytes_per_example = 0;
   std::vector<double> layer_activation_share;
-  std::string activation_source;  // how the activations were measured, for the output
+  std::string activation_source;              // how the activations were measured, for the output
   double optimizer_floats_per_parameter = 2;  // AdamW 2, SGD with momentum 1, without 0
   double train_flops_per_example = 0;
   double boundary_bytes_per_example = 0;  // activations passed between pipeline stages
@@ -57,8 +57,8 @@ struct ModelProfile {
 struct MachineSpec {
   int devices = 0;
   int64_t device_bytes = 0;
-  double gemm_flops = 0;           // FLOP/s per device
-  double link_bytes_per_s = 0;     // all-reduce bus bandwidth
+  double gemm_flops = 0;        // FLOP/s per device
+  double link_bytes_per_s = 0;  // all-reduce bus bandwidth
 };
 
 struct PlanRequest {
@@ -77,8 +77,8 @@ struct StageBytes {
 struct StrategyEstimate {
   std::string name;  // "data parallel", "ZeRO-1", "ZeRO-2", "pipeline 2 x 2"
   ShardMode shard = ShardMode::kNone;
-  int stages = 1;     // 1: no pipeline
-  int pipelines = 1;  // data-parallel width
+  int stages = 1;                     // 1: no pipeline
+  int pipelines = 1;                  // data-parallel width
   std::vector<StageBytes> per_stage;  // one entry without a pipeline
   StageBytes worst;                   // the stage with the largest total
   bool fits = false;

@@ -31,7 +31,7 @@ double activation_bytes(const ModelFactory& model, const ProbeOptions& probe, in
   device_runtime(probe.device).allocator().reset_peak();
   dp.step(probe.batch(rows));
   const int64_t peak = dp.allocator_stats(0).peak_bytes_in_use;
-  const int64_t opt_tensors = probe.optimizer.kind == "adamw"      ? 2
+  const int64_t opt_tensors = probe.optimizer.kind == "adamw"    ? 2
                               : probe.optimizer.momentum != 0.0f ? 1
                                                                  : 0;
   const int64_t per_tensor = opt_tensors > 0 ? state.optimizer / opt_tensors : 0;
@@ -139,13 +139,13 @@ double measure_all_reduce_busbw(const std::vector<Device>& devices, int64_t byte
 
 ModelProfile profile_model(const ModelFactory& model, const ProbeOptions& probe) {
   LS_CHECK(probe.batch != nullptr, "profile_model: the probe needs a batch maker");
-  LS_CHECK(probe.rows1 >= 1 && probe.rows2 > probe.rows1, "profile_model: probe rows ",
-           probe.rows1, " and ", probe.rows2, "; need 1 <= rows1 < rows2");
+  LS_CHECK(probe.rows1 >= 1 && probe.rows2 > probe.rows1, "profile_model: probe rows ", probe.rows1,
+           " and ", probe.rows2, "; need 1 <= rows1 < rows2");
   ModelProfile m;
   std::unique_ptr<nn::Module> module = model();  // declares parameters: no device memory
   LS_CHECK(module != nullptr, "profile_model: the model factory returned no model");
   describe_layout(*module, m);
-  m.optimizer_floats_per_parameter = probe.optimizer.kind == "adamw"     ? 2
+  m.optimizer_floats_per_parameter = probe.optimizer.kind == "adamw"    ? 2
                                      : probe.optimizer.momentum != 0.0f ? 1
                                                                         : 0;
   m.train_flops_per_example = probe.train_flops_per_example;

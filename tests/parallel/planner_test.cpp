@@ -2,6 +2,8 @@
 // real runs on host devices (a small GPT and an MLP; data parallel, ZeRO-1, ZeRO-2 and a 2-stage
 // pipeline, at a batch other than the probe's), the recommendation rule on synthetic profiles,
 // and clear errors for bad inputs.
+#include "parallel/planner.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
@@ -10,7 +12,6 @@
 #include "engine/core/runtime.h"
 #include "engine/model/nn/transformer_config.h"
 #include "parallel/pipeline.h"
-#include "parallel/planner.h"
 #include "parallel/random_batch.h"
 
 namespace ls {
@@ -27,7 +28,8 @@ data::Batch token_batch(int64_t rows) {
   b.size = rows;
   b.features = kSeq;
   b.label_width = kSeq;
-  for (int64_t i = 0; i < rows * kSeq; ++i) b.tokens.push_back(1 + static_cast<int32_t>(rng() % 60));
+  for (int64_t i = 0; i < rows * kSeq; ++i)
+    b.tokens.push_back(1 + static_cast<int32_t>(rng() % 60));
   for (int64_t i = 0; i < rows * kSeq; ++i) b.labels.push_back(static_cast<int32_t>(rng() % 64));
   return b;
 }
