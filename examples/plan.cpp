@@ -7,11 +7,11 @@
 #include <lockstep/lockstep.h>
 
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <string>
 
 #include "examples/cli_values.h"
+#include "examples/plan_support.h"
 
 namespace {
 
@@ -121,118 +121,23 @@ ls::data::Batch random_batch(const PlanOptions& o, int64_t features, int64_t row
   return b;
 }
 
-ls::ModelProfile profile(const PlanOptions& o) {
-  ls::ProbeOptions probe;
-  probe.optimizer = {o.optimizer, 1e-3f, o.momentum, 0.01f};
+PlanModel plan_model(const PlanOptions& o) {
+  PlanModel m;
   if (o.model == "gpt") {
-    const ls::nn::TransformerConfig c = gpt_config(o, o.layers);
-    probe.batch = [&o](int64_t rows) { return random_batch(o, o.seq, rows); };
-    probe.train_flops_per_example = c.train_flops_per_token(o.seq) * static_cast<double>(o.seq);
-    probe.boundary_bytes_per_example = 4.0 * static_cast<double>(c.hidden * o.seq);
-    if (o.layers > 2) {
-      probe.with_layers = [&o](int64_t l) { return ls::transformer_factory(gpt_config(o, l)); };
-      probe.layers = o.layers;
-    }
-    ls::ModelProfile m = ls::profile_model(ls::transformer_factory(c), probe);
-    m.description = c.describe();
+    m.transformer = gpt_config(o, o.layers);
+    m.model = ls::transformer_factory(*m.transformer);
+    m.batch = [&o](int64_t rows) { return random_batch(o, o.seq, rows); };
+    m.description = m.transformer->describe();
     return m;
   }
-  std::vector<int64_t> widths = {784};
-  for (int64_t w : o.hidden.empty() ? std::vector<int64_t>{256} : o.hidden) widths.push_back(w);
-  widths.push_back(10);
-  probe.batch = [&o](int64_t rows) { return random_batch(o, 784, rows); };
-  int64_t params = 0, widest = 0;
-  for (size_t i = 1; i < widths.size(); ++i) {
-    params += widths[i - 1] * widths[i] + widths[i];
-    widest = std::max(widest, widths[i]);
+  m.mlp_widths = {784};
+  for (int64_t w : o.hidden.empty() ? std::vector<int64_t>{256} : o.hidden) {
+    m.mlp_widths.push_back(w);
   }
-  probe.train_flops_per_example = 6.0 * static_cast<double>(params);
-  probe.boundary_bytes_per_example = 4.0 * static_cast<double>(widest);
-  ls::ModelProfile m = ls::profile_model(ls::mlp_factory(widths), probe);
-  m.description = "mlp " + std::to_string(params) + " parameters";
+  m.mlp_widths.push_back(10);
+  m.model = ls::mlp_factory(m.mlp_widths);
+  m.batch = [&o](int64_t rows) { return random_batch(o, 784, rows); };
   return m;
-}
-
-int64_t mem_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  LS_CHECK(false, "cannot read MemAvailable from /proc/meminfo; give --device-memory-gb");
-  return 0;
-}
-
-ls::MachineSpec machine(const PlanOptions& o, const std::vector<ls::Device>& devices) {
-  ls::MachineSpec m;
-  m.devices = static_cast<int>(devices.size());
-  if (o.device_memory_gb > 0) {
-    m.device_bytes = static_cast<int64_t>(o.device_memory_gb * 1e9);
-  } else {
-    LS_CHECK(devices[0].kind == ls::DeviceKind::kHost,
-             "give --device-memory-gb for CUDA devices (not measured yet)");
-    m.device_bytes = mem_available_bytes() / m.devices;
-  }
-  m.gemm_flops = o.gemm_gflops > 0 ? o.gemm_gflops * 1e9 : ls::measure_gemm_flops(devices[0]);
-  m.link_bytes_per_s = o.link_gbps > 0 ? o.link_gbps * 1e9 : ls::measure_all_reduce_busbw(devices);
-  return m;
-}
-
-double mb(int64_t bytes) { return static_cast<double>(bytes) / 1e6; }
-
-void print_plan(const ls::ModelProfile& model, const ls::MachineSpec& spec,
-                const ls::PlanRequest& request, const ls::Plan& plan) {
-  std::printf("model: %s\nactivations: %.2f MB per example + %.2f MB, %s\n",
-              model.description.c_str(), model.activation_bytes_per_example / 1e6,
-              model.activation_fixed_bytes / 1e6, model.activation_source.c_str());
-  std::printf("machine: %d devices, %.1f MB each, GEMM %.1f GFLOP/s, all-reduce %.2f GB/s\n",
-              spec.devices, static_cast<double>(spec.device_bytes) / 1e6, spec.gemm_flops / 1e9,
-              spec.link_bytes_per_s / 1e9);
-  std::printf("global batch %lld, %d micro-batches (pipelines)\n\n",
-              static_cast<long long>(request.global_batch), request.micro_batches);
-  std::printf("%-16s %10s %10s %10s %10s %10s  %-5s %10s\n", "strategy", "P MB", "G MB", "O MB",
-              "A MB", "total MB", "fits", "step ms");
-  for (const ls::StrategyEstimate& e : plan.strategies) {
-    std::printf("%-16s %10.1f %10.1f %10.1f %10.1f %10.1f  %-5s %10.2f\n", e.name.c_str(),
-                mb(e.worst.parameters), mb(e.worst.gradients), mb(e.worst.optimizer),
-                mb(e.worst.activations), mb(e.worst.total()), e.fits ? "yes" : "no", e.step_ms);
-  }
-  std::printf("\n(pipelines: the stage with the most memory; step times are estimates)\n");
-  std::printf("recommendation: %s\n", plan.reason.c_str());
-}
-
-void write_json(const std::string& path, const ls::ModelProfile& model, const ls::MachineSpec& spec,
-                const ls::Plan& plan) {
-  ls::JsonWriter json;
-  json.begin_object();
-  json.field("model", model.description);
-  json.field("activation_bytes_per_example", model.activation_bytes_per_example);
-  json.field("devices", static_cast<int64_t>(spec.devices));
-  json.field("device_bytes", spec.device_bytes);
-  json.key("strategies").begin_array();
-  for (const ls::StrategyEstimate& e : plan.strategies) {
-    json.begin_object();
-    json.field("name", e.name);
-    json.field("stages", static_cast<int64_t>(e.stages));
-    json.field("pipelines", static_cast<int64_t>(e.pipelines));
-    json.field("parameters_bytes", e.worst.parameters);
-    json.field("gradients_bytes", e.worst.gradients);
-    json.field("optimizer_bytes", e.worst.optimizer);
-    json.field("activations_bytes", e.worst.activations);
-    json.field("total_bytes", e.worst.total());
-    json.field("fits", e.fits);
-    json.field("step_ms", e.step_ms);
-    json.end_object();
-  }
-  json.end_array();
-  json.field("recommended", plan.recommended < 0
-                                ? std::string("none")
-                                : plan.strategies[static_cast<size_t>(plan.recommended)].name);
-  json.field("reason", plan.reason);
-  json.end_object();
-  json.write_file(path);
 }
 
 }  // namespace
@@ -252,8 +157,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    const ls::ModelProfile model = profile(o);
-    const ls::MachineSpec spec = machine(o, devices);
+    const ls::ModelProfile model =
+        plan_profile(plan_model(o), {o.optimizer, 1e-3f, o.momentum, 0.01f});
+    const ls::MachineSpec spec =
+        plan_machine({o.device_memory_gb, o.gemm_gflops, o.link_gbps}, devices);
     ls::PlanRequest request;
     request.global_batch = o.batch;
     request.micro_batches = static_cast<int>(o.micro_batches);
@@ -261,7 +168,7 @@ int main(int argc, char** argv) {
     request.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
     const ls::Plan plan = ls::plan_strategies(model, spec, request);
     print_plan(model, spec, request, plan);
-    if (!o.json_path.empty()) write_json(o.json_path, model, spec, plan);
+    if (!o.json_path.empty()) write_plan_json(o.json_path, model, spec, plan);
     return 0;
   } catch (const ls::Error& e) {
     std::fprintf(stderr, "lockstep-plan: %s\n", e.what());
