@@ -15,6 +15,7 @@
 #include <numeric>
 
 #include "examples/stop_signals.h"
+#include "examples/train_auto.h"
 #include "examples/train_options.h"
 #include "examples/train_pipeline.h"
 #include "examples/workload.h"
@@ -304,6 +305,9 @@ int main(int argc, char** argv) {
   }
   const Clock::time_point start = Clock::now();
   try {
+    if (options.strategy == "auto") {
+      apply_auto_strategy(options, workload_options(options), devices);
+    }
     if (options.pipeline > 0) return train_pipeline(options, devices, stop);
     RunSummary summary = run(options, devices, stop);
     if (summary.stopped) return report_stop(options, summary, stop);
