@@ -4,6 +4,7 @@
 // linear in rows (and in layers).
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <map>
 #include <thread>
 
@@ -115,19 +116,27 @@ double measure_all_reduce_busbw(const std::vector<Device>& devices, int64_t byte
     buffers.push_back(Tensor::empty({static_cast<int64_t>(count)}, DType::kF32, d));
     fill(buffers.back(), 1.0f, *streams.back());
   }
-  const auto run = [&](int reps) {
+  const auto run = [&](int reps) {  // one thread per rank; the first error is re-thrown
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
       threads.emplace_back([&, r] {
         const size_t i = static_cast<size_t>(r);
-        for (int k = 0; k < reps; ++k) {
-          comms[i]->all_reduce(buffers[i].f32(), buffers[i].f32(), count, DType::kF32,
-                               ReduceOp::kAvg, *streams[i]);
+        try {
+          for (int k = 0; k < reps; ++k) {
+            comms[i]->all_reduce(buffers[i].f32(), buffers[i].f32(), count, DType::kF32,
+                                 ReduceOp::kAvg, *streams[i]);
+          }
+          streams[i]->synchronize();
+        } catch (...) {
+          errors[i] = std::current_exception();
         }
-        streams[i]->synchronize();
       });
     }
     for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
   };
   run(1);  // warm-up
   const Clock::time_point start = Clock::now();
