@@ -52,9 +52,8 @@ ls::ModelProfile plan_profile(const PlanModel& m, const ls::OptimizerSpec& optim
   probe.train_flops_per_example = 6.0 * static_cast<double>(params);
   probe.boundary_bytes_per_example = 4.0 * static_cast<double>(widest);
   ls::ModelProfile profile = ls::profile_model(m.model, probe);
-  profile.description = m.description.empty()
-                            ? "mlp, " + std::to_string(params) + " parameters"
-                            : m.description;
+  profile.description =
+      m.description.empty() ? "mlp, " + std::to_string(params) + " parameters" : m.description;
   return profile;
 }
 
@@ -97,8 +96,8 @@ void print_plan(const ls::ModelProfile& model, const ls::MachineSpec& spec,
   std::printf("recommendation: %s\n", plan.reason.c_str());
 }
 
-void write_plan_json(const std::string& path, const ls::ModelProfile& model, const ls::MachineSpec& spec,
-                const ls::Plan& plan) {
+void write_plan_json(const std::string& path, const ls::ModelProfile& model,
+                     const ls::MachineSpec& spec, const ls::Plan& plan) {
   ls::JsonWriter json;
   json.begin_object();
   json.field("model", model.description);
@@ -128,4 +127,3 @@ void write_plan_json(const std::string& path, const ls::ModelProfile& model, con
   json.end_object();
   json.write_file(path);
 }
-

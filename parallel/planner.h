@@ -5,9 +5,9 @@
 // Strategies, in the order they are tried: data parallel (ShardMode::kNone), ZeRO-1
 // (kOptimizer), ZeRO-2 (kGradients), then pipelines with p = 2, 4, 8, ... stages (p dividing the
 // device count, p <= the model's pipeline layers that hold parameters), each with devices / p
-// pipelines (data parallel over pipelines). RULE: the recommendation is the FIRST strategy in that order whose
-// predicted bytes per device fit in headroom x device memory (default 90%); when none fits, the
-// reason says how much memory the cheapest one needs.
+// pipelines (data parallel over pipelines). RULE: the recommendation is the FIRST strategy in that
+// order whose predicted bytes per device fit in headroom x device memory (default 90%); when none
+// fits, the reason says how much memory the cheapest one needs.
 //
 // Memory model (bytes per device; every buffer rounded as CachingAllocator::round_size does):
 //   P, G: the flat parameter and gradient buffers as ParameterStore pads them (64-element
