@@ -25,6 +25,8 @@ foreach(header IN LISTS LOCKSTEP_PUBLIC_HEADERS)
   install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lockstep/${dir})
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/include/lockstep/lockstep.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lockstep)
+# The planner (public, in <lockstep/lockstep.h>; a separate line so it merges with the list above).
+install(FILES ${PROJECT_SOURCE_DIR}/parallel/planner.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lockstep/parallel)
 
 install(EXPORT lockstepTargets NAMESPACE lockstep:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lockstep)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/lockstepConfig.cmake.in

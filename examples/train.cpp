@@ -19,6 +19,7 @@
 #include <string>
 
 #include "examples/stop_signals.h"
+#include "examples/train_auto.h"
 #include "examples/train_options.h"
 #include "examples/workload.h"
 
@@ -370,6 +371,9 @@ int main(int argc, char** argv) {
   }
   const Clock::time_point start = Clock::now();
   try {
+    if (options.strategy == "auto") {
+      apply_auto_strategy(options, workload_options(options), devices);
+    }
     RunSummary summary = run(options, devices, stop);
     if (summary.stopped) return report_stop(options, summary, stop);
     const double wall_s = seconds_since(start);

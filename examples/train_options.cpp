@@ -63,6 +63,11 @@ Trains a model data-parallel and reports its test loss, accuracy and throughput.
   --shard MODE          none (default); optimizer: ZeRO-1, each device keeps the optimizer
                         state of 1/N of the parameters; gradients: ZeRO-2, also 1/N of the
                         summed gradients (same results, less memory)
+  --strategy NAME       manual (default: as --shard and --pipeline say) or auto: run the
+                        planner (lockstep-plan) and use the first strategy that fits in
+                        data parallel, ZeRO-1, ZeRO-2, pipeline order
+  --device-memory-gb X  --strategy auto: memory per device (default for host devices:
+                        MemAvailable / devices)
   --collective-timeout-s X
                         a collective waiting longer stops the run with a report of where every
                         replica is (default 600)
@@ -138,6 +143,15 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--batch", [&](auto f, auto v) { o.batch = parse_positive<int64_t>(f, v); }},
       {"--accumulate", [&](auto f, auto v) { o.accumulate = parse_positive<int64_t>(f, v); }},
       {"--pipeline", [&](auto f, auto v) { o.pipeline = parse_positive<int64_t>(f, v); }},
+      {"--strategy",
+       [&](auto f, auto v) {
+         if (v != "manual" && v != "auto")
+           throw UsageError(std::string(f) + ": unknown strategy '" + std::string(v) +
+                            "'; use manual or auto");
+         o.strategy = v;
+       }},
+      {"--device-memory-gb",
+       [&](auto f, auto v) { o.device_memory_gb = parse_positive<double>(f, v); }},
       {"--schedule",
        [&](auto f, auto v) {
          if (v != "1f1b" && v != "gpipe")
@@ -216,6 +230,9 @@ TrainOptions parse_train_options(int argc, char** argv) {
   }
   if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty()) {
     throw UsageError("--resume and --checkpoint-every need --checkpoint-dir");
+  }
+  if (o.strategy == "auto" && (o.pipeline > 0 || o.shard != ls::ShardMode::kNone)) {
+    throw UsageError("--strategy auto chooses --shard and --pipeline itself; drop them");
   }
   if (o.keep_every > 0 && o.checkpoint_dir.empty()) {
     throw UsageError("--keep-every needs --checkpoint-dir");

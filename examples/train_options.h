@@ -37,6 +37,8 @@ struct TrainOptions {
   int64_t micro_batches = 4;      // pipeline: micro-batches per step
   double bucket_mb = 25.0;
   ls::ShardMode shard = ls::ShardMode::kNone;  // --shard none | optimizer | gradients
+  std::string strategy = "manual";  // auto: the planner sets shard / pipeline (train_auto.h)
+  double device_memory_gb = 0;      // --strategy auto; 0: host MemAvailable / devices
   double collective_timeout_s = 600;
   double heartbeat_s = 30;
   std::string telemetry_path;  // empty: no telemetry

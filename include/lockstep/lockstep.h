@@ -29,3 +29,4 @@
 #include "parallel/buckets.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline.h"
+#include "parallel/planner.h"

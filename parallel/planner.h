@@ -1,0 +1,125 @@
+// Planner (public): for a model and a machine, predicts what each parallel strategy costs per
+// device (parameters, gradients, optimizer state, activations, total) and per step (time), and
+// recommends one.
+//
+// Strategies, in the order they are tried: data parallel (ShardMode::kNone), ZeRO-1
+// (kOptimizer), ZeRO-2 (kGradients), then pipelines with p = 2, 4, 8, ... stages (p dividing the
+// device count, p <= the model's pipeline layers that hold parameters), each with devices / p
+// pipelines (data parallel over pipelines). RULE: the recommendation is the FIRST strategy in that
+// order whose predicted bytes per device fit in headroom x device memory (default 90%); when none
+// fits, the reason says how much memory the cheapest one needs.
+//
+// Memory model (bytes per device; every buffer rounded as CachingAllocator::round_size does):
+//   P, G: the flat parameter and gradient buffers as ParameterStore pads them (64-element
+//   alignment; sharded: N equal aligned ranges). O: optimizer floats per parameter x the buffer
+//   (ZeRO-1/2: x one range). A: activations, measured by profile_model (fixed + per example x
+//   rows on the device). DP: P + G + O + A. ZeRO-1: O / N. ZeRO-2: G / N plus staging of the
+//   three largest buckets, at most G (parallel/reducer.cpp, Note [Sharded gradients]). Pipeline
+//   stage s: its own layers' P, G, O (tied parameters counted on every stage holding them) plus the
+//   activations of the micro-batches it keeps in flight (1F1B: min(p - s, m); GPipe: m), each
+//   stage's share of the per-example activations taken from the per-layer profile (an
+//   APPROXIMATION: per-block bytes from a depth probe for transformers, else by parameter share).
+// Step time (ESTIMATES): compute = training FLOPs / GEMM rate; DP adds an all-reduce of
+// 2(n-1)/n x gradient bytes at the link's bus bandwidth; ZeRO-1 adds an all-gather of (n-1)/n x
+// P; ZeRO-2 costs about the all-reduce; a pipeline runs compute / p x (m + p - 1) / m plus the
+// boundary transfers of (m + p - 1) micro-batch activations.
+// Errors: bad inputs (no devices, batch 0, ...) are ls::Error naming the field.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/model/data/sampler.h"
+#include "parallel/data_parallel.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace ls {
+
+// What the planner knows of a model.
+struct ModelProfile {
+  std::string description;
+  std::vector<int64_t> parameter_numel;            // in registration order (ParameterStore's)
+  std::vector<std::vector<int>> layer_parameters;  // per pipeline layer: indices of the above
+  std::vector<std::string> layer_names;
+  // Activations: fixed bytes per device plus per-example bytes (whole model), and each pipeline
+  // layer's share of the per-example bytes (sums to 1).
+  double activation_fixed_bytes = 0;
+  double activation_bytes_per_example = 0;
+  std::vector<double> layer_activation_share;
+  std::string activation_source;              // how the activations were measured, for the output
+  double optimizer_floats_per_parameter = 2;  // AdamW 2, SGD with momentum 1, without 0
+  double train_flops_per_example = 0;
+  double boundary_bytes_per_example = 0;  // activations passed between pipeline stages
+};
+
+struct MachineSpec {
+  int devices = 0;
+  int64_t device_bytes = 0;
+  double gemm_flops = 0;        // FLOP/s per device
+  double link_bytes_per_s = 0;  // all-reduce bus bandwidth
+};
+
+struct PlanRequest {
+  int64_t global_batch = 0;
+  int micro_batches = 4;  // pipelines
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  BucketOptions buckets;  // as DataParallelOptions::buckets (ZeRO-2's staging)
+  double headroom = 0.9;  // a strategy fits when total <= headroom x device memory
+};
+
+struct StageBytes {
+  int64_t parameters = 0, gradients = 0, optimizer = 0, activations = 0;
+  int64_t total() const { return parameters + gradients + optimizer + activations; }
+};
+
+struct StrategyEstimate {
+  std::string name;  // "data parallel", "ZeRO-1", "ZeRO-2", "pipeline 2 x 2"
+  ShardMode shard = ShardMode::kNone;
+  int stages = 1;                     // 1: no pipeline
+  int pipelines = 1;                  // data-parallel width
+  std::vector<StageBytes> per_stage;  // one entry without a pipeline
+  StageBytes worst;                   // the stage with the largest total
+  bool fits = false;
+  double step_ms = 0;
+};
+
+struct Plan {
+  std::vector<StrategyEstimate> strategies;  // in the order of the rule
+  int recommended = -1;                      // index into strategies; -1: nothing fits
+  std::string reason;
+};
+
+// Predicts every strategy and applies the rule. An ls::Error for bad inputs.
+Plan plan_strategies(const ModelProfile& model, const MachineSpec& machine,
+                     const PlanRequest& request);
+
+// The parameter elements ParameterStore lays out for `numel` (in order) cut into `shards`.
+int64_t padded_elements(const std::vector<int64_t>& numel, int shards = 1);
+
+struct ProbeOptions {
+  std::function<data::Batch(int64_t rows)> batch;  // a batch of that many rows (required)
+  OptimizerSpec optimizer;
+  int64_t rows1 = 1, rows2 = 2;
+  Device device{DeviceKind::kHost, 0};
+  // Transformers: the same model with k layers, so activations are probed at 1 and 2 layers and
+  // extrapolated linearly to `layers` (and per-block shares come out exact); empty: probe the
+  // model as is and share activations among layers by parameter count.
+  std::function<ModelFactory(int64_t layers)> with_layers;
+  int64_t layers = 0;
+  double train_flops_per_example = 0;
+  double boundary_bytes_per_example = 0;
+};
+
+// Builds the model (declares parameters) for the layout and runs one DataParallel step at
+// rows1 and rows2 rows on probe.device, measuring the allocator peak above the state bytes.
+ModelProfile profile_model(const ModelFactory& model, const ProbeOptions& probe);
+
+// Quick machine measurements (about a second together) for the planner's defaults: one square
+// sgemm on `device` (FLOP/s), and all-reduces among `devices` (bus bandwidth, bytes/s: 2(n-1)/n
+// x bytes / time; one device: the device's copy bandwidth).
+double measure_gemm_flops(Device device, int64_t size = 512);
+double measure_all_reduce_busbw(const std::vector<Device>& devices, int64_t bytes = 16ll << 20);
+
+}  // namespace ls

@@ -1,0 +1,221 @@
+// The planner (parallel/planner.h): its memory predictions within 10% of the allocator peaks of
+// real runs on host devices (a small GPT and an MLP; data parallel, ZeRO-1, ZeRO-2 and a 2-stage
+// pipeline, at a batch other than the probe's), the recommendation rule on synthetic profiles,
+// and clear errors for bad inputs.
+#include "parallel/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "engine/core/error.h"
+#include "engine/core/runtime.h"
+#include "engine/model/nn/transformer_config.h"
+#include "parallel/pipeline.h"
+#include "parallel/random_batch.h"
+
+namespace ls {
+namespace {
+
+std::vector<Device> hosts(int n) { return parse_devices("host:" + std::to_string(n)); }
+
+constexpr int64_t kSeq = 16;
+const OptimizerSpec kAdamW{"adamw", 1e-3f, 0.0f, 0.01f};
+
+data::Batch token_batch(int64_t rows) {
+  std::mt19937 rng(5);
+  data::Batch b;
+  b.size = rows;
+  b.features = kSeq;
+  b.label_width = kSeq;
+  for (int64_t i = 0; i < rows * kSeq; ++i)
+    b.tokens.push_back(1 + static_cast<int32_t>(rng() % 60));
+  for (int64_t i = 0; i < rows * kSeq; ++i) b.labels.push_back(static_cast<int32_t>(rng() % 64));
+  return b;
+}
+
+nn::TransformerConfig gpt(int64_t layers) {
+  nn::TransformerConfig c = nn::gpt_config(layers, 4, 64, kSeq, 64);
+  c.pad_id = 0;
+  return c;
+}
+
+struct Case {
+  std::string name;
+  ModelFactory model;
+  std::function<data::Batch(int64_t)> batch;
+};
+
+std::vector<Case> cases() {
+  return {{"gpt", transformer_factory(gpt(2)), token_batch},
+          {"mlp", mlp_factory({64, 256, 256, 10}),
+           [](int64_t rows) { return testing::random_batch(rows, 64, 3); }}};
+}
+
+// The largest allocator peak of any device during one step of `run`.
+int64_t measured_peak(const std::vector<Device>& devices, const std::function<void()>& run) {
+  for (const Device& d : devices) device_runtime(d).allocator().reset_peak();
+  run();
+  int64_t peak = 0;
+  for (const Device& d : devices) {
+    peak = std::max(peak, device_runtime(d).allocator().stats().peak_bytes_in_use);
+  }
+  return peak;
+}
+
+MachineSpec machine(int devices, int64_t bytes) { return {devices, bytes, 1e11, 1e10}; }
+
+TEST(Planner, PredictsDataParallelAndZeroPeaksWithinTenPercent) {
+  for (const Case& c : cases()) {
+    ProbeOptions probe;
+    probe.batch = c.batch;
+    probe.optimizer = kAdamW;
+    const ModelProfile profile = profile_model(c.model, probe);
+    PlanRequest request;
+    request.global_batch = 8;  // 4 rows per device; the probe ran 1 and 2
+    request.buckets = {4 << 10, 4 << 10};
+    const Plan plan = plan_strategies(profile, machine(2, 1ll << 30), request);
+    for (ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
+      DataParallelOptions options;
+      options.shard = mode;
+      options.buckets = request.buckets;
+      DataParallel dp(hosts(2), c.model, make_optimizer_factory(kAdamW), options);
+      const int64_t peak = measured_peak(dp.devices(), [&] { dp.step(c.batch(8)); });
+      const int64_t predicted = plan.strategies[static_cast<size_t>(mode)].worst.total();
+      EXPECT_NEAR(static_cast<double>(predicted), static_cast<double>(peak), 0.1 * peak)
+          << c.name << " " << shard_mode_name(mode);
+    }
+  }
+}
+
+TEST(Planner, PredictsTwoStagePipelinePeaksWithinTenPercent) {
+  for (const Case& c : cases()) {
+    ProbeOptions probe;
+    probe.batch = c.batch;
+    probe.optimizer = kAdamW;
+    if (c.name == "gpt") {  // the depth probe, so the blocks' and the head's shares are measured
+      probe.with_layers = [](int64_t layers) { return transformer_factory(gpt(layers)); };
+      probe.layers = 2;
+      probe.boundary_bytes_per_example = 4.0 * kSeq * 64;
+    }
+    const ModelProfile profile = profile_model(c.model, probe);
+    PlanRequest request;
+    request.global_batch = 8;
+    request.micro_batches = 4;
+    const Plan plan = plan_strategies(profile, machine(2, 1ll << 30), request);
+    ASSERT_EQ(plan.strategies.size(), 4u) << c.name;
+    const StrategyEstimate& e = plan.strategies[3];
+    ASSERT_EQ(e.stages, 2);
+    PipelineOptions options;
+    options.stages = 2;
+    options.micro_batches = 4;
+    Pipeline pipe(hosts(2), c.model, make_optimizer_factory(kAdamW), options);
+    for (int s = 0; s < 2; ++s) {
+      const Device d = pipe.devices()[static_cast<size_t>(s)];
+      device_runtime(d).allocator().reset_peak();
+    }
+    pipe.step(c.batch(8));
+    for (int s = 0; s < 2; ++s) {
+      const Device d = pipe.devices()[static_cast<size_t>(s)];
+      const int64_t peak = device_runtime(d).allocator().stats().peak_bytes_in_use;
+      const int64_t predicted = e.per_stage[static_cast<size_t>(s)].total();
+      EXPECT_NEAR(static_cast<double>(predicted), static_cast<double>(peak), 0.1 * peak)
+          << c.name << " stage " << s;
+    }
+  }
+}
+
+TEST(Planner, DepthProbeExtrapolatesToADeeperGpt) {
+  // Activations probed on 1- and 2-layer copies, predicted for 4 layers, against a real run.
+  ProbeOptions probe;
+  probe.batch = token_batch;
+  probe.optimizer = kAdamW;
+  probe.with_layers = [](int64_t layers) { return transformer_factory(gpt(layers)); };
+  probe.layers = 4;
+  const ModelFactory model = transformer_factory(gpt(4));
+  const ModelProfile profile = profile_model(model, probe);
+  EXPECT_NE(profile.activation_source.find("extrapolated to 4 layers"), std::string::npos);
+  PlanRequest request;
+  request.global_batch = 6;
+  const Plan plan = plan_strategies(profile, machine(2, 1ll << 30), request);
+  DataParallel dp(hosts(2), model, make_optimizer_factory(kAdamW));
+  const int64_t peak = measured_peak(dp.devices(), [&] { dp.step(token_batch(6)); });
+  EXPECT_NEAR(static_cast<double>(plan.strategies[0].worst.total()), static_cast<double>(peak),
+              0.1 * peak);
+}
+
+// A synthetic model: 8 layers of 1M parameters, 10 MB of activations per example.
+ModelProfile synthetic() {
+  ModelProfile m;
+  for (int l = 0; l < 8; ++l) {
+    m.parameter_numel.push_back(1 << 20);
+    m.layer_parameters.push_back({l});
+    m.layer_names.push_back("h." + std::to_string(l));
+    m.layer_activation_share.push_back(1.0 / 8);
+  }
+  m.activation_bytes_per_example = 10e6;
+  m.train_flops_per_example = 6.0 * 8 * (1 << 20);
+  return m;
+}
+
+TEST(Planner, RecommendsTheFirstStrategyThatFits) {
+  PlanRequest request;
+  request.global_batch = 4;  // 1 row per device on 4 devices
+  request.buckets = {4 << 20, 4 << 20};
+  // 8M floats: 33.5 MB each of P and G, 67.1 MB of AdamW state, 10 MB of activations: 144 MB.
+  Plan plan = plan_strategies(synthetic(), machine(4, 1ll << 30), request);
+  EXPECT_EQ(plan.recommended, 0);
+  EXPECT_NE(plan.reason.find("fits with data parallel: use it"), std::string::npos) << plan.reason;
+  // 100 MB (90 usable): ZeRO-1 needs 33.5 + 33.5 + 16.8 + 10 = 93.9 MB; ZeRO-2 33.5 + 8.4 +
+  // 16.8 + 10 + 12.6 of staging (3 buckets of 4 MiB) = 81.3 MB.
+  plan = plan_strategies(synthetic(), machine(4, 100'000'000), request);
+  ASSERT_GE(plan.recommended, 0) << plan.reason;
+  EXPECT_EQ(plan.strategies[static_cast<size_t>(plan.recommended)].name, "ZeRO-2");
+  EXPECT_NE(plan.reason.find("needs ZeRO-2"), std::string::npos) << plan.reason;
+  // 88 MB (79.2 usable): a 2-stage pipeline's first stage needs 4 layers' 67.1 MB of state and
+  // 2 micro-batches in flight of half the activations (10 MB): 77.1 MB.
+  plan = plan_strategies(synthetic(), machine(4, 88'000'000), request);
+  ASSERT_GE(plan.recommended, 0) << plan.reason;
+  EXPECT_EQ(plan.strategies[static_cast<size_t>(plan.recommended)].stages, 2);
+  EXPECT_NE(plan.reason.find("needs a 2-stage pipeline"), std::string::npos) << plan.reason;
+  // 10 MB: nothing fits, and the message says what would be needed.
+  plan = plan_strategies(synthetic(), machine(4, 10'000'000), request);
+  EXPECT_EQ(plan.recommended, -1);
+  EXPECT_NE(plan.reason.find("nothing fits"), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("use devices with at least"), std::string::npos) << plan.reason;
+}
+
+std::string error_of(const ModelProfile& m, const MachineSpec& machine, PlanRequest r) {
+  try {
+    plan_strategies(m, machine, r);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Planner, BadInputsAreClearErrors) {
+  PlanRequest r;
+  r.global_batch = 8;
+  EXPECT_NE(error_of(synthetic(), machine(0, 1 << 30), r).find("devices is 0"), std::string::npos);
+  EXPECT_NE(error_of(synthetic(), machine(2, 0), r).find("device memory is 0"), std::string::npos);
+  r.global_batch = 0;
+  EXPECT_NE(error_of(synthetic(), machine(2, 1 << 30), r).find("batch is 0"), std::string::npos);
+  r.global_batch = 8;
+  r.micro_batches = 0;
+  EXPECT_NE(error_of(synthetic(), machine(2, 1 << 30), r).find("micro-batches is 0"),
+            std::string::npos);
+  PlanRequest one;
+  one.global_batch = 1;
+  EXPECT_NE(error_of(ModelProfile{}, machine(2, 1 << 30), one).find("no parameters"),
+            std::string::npos);
+}
+
+TEST(Planner, PaddingFollowsParameterStore) {
+  EXPECT_EQ(padded_elements({1, 64, 65}), 64 + 64 + 128);
+  EXPECT_EQ(padded_elements({1, 64, 65}, 2), 2 * 128);  // 256 -> two ranges of 128
+  EXPECT_EQ(padded_elements({100}, 3), 3 * 64);
+}
+
+}  // namespace
+}  // namespace ls
