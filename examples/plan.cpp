@@ -65,8 +65,7 @@ PlanOptions parse(int argc, char** argv) {
        {"--vocab", [&](auto f, auto v) { o.vocab = parse_positive<int64_t>(f, v); }},
        {"--devices", [&](auto, auto v) { o.devices = v; }},
        {"--batch", [&](auto f, auto v) { o.batch = parse_positive<int64_t>(f, v); }},
-       {"--micro-batches",
-        [&](auto f, auto v) { o.micro_batches = parse_positive<int64_t>(f, v); }},
+       {"--micro-batches", [&](auto f, auto v) { o.micro_batches = parse_positive<int>(f, v); }},
        {"--schedule", [&](auto, auto v) { o.schedule = v; }},
        {"--optimizer", [&](auto, auto v) { o.optimizer = v; }},
        {"--momentum", [&](auto f, auto v) { o.momentum = ls::cli::parse_number<float>(f, v); }},
@@ -82,6 +81,11 @@ PlanOptions parse(int argc, char** argv) {
   }
   if (o.optimizer != "adamw" && o.optimizer != "sgd") {
     throw UsageError("unknown optimizer '" + o.optimizer + "'; use adamw or sgd");
+  }
+  if (o.vocab < 2) {
+    throw UsageError("--vocab " + std::to_string(o.vocab) +
+                     ": a vocabulary needs at least 2 "
+                     "tokens (0 is padding)");
   }
   if (o.model == "gpt" && o.hidden.size() > 1) {
     throw UsageError("--hidden takes one width for --model gpt");

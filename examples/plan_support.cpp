@@ -90,9 +90,15 @@ void print_plan(const ls::ModelProfile& model, const ls::MachineSpec& spec,
   for (const ls::StrategyEstimate& e : plan.strategies) {
     std::printf("%-16s %10.1f %10.1f %10.1f %10.1f %10.1f  %-5s %10.2f\n", e.name.c_str(),
                 mb(e.worst.parameters), mb(e.worst.gradients), mb(e.worst.optimizer),
-                mb(e.worst.activations), mb(e.worst.total()), e.fits ? "yes" : "no", e.step_ms);
+                mb(e.worst.activations), mb(e.worst.total()),
+                e.fits ? "yes" : (e.infeasible.empty() ? "no" : "n/a"), e.step_ms);
   }
-  std::printf("\n(pipelines: the stage with the most memory; step times are estimates)\n");
+  for (const ls::StrategyEstimate& e : plan.strategies) {
+    if (!e.infeasible.empty()) std::printf("n/a: %s: %s\n", e.name.c_str(), e.infeasible.c_str());
+  }
+  std::printf(
+      "\n(pipelines: the stage with the most memory; A includes ZeRO-2's bucket staging and a\n"
+      "pipeline's boundary tensors; step times are estimates)\n");
   std::printf("recommendation: %s\n", plan.reason.c_str());
 }
 
@@ -116,6 +122,7 @@ void write_plan_json(const std::string& path, const ls::ModelProfile& model,
     json.field("activations_bytes", e.worst.activations);
     json.field("total_bytes", e.worst.total());
     json.field("fits", e.fits);
+    json.field("infeasible", e.infeasible);
     json.field("step_ms", e.step_ms);
     json.end_object();
   }

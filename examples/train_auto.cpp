@@ -31,6 +31,8 @@ void apply_auto_strategy(TrainOptions& o, const WorkloadOptions& workload,
   request.micro_batches = static_cast<int>(o.micro_batches);
   request.schedule = ls::parse_schedule(o.schedule);
   request.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  request.accumulate = static_cast<int>(o.accumulate);
+  request.allow_uneven_shards = o.uneven_shards;
   const ls::Plan plan = ls::plan_strategies(profile, spec, request);
   print_plan(profile, spec, request, plan);
   LS_CHECK(plan.recommended >= 0, "--strategy auto: ", plan.reason);

@@ -142,7 +142,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--steps", [&](auto f, auto v) { o.steps = parse_positive<int64_t>(f, v); }},
       {"--batch", [&](auto f, auto v) { o.batch = parse_positive<int64_t>(f, v); }},
       {"--accumulate", [&](auto f, auto v) { o.accumulate = parse_positive<int64_t>(f, v); }},
-      {"--pipeline", [&](auto f, auto v) { o.pipeline = parse_positive<int64_t>(f, v); }},
+      {"--pipeline", [&](auto f, auto v) { o.pipeline = parse_positive<int>(f, v); }},
       {"--strategy",
        [&](auto f, auto v) {
          if (v != "manual" && v != "auto")
@@ -159,7 +159,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
                             "'; use 1f1b or gpipe");
          o.schedule = v;
        }},
-      {"--micro-batches", [&](auto f, auto v) { o.micro_batches = parse_positive<int64_t>(f, v); }},
+      {"--micro-batches", [&](auto f, auto v) { o.micro_batches = parse_positive<int>(f, v); }},
       {"--bucket-mb", [&](auto f, auto v) { o.bucket_mb = parse_positive<double>(f, v); }},
       {"--shard", [&](auto f, auto v) { o.shard = ls::cli::parse_shard_mode(f, v); }},
       {"--collective-timeout-s",

@@ -9,6 +9,7 @@
 // Bucket i is reduced i-th on every replica; see Note [Bucket ready order] in reducer.cpp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -22,6 +23,11 @@ struct ParameterExtent {
   int64_t offset = 0;
   int64_t extent = 0;
 };
+
+// ZeRO-2 (parallel/reducer.cpp, Note [Sharded gradients]) keeps at most this many buckets'
+// staging at once: two reduced but not yet released, one launching, one filling; plus any bucket
+// backward touched early but launches late (a tied parameter's).
+inline constexpr size_t kZero2StagingBuckets = 4;
 
 // `extents` must be in registration order, ascending, contiguous and non-empty.
 std::vector<Bucket> plan_buckets(const std::vector<ParameterExtent>& extents,

@@ -81,7 +81,8 @@ int current_replica();
 // while backward fills it and are then reduced to the replicas owning its pieces, bucket by
 // bucket, overlapped with backward, after every micro-batch (so accumulate > 1 reduces
 // accumulate times). Staging takes about three buckets' worth (BucketOptions::cap_bytes) at a
-// time. Bitwise kNone on host devices with accumulate == 1; with accumulate > 1 the sum over
+// time (on one device there is nothing to divide: it keeps the flat gradient buffer, as kNone).
+// Bitwise kNone on host devices with accumulate == 1; with accumulate > 1 the sum over
 // micro-batches and replicas is taken in another order (last-bit differences); on NCCL a
 // reduce may sum in another order than an all-reduce (last-bit differences).
 enum class ShardMode { kNone, kOptimizer, kGradients };

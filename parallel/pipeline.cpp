@@ -392,6 +392,26 @@ std::vector<DataParallel::NamedParameter> Pipeline::Impl::named_parameters() {
   return out;
 }
 
+std::vector<DataParallel::NamedParameter> Pipeline::Impl::stage_parameters(int pipeline,
+                                                                           int stage) {
+  LS_CHECK(failure_.empty(), "cannot read parameters: a stage failed earlier (", failure_, ")");
+  LS_CHECK(pipeline >= 0 && pipeline < pipelines() && stage >= 0 && stage < options_.stages,
+           "stage_parameters: pipeline ", pipeline, " stage ", stage, " does not exist; there are ",
+           pipelines(), " pipeline(s) of ", options_.stages, " stages");
+  std::vector<DataParallel::NamedParameter> out;
+  run_on(pipeline * options_.stages + stage, [&](PipelineStage& s) {
+    const std::vector<float> flat = s.store().values_to_host(s.compute_stream());
+    const auto& params = s.store().parameters();
+    for (size_t j = 0; j < params.size(); ++j) {
+      const auto k = static_cast<size_t>(s.model_indices()[j]);
+      const auto begin = flat.begin() + static_cast<std::ptrdiff_t>(params[j]->offset);
+      out.push_back({parameter_names_[k], parameter_shapes_[k],
+                     std::vector<float>(begin, begin + params[j]->numel())});
+    }
+  });
+  return out;
+}
+
 // ---- the public class ------------------------------------------------------------------------
 
 Pipeline::Pipeline(std::vector<Device> devices, ModelFactory model, OptimizerFactory optimizer,
@@ -414,6 +434,9 @@ std::vector<std::vector<std::string>> Pipeline::stage_layers() const {
 PipelineStepStats Pipeline::last_step_stats() const { return impl_->last_step_stats(); }
 std::vector<DataParallel::NamedParameter> Pipeline::named_parameters() {
   return impl_->named_parameters();
+}
+std::vector<DataParallel::NamedParameter> Pipeline::stage_parameters(int pipeline, int stage) {
+  return impl_->stage_parameters(pipeline, stage);
 }
 
 }  // namespace ls

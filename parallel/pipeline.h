@@ -76,6 +76,9 @@ class Pipeline {
   // The whole model's parameters in single-device (registration) order and names, each tied
   // parameter once (from the first stage holding it); synchronizes.
   std::vector<DataParallel::NamedParameter> named_parameters();
+  // The parameters one stage holds (of pipeline `pipeline`), tied copies included, in
+  // registration order; synchronizes. For checking that every copy of a tied weight agrees.
+  std::vector<DataParallel::NamedParameter> stage_parameters(int pipeline, int stage);
   // Checkpoints in DataParallel's format (see DataParallel::save/load): whole tensors under the
   // model's parameter names, each tied parameter once, so a pipeline checkpoint loads into a
   // DataParallel (any device count and shard mode) or a Pipeline of any stage count, and back.

@@ -28,6 +28,7 @@ class Pipeline::Impl {
   StepResult step(const data::Batch& batch);
   EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
   std::vector<DataParallel::NamedParameter> named_parameters();
+  std::vector<DataParallel::NamedParameter> stage_parameters(int pipeline, int stage);
   std::string save(const std::string& dir, const TrainingPosition& position,
                    const CheckpointRetention& retention);
   TrainingPosition load(const std::string& dir);

@@ -329,8 +329,12 @@ StageOutcome PipelineStage::run(const Shard& shard, int64_t global_labels,
     }
     enqueued_.store(static_cast<int>(k + 1), std::memory_order_release);
   }
-  sum_tied_gradients();
+  // The data-parallel all-reduce first, the tied sum last: the holders of a tied parameter sit on
+  // different stages, hence different communicators, whose sums NCCL need not order alike; the
+  // tied sum adds the same copied inputs in stage order on every holder, so all copies of a tied
+  // parameter stay bitwise equal whatever the backend.
   reduce_data_parallel();
+  sum_tied_gradients();
   count_nonfinite(store_->grads(), nonfinite_, *compute_);
   loss_sum_.copy_to_host_async(&loss_sum_host_, sizeof loss_sum_host_, *compute_);
   nonfinite_.copy_to_host_async(&nonfinite_host_, sizeof nonfinite_host_, *compute_);

@@ -7,8 +7,8 @@
 // stream: a forward receives the previous stage's activations (its stream waits on the sender's
 // event, then copies them to this device) and posts its output to the next stage; a backward
 // receives the output gradient and posts the input gradient back. Gradients accumulate over the
-// micro-batches; tied parameters held by several stages then sum their gradients among those
-// stages, and a stage with data-parallel peers all-reduces its gradients with them. step()
+// micro-batches; a stage with data-parallel peers all-reduces its gradients with them, and then
+// tied parameters held by several stages sum their gradients among those stages. step()
 // applies the optimizer. Every host wait is bounded (StageInbox); abort() ends all of them.
 #pragma once
 

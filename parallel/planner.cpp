@@ -55,8 +55,9 @@ void check_inputs(const ModelProfile& m, const MachineSpec& machine, const PlanR
            m.layer_activation_share.size(), " activation shares");
 }
 
-// ZeRO-2's staging: the three largest buckets at once (kStagingInFlight + 1 in reducer.cpp),
-// buckets planned as the Reducer plans them (a parameter larger than the cap alone in one).
+// ZeRO-2's staging: the kZero2StagingBuckets largest buckets at once, plus the buckets of tied
+// parameters (used by two layers: touched at the start of backward, reduced at its end), buckets
+// planned as the Reducer plans them (a parameter larger than the cap alone in one).
 int64_t staging_bytes(const ModelProfile& m, const BucketOptions& options) {
   std::vector<ParameterExtent> extents;
   int64_t offset = 0;
@@ -65,11 +66,24 @@ int64_t staging_bytes(const ModelProfile& m, const BucketOptions& options) {
     extents.push_back({offset, extent});
     offset += extent;
   }
+  std::vector<int> uses(m.parameter_numel.size(), 0);
+  for (const auto& layer : m.layer_parameters) {
+    for (int i : layer) ++uses[static_cast<size_t>(i)];
+  }
   std::vector<int64_t> sizes;
-  for (const Bucket& b : plan_buckets(extents, 4, options)) sizes.push_back(rounded(b.count * 4));
+  int64_t tied = 0;
+  for (const Bucket& b : plan_buckets(extents, 4, options)) {
+    const bool holds_tied = std::any_of(b.parameters.begin(), b.parameters.end(),
+                                        [&](int i) { return uses[static_cast<size_t>(i)] > 1; });
+    if (holds_tied) {
+      tied += rounded(b.count * 4);
+    } else {
+      sizes.push_back(rounded(b.count * 4));
+    }
+  }
   std::sort(sizes.rbegin(), sizes.rend());
-  int64_t sum = 0;
-  for (size_t i = 0; i < sizes.size() && i < 3; ++i) sum += sizes[i];
+  int64_t sum = tied;
+  for (size_t i = 0; i < sizes.size() && i < kZero2StagingBuckets; ++i) sum += sizes[i];
   return sum;
 }
 
@@ -87,10 +101,20 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
   e.shard = mode;
   e.pipelines = n;
   const int shards = mode == ShardMode::kNone ? 1 : n;
-  StageBytes b = state_of(m, m.parameter_numel, shards, mode);
+  // On one device ZeRO-2 keeps the flat gradient buffer (parallel/replica.cpp): no staging.
+  const ShardMode layout = mode == ShardMode::kGradients && n == 1 ? ShardMode::kOptimizer : mode;
+  StageBytes b = state_of(m, m.parameter_numel, shards, layout);
   const double rows = std::ceil(static_cast<double>(r.global_batch) / n);
-  double act = m.activation_fixed_bytes + m.activation_bytes_per_example * rows;
-  if (mode == ShardMode::kGradients) {
+  if (r.global_batch % n != 0 && !r.allow_uneven_shards) {
+    e.infeasible = "the batch of " + std::to_string(r.global_batch) + " does not divide by " +
+                   std::to_string(n) + " devices";
+  } else if (rows < r.accumulate) {
+    e.infeasible = "fewer rows per device than micro-batches (--accumulate)";
+  }
+  // Accumulation runs the device's rows in `accumulate` micro-batches: activations of one.
+  const double micro = std::ceil(rows / r.accumulate);
+  double act = m.activation_fixed_bytes + m.activation_bytes_per_example * micro;
+  if (layout == ShardMode::kGradients) {
     act += static_cast<double>(
         std::min(rounded(padded_elements(m.parameter_numel, 1) * 4), staging_bytes(m, r.buckets)));
   }
@@ -124,6 +148,15 @@ StrategyEstimate pipeline(const ModelProfile& m, const MachineSpec& machine, con
   const int mb = r.micro_batches;
   const double micro_rows =
       std::ceil(std::ceil(static_cast<double>(r.global_batch) / e.pipelines) / mb);
+  if (r.accumulate > 1) {
+    e.infeasible = "a pipeline accumulates over its micro-batches, not with --accumulate";
+  } else if (r.global_batch % e.pipelines != 0) {
+    e.infeasible = "the batch of " + std::to_string(r.global_batch) + " does not divide by " +
+                   std::to_string(e.pipelines) + " pipelines";
+  } else if (r.global_batch / e.pipelines < mb) {
+    e.infeasible = "each pipeline's " + std::to_string(r.global_batch / e.pipelines) +
+                   " rows are fewer than the " + std::to_string(mb) + " micro-batches";
+  }
   double max_grad_bytes = 0;
   for (int s = 0; s < p; ++s) {
     std::vector<bool> used(m.parameter_numel.size(), false);
@@ -139,10 +172,15 @@ StrategyEstimate pipeline(const ModelProfile& m, const MachineSpec& machine, con
     }
     StageBytes b = state_of(m, numel, 1, ShardMode::kNone);
     const int in_flight = r.schedule == ScheduleKind::kGPipe ? mb : std::min(p - s, mb);
-    b.activations =
-        static_cast<int64_t>(m.activation_fixed_bytes / p +
-                             m.activation_bytes_per_example * share * micro_rows * in_flight +
-                             2.0 * m.boundary_bytes_per_example * micro_rows * in_flight);
+    // Boundary tensors: a stage keeps every activation and gradient it sends until the step's
+    // optimizer (Note [Pipeline transfer lifetime]), m of each, and its received copies live
+    // with the micro-batches in flight.
+    const int sends = (s + 1 < p ? 1 : 0) + (s > 0 ? 1 : 0);
+    const int receives = sends;
+    b.activations = static_cast<int64_t>(
+        m.activation_fixed_bytes / p +
+        m.activation_bytes_per_example * share * micro_rows * in_flight +
+        m.boundary_bytes_per_example * micro_rows * (sends * mb + receives * in_flight));
     e.per_stage.push_back(b);
     if (b.total() > e.worst.total()) e.worst = b;
     max_grad_bytes = std::max(max_grad_bytes, static_cast<double>(b.gradients));
@@ -158,9 +196,16 @@ StrategyEstimate pipeline(const ModelProfile& m, const MachineSpec& machine, con
 std::string recommend(const Plan& plan, const MachineSpec& machine, const PlanRequest& r) {
   const double usable = r.headroom * static_cast<double>(machine.device_bytes);
   if (plan.recommended < 0) {
-    const StrategyEstimate* best = &plan.strategies.front();
+    const StrategyEstimate* best = nullptr;
     for (const StrategyEstimate& e : plan.strategies) {
-      if (e.worst.total() < best->worst.total()) best = &e;
+      if (e.infeasible.empty() && (best == nullptr || e.worst.total() < best->worst.total())) {
+        best = &e;
+      }
+    }
+    if (best == nullptr) {
+      return "no strategy can run a batch of " + std::to_string(r.global_batch) + " on " +
+             std::to_string(machine.devices) + " devices: " + plan.strategies.front().name + ": " +
+             plan.strategies.front().infeasible;
     }
     return "nothing fits in " + megabytes(usable) + " per device (" +
            std::to_string(static_cast<int>(r.headroom * 100)) + "% of " +
@@ -176,11 +221,11 @@ std::string recommend(const Plan& plan, const MachineSpec& machine, const PlanRe
   if (e.stages == 1 && e.shard == ShardMode::kNone) {
     return "fits with data parallel: use it (" + need + ")";
   }
-  const std::string before = plan.strategies[static_cast<size_t>(plan.recommended) - 1].name;
+  const StrategyEstimate& before = plan.strategies[static_cast<size_t>(plan.recommended) - 1];
   const std::string why =
-      "; " + before + " needs " +
-      megabytes(static_cast<double>(
-          plan.strategies[static_cast<size_t>(plan.recommended) - 1].worst.total()));
+      "; " + before.name +
+      (before.infeasible.empty() ? " needs " + megabytes(static_cast<double>(before.worst.total()))
+                                 : " cannot run it: " + before.infeasible);
   if (e.stages == 1) return "needs " + e.name + ": " + need + why;
   return "needs a " + std::to_string(e.stages) + "-stage pipeline (x " +
          std::to_string(e.pipelines) + " data parallel): " + need + why;
@@ -209,7 +254,7 @@ Plan plan_strategies(const ModelProfile& m, const MachineSpec& machine, const Pl
   const double usable = r.headroom * static_cast<double>(machine.device_bytes);
   for (size_t i = 0; i < plan.strategies.size(); ++i) {
     StrategyEstimate& e = plan.strategies[i];
-    e.fits = static_cast<double>(e.worst.total()) <= usable;
+    e.fits = e.infeasible.empty() && static_cast<double>(e.worst.total()) <= usable;
     if (e.fits && plan.recommended < 0) plan.recommended = static_cast<int>(i);
   }
   plan.reason = recommend(plan, machine, r);

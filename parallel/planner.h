@@ -6,17 +6,20 @@
 // (kOptimizer), ZeRO-2 (kGradients), then pipelines with p = 2, 4, 8, ... stages (p dividing the
 // device count, p <= the model's pipeline layers that hold parameters), each with devices / p
 // pipelines (data parallel over pipelines). RULE: the recommendation is the FIRST strategy in that
-// order whose predicted bytes per device fit in headroom x device memory (default 90%); when none
-// fits, the reason says how much memory the cheapest one needs.
+// order that can run the batch at all (DataParallel's and Pipeline's rules on the batch, the
+// devices, micro-batches and accumulation) and whose predicted bytes per device fit in headroom x
+// device memory (default 90%); when none fits, the reason says how much the cheapest one needs.
 //
 // Memory model (bytes per device; every buffer rounded as CachingAllocator::round_size does):
 //   P, G: the flat parameter and gradient buffers as ParameterStore pads them (64-element
 //   alignment; sharded: N equal aligned ranges). O: optimizer floats per parameter x the buffer
 //   (ZeRO-1/2: x one range). A: activations, measured by profile_model (fixed + per example x
-//   rows on the device). DP: P + G + O + A. ZeRO-1: O / N. ZeRO-2: G / N plus staging of the
-//   three largest buckets, at most G (parallel/reducer.cpp, Note [Sharded gradients]). Pipeline
+//   rows of one micro-batch on the device). DP: P + G + O + A. ZeRO-1: O / N. ZeRO-2: G / N plus
+//   staging of the kZero2StagingBuckets largest buckets and of tied parameters' buckets, at most
+//   G (parallel/reducer.cpp, Note [Sharded gradients]); on one device as ZeRO-1. Pipeline
 //   stage s: its own layers' P, G, O (tied parameters counted on every stage holding them) plus the
-//   activations of the micro-batches it keeps in flight (1F1B: min(p - s, m); GPipe: m), each
+//   activations of the micro-batches it keeps in flight (1F1B: min(p - s, m); GPipe: m) and the
+//   boundary tensors it sends (all m, kept until the optimizer) and receives (in flight), each
 //   stage's share of the per-example activations taken from the per-layer profile (an
 //   APPROXIMATION: per-block bytes from a depth probe for transformers, else by parameter share).
 // Step time (ESTIMATES): compute = training FLOPs / GEMM rate; DP adds an all-reduce of
@@ -66,6 +69,8 @@ struct PlanRequest {
   int micro_batches = 4;  // pipelines
   ScheduleKind schedule = ScheduleKind::k1F1B;
   BucketOptions buckets;  // as DataParallelOptions::buckets (ZeRO-2's staging)
+  int accumulate = 1;     // data parallel: micro-batches per step (pipelines cannot combine it)
+  bool allow_uneven_shards = false;  // data parallel: the batch need not divide by the devices
   double headroom = 0.9;  // a strategy fits when total <= headroom x device memory
 };
 
@@ -81,7 +86,8 @@ struct StrategyEstimate {
   int pipelines = 1;                  // data-parallel width
   std::vector<StageBytes> per_stage;  // one entry without a pipeline
   StageBytes worst;                   // the stage with the largest total
-  bool fits = false;
+  bool fits = false;                  // feasible, and worst.total() within the headroom
+  std::string infeasible;  // why this strategy cannot run this batch at all ("" when it can)
   double step_ms = 0;
 };
 

@@ -164,8 +164,9 @@ ModelProfile profile_model(const ModelFactory& model, const ProbeOptions& probe)
     m.activation_fixed_bytes = a.fixed;
     m.activation_bytes_per_example = a.per_example;
     share_by_parameters(m);
-    m.activation_source = "measured on the model (rows " + std::to_string(probe.rows1) + " and " +
-                          std::to_string(probe.rows2) + "), shared among layers by parameters";
+    m.activation_source = "measured on " + probe.device.str() + " with the model (rows " +
+                          std::to_string(probe.rows1) + " and " + std::to_string(probe.rows2) +
+                          "), shared among layers by parameters";
     return m;
   }
   LS_CHECK(probe.layers >= 1, "profile_model: layers is ", probe.layers, "; need at least 1");
@@ -184,9 +185,9 @@ ModelProfile profile_model(const ModelFactory& model, const ProbeOptions& probe)
     m.layer_activation_share.push_back(
         m.activation_bytes_per_example > 0 ? bytes / m.activation_bytes_per_example : 0);
   }
-  m.activation_source = "measured on 1- and 2-layer copies (rows " + std::to_string(probe.rows1) +
-                        " and " + std::to_string(probe.rows2) + "), extrapolated to " +
-                        std::to_string(probe.layers) + " layers";
+  m.activation_source = "measured on " + probe.device.str() + " with 1- and 2-layer copies (rows " +
+                        std::to_string(probe.rows1) + " and " + std::to_string(probe.rows2) +
+                        "), extrapolated to " + std::to_string(probe.layers) + " layers";
   return m;
 }
 

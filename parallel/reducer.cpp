@@ -26,16 +26,18 @@ namespace ls {
 // replica that owns it (one reduce per owner, in one group), straight into that owner's
 // `owned` (accumulating micro-batches: in place in the staging buffer, then added to `owned` on
 // the comm stream). On the host communicator a reduce sums in rank order like the all-reduce,
-// so ZeRO-2 is bitwise the unsharded run there; NCCL may order a reduce's sum differently from
-// its all-reduce's (last-bit differences).
+// so ZeRO-2 with one micro-batch is bitwise the unsharded run there (with more, each micro-batch
+// is reduced and the sums are taken in another order); NCCL may order a reduce's sum differently
+// from its all-reduce's (last-bit differences).
 // A staging buffer is read by the comm stream, but the allocator hands memory out again in
 // compute-stream order (engine/core/allocator.h). So staging is released only after the compute
 // stream has been made to wait for its reduction: when bucket b launches, the staging of bucket
 // b - kStagingInFlight is released. That bounds staging to about kStagingInFlight + 1 buckets
 // (plus any bucket backward touched early but launches late, such as a GPT's tied embedding,
 // whose first gradient comes from the output head), and makes compute wait only when the
-// reductions fall kStagingInFlight buckets behind backward.
-constexpr size_t kStagingInFlight = 2;
+// reductions fall kStagingInFlight buckets behind backward. (The planner counts
+// kZero2StagingBuckets of them, parallel/bucket_plan.h.)
+constexpr size_t kStagingInFlight = kZero2StagingBuckets - 2;
 
 Reducer::Reducer(const Tensor& flat_grads, const std::vector<ParameterExtent>& extents,
                  Communicator& comm, Stream& compute, Stream& comm_stream,

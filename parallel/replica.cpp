@@ -58,7 +58,8 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   LS_CHECK(model_ != nullptr, "the model factory returned no model");
   const CachingAllocator& allocator = runtime.allocator();
   const int shards = shard == ShardMode::kNone ? 1 : comm_->size();
-  const bool zero2 = shard == ShardMode::kGradients;
+  // One replica owns everything: staging would only add to the whole gradient it keeps anyway.
+  const bool zero2 = shard == ShardMode::kGradients && comm_->size() > 1;
   store_ = std::make_unique<nn::ParameterStore>(
       *model_, device, *compute_, seed, shards,
       zero2 ? nn::ParameterStore::Gradients::kNone : nn::ParameterStore::Gradients::kFlat);

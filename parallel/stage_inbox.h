@@ -41,6 +41,11 @@ class StageInbox {
   void post(const Key& key, StageMessage message) {
     {
       std::lock_guard lock(mutex_);
+      // A second message under a key not yet taken is a protocol bug (a reused key): say so,
+      // rather than lose the first and time out later.
+      LS_ASSERT(messages_.count(key) == 0, "stage inbox: a message of kind ",
+                static_cast<int>(key.kind), " index ", key.index, " from stage ", key.from,
+                " was posted twice");
       messages_[key] = std::move(message);
     }
     cv_.notify_all();

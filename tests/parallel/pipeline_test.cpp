@@ -201,6 +201,30 @@ TEST(Pipeline, TwoPipelinesOfTwoStagesMatchOneDevice) {
                        "gpt 2 x 2");
 }
 
+TEST(Pipeline, EveryCopyOfATiedWeightStaysBitwiseEqual) {
+  // wte.weight is held by the first stage (embeddings) and the last (the head). AdamW turns any
+  // last-bit difference between the copies' gradients into a visible one.
+  const OptimizerFactory adamw = make_optimizer_factory({"adamw", 1e-2f, 0.0f, 0.01f});
+  for (auto [devices, stages] : {std::pair{4, 4}, std::pair{4, 2}, std::pair{6, 3}}) {
+    Pipeline pipe(hosts(devices), tiny_gpt(2), adamw, options(stages, 2, ScheduleKind::k1F1B));
+    for (int s = 0; s < 3; ++s) pipe.step(gpt_batch(s));
+    std::vector<float> first;
+    int copies = 0;
+    for (int r = 0; r < pipe.pipelines(); ++r) {
+      for (int s = 0; s < stages; ++s) {
+        for (const auto& p : pipe.stage_parameters(r, s)) {
+          if (p.name != "wte.weight") continue;
+          ++copies;
+          if (first.empty()) first = p.values;
+          EXPECT_EQ(p.values, first) << "pipeline " << r << " stage " << s << " of " << devices
+                                     << " devices in " << stages << " stages";
+        }
+      }
+    }
+    EXPECT_EQ(copies, 2 * pipe.pipelines());
+  }
+}
+
 // ---- the bubble ------------------------------------------------------------------------------
 
 TEST(Pipeline, StepStatsReportBusyTimeAndBubble) {

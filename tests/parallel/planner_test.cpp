@@ -161,13 +161,14 @@ ModelProfile synthetic() {
 TEST(Planner, RecommendsTheFirstStrategyThatFits) {
   PlanRequest request;
   request.global_batch = 4;  // 1 row per device on 4 devices
+  request.micro_batches = 2;  // a 2 x 2 pipeline gets 2 rows per pipeline: at most 2
   request.buckets = {4 << 20, 4 << 20};
   // 8M floats: 33.5 MB each of P and G, 67.1 MB of AdamW state, 10 MB of activations: 144 MB.
   Plan plan = plan_strategies(synthetic(), machine(4, 1ll << 30), request);
   EXPECT_EQ(plan.recommended, 0);
   EXPECT_NE(plan.reason.find("fits with data parallel: use it"), std::string::npos) << plan.reason;
   // 100 MB (90 usable): ZeRO-1 needs 33.5 + 33.5 + 16.8 + 10 = 93.9 MB; ZeRO-2 33.5 + 8.4 +
-  // 16.8 + 10 + 12.6 of staging (3 buckets of 4 MiB) = 81.3 MB.
+  // 16.8 + 10 + 16.8 of staging (4 buckets of 4 MiB) = 85.5 MB.
   plan = plan_strategies(synthetic(), machine(4, 100'000'000), request);
   ASSERT_GE(plan.recommended, 0) << plan.reason;
   EXPECT_EQ(plan.strategies[static_cast<size_t>(plan.recommended)].name, "ZeRO-2");
@@ -183,6 +184,11 @@ TEST(Planner, RecommendsTheFirstStrategyThatFits) {
   EXPECT_EQ(plan.recommended, -1);
   EXPECT_NE(plan.reason.find("nothing fits"), std::string::npos) << plan.reason;
   EXPECT_NE(plan.reason.find("use devices with at least"), std::string::npos) << plan.reason;
+  // One device: ZeRO-1 and ZeRO-2 divide nothing, and ZeRO-2 stages nothing (it keeps the flat
+  // gradients there), so all three predict the same bytes.
+  plan = plan_strategies(synthetic(), machine(1, 1ll << 30), request);
+  ASSERT_EQ(plan.strategies.size(), 3u);
+  EXPECT_EQ(plan.strategies[2].worst.total(), plan.strategies[0].worst.total());
 }
 
 std::string error_of(const ModelProfile& m, const MachineSpec& machine, PlanRequest r) {

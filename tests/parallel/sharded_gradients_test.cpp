@@ -156,6 +156,16 @@ TEST(ShardedGradients, EachReplicaKeepsItsShareOfTheGradientsAndPeaksLower) {
   EXPECT_GT(peak[0] - peak[1], dropped / 2) << "peaks " << peak[0] << " and " << peak[1];
 }
 
+TEST(ShardedGradients, OnOneDeviceItKeepsTheFlatGradients) {
+  const ModelFactory model = mlp_factory({20, 33, 17, 10});
+  DataParallel dp(hosts(1), model, make_optimizer_factory(kAdamW),
+                  options_for(ShardMode::kGradients));
+  EXPECT_EQ(dp.state_bytes(0).gradients, dp.state_bytes(0).parameters);
+  const TrainRun plain = train(1, model, kAdamW, options_for(ShardMode::kNone), 3);
+  const TrainRun sharded = train(1, model, kAdamW, options_for(ShardMode::kGradients), 3);
+  EXPECT_EQ(sharded.parameters, plain.parameters);
+}
+
 // Identity in forward; in backward it hands its input a NaN gradient on `replica` at forward
 // number `step`: the loss stays finite and only the parameters before it get NaN gradients.
 class NaNGradientOn final : public nn::Module {
