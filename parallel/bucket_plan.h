@@ -24,10 +24,11 @@ struct ParameterExtent {
   int64_t extent = 0;
 };
 
-// ZeRO-2 (parallel/reducer.cpp, Note [Sharded gradients]) keeps at most this many buckets'
-// staging at once: two reduced but not yet released, one launching, one filling; plus any bucket
-// backward touched early but launches late (a tied parameter's).
-inline constexpr size_t kZero2StagingBuckets = 4;
+// ZeRO-2 (parallel/reducer.cpp, Note [Sharded gradients]) keeps this many buckets' staging at
+// once when backward finishes gradients in bucket order: the two launched last (released when
+// the next one launches) and the one filling; plus any bucket backward touched early but
+// launches late (a tied parameter's), and more when gradients finish out of bucket order.
+inline constexpr size_t kZero2StagingBuckets = 3;
 
 // `extents` must be in registration order, ascending, contiguous and non-empty.
 std::vector<Bucket> plan_buckets(const std::vector<ParameterExtent>& extents,

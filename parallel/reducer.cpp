@@ -37,7 +37,7 @@ namespace ls {
 // whose first gradient comes from the output head), and makes compute wait only when the
 // reductions fall kStagingInFlight buckets behind backward. (The planner counts
 // kZero2StagingBuckets of them, parallel/bucket_plan.h.)
-constexpr size_t kStagingInFlight = kZero2StagingBuckets - 2;
+constexpr size_t kStagingInFlight = kZero2StagingBuckets - 1;
 
 Reducer::Reducer(const Tensor& flat_grads, const std::vector<ParameterExtent>& extents,
                  Communicator& comm, Stream& compute, Stream& comm_stream,

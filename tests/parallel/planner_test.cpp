@@ -168,7 +168,7 @@ TEST(Planner, RecommendsTheFirstStrategyThatFits) {
   EXPECT_EQ(plan.recommended, 0);
   EXPECT_NE(plan.reason.find("fits with data parallel: use it"), std::string::npos) << plan.reason;
   // 100 MB (90 usable): ZeRO-1 needs 33.5 + 33.5 + 16.8 + 10 = 93.9 MB; ZeRO-2 33.5 + 8.4 +
-  // 16.8 + 10 + 16.8 of staging (4 buckets of 4 MiB) = 85.5 MB.
+  // 16.8 + 10 + 12.6 of staging (3 buckets of 4 MiB) = 81.3 MB.
   plan = plan_strategies(synthetic(), machine(4, 100'000'000), request);
   ASSERT_GE(plan.recommended, 0) << plan.reason;
   EXPECT_EQ(plan.strategies[static_cast<size_t>(plan.recommended)].name, "ZeRO-2");

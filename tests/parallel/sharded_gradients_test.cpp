@@ -148,8 +148,8 @@ TEST(ShardedGradients, EachReplicaKeepsItsShareOfTheGradientsAndPeaksLower) {
   EXPECT_EQ(whole.gradients, whole.parameters);  // stage 1 keeps whole gradients
   EXPECT_NEAR(n * part.gradients, whole.gradients, 0.02 * whole.gradients);
   EXPECT_EQ(part.optimizer, whole.optimizer);
-  // The peak falls by the gradients ZeRO-2 does not keep, less what staging holds at once: at
-  // most four buckets (Note [Sharded gradients]: two in flight, one filling, one launching).
+  // The peak falls by the gradients ZeRO-2 does not keep, less what staging holds at once
+  // (Note [Sharded gradients]: the two buckets launched last and the one filling; four allowed).
   const int64_t dropped = whole.gradients - part.gradients;
   EXPECT_GE(peak[0] - peak[1], dropped - 4 * largest_bucket)
       << "peaks " << peak[0] << " and " << peak[1] << ", buckets up to " << largest_bucket;
