@@ -1,0 +1,407 @@
+// The hierarchical host communicator (see parallel/mpi/mpi_host_communicator.h) and
+// make_mpi_host_communicators. See Note [Hierarchical host collectives].
+#include "parallel/mpi/mpi_host_communicator.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/core/host/host_device.h"
+#include "parallel/collective_checks.h"
+#include "parallel/host/host_clique.h"
+#include "parallel/host/host_reduce.h"
+#include "parallel/mpi/mpi_runtime.h"
+#include "parallel/mpi/mpi_wait.h"
+
+namespace ls {
+
+// Note [Hierarchical host collectives]
+// A collective over P processes with L_p host devices each (N replicas in all) is one task on
+// each replica's stream, with the in-process HostClique's barriers between its phases:
+//   arrive      local arrival barrier + local desync check (as the host communicator)
+//   1 local     local rank r works on chunk r: reductions sum (or max) the L local sends in f32,
+//               local ranks 0..L-1 in order, into the process's partial; all_gather copies each
+//               send to its global block of a staging buffer; broadcast's root copies its send.
+//   sync
+//   2 exchange  local rank 0 alone: headers (kind, dtype, count, op, root, seq) by non-blocking
+//               point-to-point to every process (a process that never arrives is named, and its
+//               receive cancelled), then the payload: MPI_Iallgather of the f32 partials
+//               (reductions), MPI_Iallgatherv (all_gather), MPI_Ibcast (broadcast). Every wait
+//               polls MPI_Testall until the deadline (now + the timeout) or a local failure
+//               (abort()); a failure fails the local clique and the leader still reaches the sync.
+//   sync        (the local barriers wait up to twice the timeout, so the exchange reports first)
+//   3 spread    reductions: local rank r combines the P partials of its chunk in process order
+//               0..P-1 and writes the result to every local recv (all_reduce), the root's recv
+//               (reduce) or its own block (reduce_scatter); copies: each rank copies the staging
+//               buffer into its recv. Skipped when the clique failed.
+//   depart      exit barrier; then a failure is thrown on the stream.
+// Summation order, fixed by the world shape: (local ranks in order) per process, then the
+// processes' partials in order; kAvg divides by N at the end; bf16 is rounded once. MPI's own
+// reduction order is never used. With one process this is exactly the host communicator's order.
+// reduce and reduce_scatter move every partial to every process (P x the bytes of a tree or ring
+// reduction): simple and deterministic, not yet the fastest.
+
+namespace {
+
+constexpr int kHeaderTag = 7101;
+using Header = std::array<int64_t, 6>;
+
+Header header_of(const CollectiveDesc& desc) {
+  return {static_cast<int64_t>(desc.kind), static_cast<int64_t>(desc.dtype),
+          static_cast<int64_t>(desc.count), static_cast<int64_t>(desc.op), desc.root, desc.seq};
+}
+
+CollectiveDesc desc_of(const Header& h) {
+  CollectiveDesc desc;
+  desc.kind = static_cast<CollectiveKind>(h[0]);
+  desc.dtype = static_cast<DType>(h[1]);
+  desc.count = static_cast<size_t>(h[2]);
+  desc.op = static_cast<ReduceOp>(h[3]);
+  desc.root = static_cast<int>(h[4]);
+  desc.seq = h[5];
+  return desc;
+}
+
+bool is_reduction(CollectiveKind kind) {
+  return kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduce ||
+         kind == CollectiveKind::kReduceScatter;
+}
+
+inline float load(const void* base, size_t i, DType dtype) {
+  return dtype == DType::kBF16 ? bf16_to_f32(static_cast<const uint16_t*>(base)[i])
+                               : static_cast<const float*>(base)[i];
+}
+inline void store(void* base, size_t i, DType dtype, float x) {
+  if (dtype == DType::kBF16) {
+    static_cast<uint16_t*>(base)[i] = f32_to_bf16(x);
+  } else {
+    static_cast<float*>(base)[i] = x;
+  }
+}
+inline float combine(ReduceOp op, float acc, float x) {
+  if (op == ReduceOp::kMax) return (x > acc || x != x) ? x : acc;  // NaN wins (host_reduce.cpp)
+  return acc + x;
+}
+
+struct Range {
+  size_t begin;
+  size_t count;
+};
+Range chunk_of(size_t count, int n, int k) {  // as the host communicator splits its all_reduce
+  const size_t base = count / static_cast<size_t>(n);
+  const size_t extra = count % static_cast<size_t>(n);
+  const auto uk = static_cast<size_t>(k);
+  return {uk * base + std::min(uk, extra), base + (uk < extra ? 1 : 0)};
+}
+
+}  // namespace
+
+class ProcessClique {
+ public:
+  ProcessClique(const World& world, const CommunicatorOptions& options);
+  ~ProcessClique();
+  ProcessClique(const ProcessClique&) = delete;
+  ProcessClique& operator=(const ProcessClique&) = delete;
+
+  HostClique& local() { return local_; }
+  void run(int local_rank, const CollectiveDesc& desc);
+
+ private:
+  size_t reduced_count(const CollectiveDesc& desc) const {  // elements of one partial
+    return desc.kind == CollectiveKind::kReduceScatter ? desc.count * static_cast<size_t>(replicas_)
+                                                       : desc.count;
+  }
+  void reserve(const CollectiveDesc& desc);
+  void gather_local(int local_rank, const CollectiveDesc& desc);
+  void exchange(const CollectiveDesc& desc);
+  bool exchange_headers(const CollectiveDesc& desc, mpi::Clock::time_point deadline);
+  void spread(int local_rank, const CollectiveDesc& desc);
+  void fail(const std::string& message, ErrorKind kind) {
+    local_.fail(message, kind, __FILE__, __LINE__);
+  }
+
+  const int process_;
+  const int processes_;
+  const int replicas_;
+  const std::vector<int> counts_;
+  std::vector<int> firsts_;
+  const std::string where_;  // "process 0 (host-a)"
+  const std::chrono::milliseconds timeout_;
+  HostClique local_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  bool poisoned_ = false;  // a payload exchange was given up: comm_ may not be freed or reused
+  std::vector<float> partial_;       // reductions: this process's f32 partial
+  std::vector<float> gathered_;      // reductions: every process's partial, process-major
+  std::vector<unsigned char> bytes_;  // all_gather and broadcast staging
+  std::vector<Header> headers_;
+  std::vector<MPI_Request> requests_;
+};
+
+ProcessClique::ProcessClique(const World& world, const CommunicatorOptions& options)
+    : process_(world.rank()),
+      processes_(world.size()),
+      replicas_(world.replicas()),
+      counts_([&] {
+        std::vector<int> counts;
+        for (int p = 0; p < world.size(); ++p) counts.push_back(world.local_device_count(p));
+        return counts;
+      }()),
+      where_(detail::concat("process ", world.rank(), " (", world.host_name(), ")")),
+      timeout_(options.timeout),
+      local_(static_cast<int>(world.local_devices().size()), 2 * options.timeout),
+      headers_(static_cast<size_t>(world.size())) {
+  for (int p = 0; p < processes_; ++p) firsts_.push_back(world.first_replica(p));
+  MPI_Request request = MPI_REQUEST_NULL;
+  {
+    std::lock_guard lock(mpi::mpi_mutex());
+    mpi::check(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), "MPI_Comm_idup");
+  }
+  const mpi::WaitEnd end =
+      mpi::wait_all(&request, 1, mpi::Clock::now() + options.timeout, [] { return false; });
+  LS_CHECK_AS(ErrorKind::kTimeout, end == mpi::WaitEnd::kDone, "make_world_communicators on ",
+              where_, ": the other processes did not make their communicators within ",
+              options.timeout.count(), " ms; every process must call it, in the same order");
+}
+
+ProcessClique::~ProcessClique() {
+  std::lock_guard lock(mpi::mpi_mutex());
+  if (comm_ != MPI_COMM_NULL && !poisoned_ && !mpi::finalized()) MPI_Comm_free(&comm_);
+}
+
+// Local rank 0, before its arrive(): no other rank touches the buffers until arrive() releases
+// it, and every rank has left the previous collective (exit barrier), so resizing is race-free.
+void ProcessClique::reserve(const CollectiveDesc& desc) {
+  if (is_reduction(desc.kind)) {
+    const size_t m = reduced_count(desc);
+    if (partial_.size() < m) partial_.resize(m);
+    if (gathered_.size() < m * static_cast<size_t>(processes_)) {
+      gathered_.resize(m * static_cast<size_t>(processes_));
+    }
+  } else {
+    const size_t copies = desc.kind == CollectiveKind::kAllGather ? replicas_ : 1;
+    if (bytes_.size() < desc.bytes() * copies) bytes_.resize(desc.bytes() * copies);
+  }
+}
+
+void ProcessClique::run(int local_rank, const CollectiveDesc& desc) {
+  if (local_rank == 0) reserve(desc);
+  local_.arrive(local_rank, desc);
+  gather_local(local_rank, desc);
+  local_.sync(local_rank, desc, "local reduce");
+  if (local_rank == 0) exchange(desc);
+  local_.sync(local_rank, desc, "process exchange");
+  if (!local_.failed()) spread(local_rank, desc);
+  local_.depart(local_rank, desc);
+  local_.throw_if_failed();
+}
+
+void ProcessClique::gather_local(int local_rank, const CollectiveDesc& desc) {
+  const int n = local_.size();
+  const size_t block = desc.bytes();
+  const int me = firsts_[static_cast<size_t>(process_)] + local_rank;
+  if (desc.kind == CollectiveKind::kAllGather) {
+    host_copy(bytes_.data() + static_cast<size_t>(me) * block, desc.send, block);
+  } else if (desc.kind == CollectiveKind::kBroadcast) {
+    if (desc.root == me) host_copy(bytes_.data(), desc.send, block);
+  } else {
+    const Range mine = chunk_of(reduced_count(desc), n, local_rank);
+    for (size_t i = mine.begin; i < mine.begin + mine.count; ++i) {
+      float acc = load(local_.peer(0).send, i, desc.dtype);
+      for (int k = 1; k < n; ++k) acc = combine(desc.op, acc, load(local_.peer(k).send, i, desc.dtype));
+      partial_[i] = acc;
+    }
+  }
+}
+
+bool ProcessClique::exchange_headers(const CollectiveDesc& desc, mpi::Clock::time_point deadline) {
+  const Header mine = header_of(desc);
+  headers_[static_cast<size_t>(process_)] = mine;
+  requests_.assign(2 * static_cast<size_t>(processes_ - 1), MPI_REQUEST_NULL);
+  {
+    std::lock_guard lock(mpi::mpi_mutex());
+    size_t r = 0;
+    for (int p = 0; p < processes_; ++p) {
+      if (p == process_) continue;
+      mpi::check(MPI_Irecv(headers_[static_cast<size_t>(p)].data(), 6, MPI_INT64_T, p, kHeaderTag,
+                           comm_, &requests_[r++]),
+                 "MPI_Irecv");
+      mpi::check(MPI_Isend(mine.data(), 6, MPI_INT64_T, p, kHeaderTag, comm_, &requests_[r++]),
+                 "MPI_Isend");
+    }
+  }
+  const mpi::WaitEnd end = mpi::wait_all(requests_.data(), static_cast<int>(requests_.size()),
+                                         deadline, [this] { return local_.failed(); });
+  if (end != mpi::WaitEnd::kDone) {
+    // Name the processes whose header never came, and withdraw the receives (cancellable,
+    // unlike a collective), so MPI holds nothing of ours afterwards.
+    std::string missing;
+    {
+      std::lock_guard lock(mpi::mpi_mutex());
+      size_t r = 0;
+      for (int p = 0; p < processes_; ++p) {
+        if (p == process_) continue;
+        MPI_Request& recv = requests_[r++];
+        MPI_Request& send = requests_[r++];
+        int done = 0;
+        MPI_Test(&recv, &done, MPI_STATUS_IGNORE);
+        if (!done) {
+          missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+          MPI_Cancel(&recv);
+          MPI_Wait(&recv, MPI_STATUS_IGNORE);
+        }
+        if (send != MPI_REQUEST_NULL) MPI_Request_free(&send);
+      }
+    }
+    if (end == mpi::WaitEnd::kTimeout) {
+      fail(detail::concat(describe(desc), " across processes timed out after ", timeout_.count(),
+                          " ms on ", where_, ": process(es) ", missing,
+                          " never reached it (stuck, dead, or issued fewer collectives); raise "
+                          "CommunicatorOptions::timeout if they are only slow"),
+           ErrorKind::kTimeout);
+    }
+    return false;  // stopped: the local failure (abort) is already recorded
+  }
+  for (int p = 0; p < processes_; ++p) {
+    if (headers_[static_cast<size_t>(p)] != mine) {
+      fail(detail::concat("desync across processes: ", where_, " issued ", describe(desc),
+                          " but process ", p, " issued ",
+                          describe(desc_of(headers_[static_cast<size_t>(p)])),
+                          "; every replica of every process must issue the same collectives in "
+                          "the same order"),
+           ErrorKind::kDesync);
+      return false;
+    }
+  }
+  return true;
+}
+
+void ProcessClique::exchange(const CollectiveDesc& desc) {
+  const auto deadline = mpi::Clock::now() + timeout_;
+  if (local_.failed() || !exchange_headers(desc, deadline) || desc.count == 0) return;
+  MPI_Request request = MPI_REQUEST_NULL;
+  {
+    std::lock_guard lock(mpi::mpi_mutex());
+    if (is_reduction(desc.kind)) {
+      const size_t m = reduced_count(desc);
+      LS_CHECK(m <= INT_MAX, describe(desc), " across processes: ", m,
+               " elements exceed MPI's int count; split the collective into pieces under 2^31");
+      mpi::check(MPI_Iallgather(partial_.data(), static_cast<int>(m), MPI_FLOAT, gathered_.data(),
+                                static_cast<int>(m), MPI_FLOAT, comm_, &request),
+                 "MPI_Iallgather");
+    } else if (desc.kind == CollectiveKind::kAllGather) {
+      std::vector<int> sizes, displs;  // bytes of each process's blocks, and where they go
+      for (int p = 0; p < processes_; ++p) {
+        sizes.push_back(static_cast<int>(desc.bytes() * static_cast<size_t>(counts_[p])));
+        displs.push_back(static_cast<int>(desc.bytes() * static_cast<size_t>(firsts_[p])));
+      }
+      mpi::check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bytes_.data(), sizes.data(),
+                                 displs.data(), MPI_BYTE, comm_, &request),
+                 "MPI_Iallgatherv");
+    } else {
+      int root_process = 0;
+      while (root_process + 1 < processes_ && firsts_[root_process + 1] <= desc.root) ++root_process;
+      mpi::check(MPI_Ibcast(bytes_.data(), static_cast<int>(desc.bytes()), MPI_BYTE, root_process,
+                            comm_, &request),
+                 "MPI_Ibcast");
+    }
+  }
+  const mpi::WaitEnd end = mpi::wait_all(&request, 1, deadline, [this] { return local_.failed(); });
+  if (end == mpi::WaitEnd::kDone) return;
+  poisoned_ = true;  // a started collective cannot be cancelled: this communicator is done
+  if (end == mpi::WaitEnd::kTimeout) {
+    fail(detail::concat(describe(desc), " across processes timed out after ", timeout_.count(),
+                        " ms on ", where_, " while exchanging data: a process stopped in the "
+                        "middle of the collective (killed, or its thread died)"),
+         ErrorKind::kTimeout);
+  }
+}
+
+void ProcessClique::spread(int local_rank, const CollectiveDesc& desc) {
+  const int n = local_.size();
+  const int first = firsts_[static_cast<size_t>(process_)];
+  if (desc.kind == CollectiveKind::kAllGather) {
+    host_copy(local_.peer(local_rank).recv, bytes_.data(), desc.bytes() * replicas_);
+    return;
+  }
+  if (desc.kind == CollectiveKind::kBroadcast) {
+    host_copy(local_.peer(local_rank).recv, bytes_.data(), desc.bytes());
+    return;
+  }
+  const size_t m = reduced_count(desc);
+  size_t begin = 0;  // element of the reduced vector where this rank starts, and how many
+  Range range{0, 0};
+  std::vector<void*> outputs;  // where element `begin` goes, one per receiving buffer
+  if (desc.kind == CollectiveKind::kReduceScatter) {
+    range = {static_cast<size_t>(first + local_rank) * desc.count, desc.count};
+    outputs.push_back(local_.peer(local_rank).recv);
+  } else {
+    range = chunk_of(desc.count, n, local_rank);
+    const size_t at = range.begin * dtype_size(desc.dtype);
+    if (desc.kind == CollectiveKind::kAllReduce) {
+      for (int k = 0; k < n; ++k) outputs.push_back(static_cast<char*>(local_.peer(k).recv) + at);
+    } else if (desc.root >= first && desc.root < first + n) {
+      outputs.push_back(static_cast<char*>(local_.peer(desc.root - first).recv) + at);
+    }
+  }
+  begin = range.begin;
+  const float divisor = static_cast<float>(replicas_);
+  for (size_t i = 0; i < range.count; ++i) {
+    float acc = gathered_[begin + i];
+    for (int p = 1; p < processes_; ++p) {
+      acc = combine(desc.op, acc, gathered_[static_cast<size_t>(p) * m + begin + i]);
+    }
+    if (desc.op == ReduceOp::kAvg) acc /= divisor;
+    for (void* out : outputs) store(out, i, desc.dtype, acc);
+  }
+}
+
+MpiHostCommunicator::MpiHostCommunicator(std::shared_ptr<ProcessClique> clique, int local_rank,
+                                         int global_rank, int global_size, Device device)
+    : clique_(std::move(clique)),
+      local_rank_(local_rank),
+      global_rank_(global_rank),
+      global_size_(global_size),
+      device_(device) {}
+
+void MpiHostCommunicator::issue(CollectiveDesc desc, Stream& stream) {
+  check_collective(desc, global_rank_, global_size_, device_, stream);
+  HostClique& local = clique_->local();
+  local.throw_if_failed();  // sticky, as the host communicator
+  desc.seq = local.note_issued(local_rank_);
+  host_enqueue(stream, [clique = clique_, rank = local_rank_, desc = std::move(desc)] {
+    clique->run(rank, desc);
+  });
+}
+
+void MpiHostCommunicator::group_end() {
+  LS_CHECK(group_depth_ > 0, "group_end() on rank ", global_rank_,
+           " without a matching group_start(); calls to group_start()/group_end() must balance");
+  --group_depth_;
+}
+
+void MpiHostCommunicator::abort() {
+  clique_->local().fail("collective aborted: abort() was called on the communicator of rank " +
+                            std::to_string(global_rank_),
+                        ErrorKind::kAborted, __FILE__, __LINE__);
+}
+
+std::vector<std::unique_ptr<Communicator>> make_mpi_host_communicators(
+    const World& world, const CommunicatorOptions& options) {
+  check_clique_devices(world.local_devices(), options, "make_mpi_host_communicators",
+                       DeviceKind::kHost);
+  auto clique = std::make_shared<ProcessClique>(world, options);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (size_t i = 0; i < world.local_devices().size(); ++i) {
+    const int local = static_cast<int>(i);
+    comms.push_back(std::make_unique<MpiHostCommunicator>(
+        clique, local, world.global_replica(local), world.replicas(), world.local_devices()[i]));
+  }
+  return comms;
+}
+
+}  // namespace ls

@@ -1,0 +1,36 @@
+// Compiled instead of parallel/mpi/*.cpp when CMake finds no MPI: a World is then one process,
+// and a launch by `mpirun -np P` (P > 1) is refused with how to get an MPI build.
+#include <mutex>
+
+#include "engine/core/error.h"
+#include "parallel/mpi/mpi_runtime.h"
+
+namespace ls::mpi {
+
+bool built_with_mpi() { return false; }
+
+Launch init() {
+  LS_THROW("this process was started by mpirun with several processes, but lockstep was built "
+           "without MPI; install Open MPI (scripts/setup installs libopenmpi-dev and openmpi-bin) "
+           "and reconfigure, so that CMake's find_package(MPI) finds it");
+}
+
+std::vector<int> allgather_int(int value, std::chrono::milliseconds) { return {value}; }
+bool finalized() { return false; }
+void finalize() {}
+std::mutex& mpi_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+}  // namespace ls::mpi
+
+namespace ls {
+
+std::vector<std::unique_ptr<Communicator>> make_mpi_host_communicators(
+    const World& world, const CommunicatorOptions&) {
+  LS_THROW("communicators across ", world.size(), " processes need MPI, but lockstep was built "
+           "without it; install Open MPI (scripts/setup) and reconfigure");
+}
+
+}  // namespace ls

@@ -1,0 +1,83 @@
+// World: the processes of one training job and the devices each drives. A process started by
+// `mpirun` (Open MPI's OMPI_COMM_WORLD_SIZE, or PMI_SIZE, in its environment) joins the others
+// through MPI; any other process is a world of one, through the same class and the same calls.
+// Replicas are numbered process-major: process p's local device i is global replica
+// first_replica(p) + i, where first_replica(p) is the sum of the device counts of processes < p.
+// init() runs once per process (MPI allows one initialisation): every process calls it, with its
+// own devices, before anything else uses MPI; finalize() (or a WorldScope going out of scope)
+// ends MPI. Thread-safety: init()/finalize() from one thread; the accessors from any thread.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "engine/core/device.h"
+
+namespace ls {
+
+struct WorldOptions {
+  // How long init() waits for the other processes to exchange their device counts.
+  std::chrono::milliseconds timeout = std::chrono::minutes(2);
+};
+
+class World {
+ public:
+  // Starts MPI when the process was launched by mpirun (MPI_Init_thread), then exchanges every
+  // process's local device count (once). Throws when called twice, after finalize() under MPI,
+  // with no devices, or under `mpirun -np P>1` in a build without MPI.
+  static World& init(std::vector<Device> local_devices, const WorldOptions& options = {});
+  static bool initialized();
+  static World& current();  // throws before init()
+  // Ends MPI (MPI_Finalize) when it was started; a no-op otherwise and when called again.
+  // Communicators spanning processes must be destroyed before.
+  static void finalize();
+
+  int rank() const { return rank_; }  // this process, 0..size()-1
+  int size() const { return size_; }  // processes
+  bool uses_mpi() const { return uses_mpi_; }
+  const std::string& host_name() const { return host_name_; }
+  const std::vector<Device>& local_devices() const { return local_devices_; }
+  int local_device_count(int process) const;
+  int first_replica(int process) const;        // global index of process's local device 0
+  int global_replica(int local_index) const;   // first_replica(rank()) + local_index
+  int replicas() const { return replicas_; }   // devices over all processes
+  int process_of_replica(int replica) const;
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // "process 1 of 2 on host-a (host:0,host:1 = replicas 2..3 of 4)"
+  std::string describe() const;
+
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+  ~World() = default;
+
+ private:
+  World() = default;
+
+  int rank_ = 0;
+  int size_ = 1;
+  bool uses_mpi_ = false;
+  std::string host_name_;
+  std::vector<Device> local_devices_;
+  std::vector<int> counts_;  // local device count of every process
+  std::vector<int> firsts_;  // first_replica of every process
+  int replicas_ = 0;
+  std::chrono::milliseconds timeout_{};
+};
+
+// init() on construction, finalize() on destruction: `ls::WorldScope world(devices);` in main.
+class WorldScope {
+ public:
+  explicit WorldScope(std::vector<Device> local_devices, const WorldOptions& options = {})
+      : world_(&World::init(std::move(local_devices), options)) {}
+  ~WorldScope() { World::finalize(); }
+  WorldScope(const WorldScope&) = delete;
+  WorldScope& operator=(const WorldScope&) = delete;
+  World& operator*() const { return *world_; }
+  World* operator->() const { return world_; }
+
+ private:
+  World* world_;
+};
+
+}  // namespace ls
