@@ -134,7 +134,7 @@ class ProcessClique {
   const std::chrono::milliseconds timeout_;
   HostClique local_;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  bool poisoned_ = false;  // a payload exchange was given up: comm_ may not be freed or reused
+  bool poisoned_ = false;  // an exchange was given up: comm_ is kept (never freed) but unused
   std::vector<float> partial_;       // reductions: this process's f32 partial
   std::vector<float> gathered_;      // reductions: every process's partial, process-major
   std::vector<unsigned char> bytes_;  // all_gather and broadcast staging
@@ -238,7 +238,9 @@ bool ProcessClique::exchange_headers(const CollectiveDesc& desc, mpi::Clock::tim
                                          deadline, [this] { return local_.failed(); });
   if (end != mpi::WaitEnd::kDone) {
     // Name the processes whose header never came, and withdraw the receives (cancellable,
-    // unlike a collective), so MPI holds nothing of ours afterwards.
+    // unlike a collective). Our headers may still sit unreceived at the peers: comm_ is never
+    // freed (MPI would reuse its context id, and a later communicator would receive them).
+    poisoned_ = true;
     std::string missing;
     {
       std::lock_guard lock(mpi::mpi_mutex());
