@@ -41,10 +41,12 @@ std::string this_host_name() {
 }  // namespace
 
 World& World::init(std::vector<Device> local_devices, const WorldOptions& options) {
-  LS_CHECK(!the_world(), "World::init() was called twice; call it once per process (MPI may be "
-                         "initialised only once) and use World::current() afterwards");
-  LS_CHECK(!local_devices.empty(), "World::init() needs at least one local device; pass the "
-                                   "devices this process drives, e.g. parse_devices(\"host:2\")");
+  LS_CHECK(!the_world(),
+           "World::init() was called twice; call it once per process (MPI may be "
+           "initialised only once) and use World::current() afterwards");
+  LS_CHECK(!local_devices.empty(),
+           "World::init() needs at least one local device; pass the "
+           "devices this process drives, e.g. parse_devices(\"host:2\")");
   LS_CHECK(options.timeout.count() > 0, "WorldOptions::timeout must be positive, got ",
            options.timeout.count(), " ms");
   const int launched = launcher_size();
@@ -78,8 +80,9 @@ World& World::init(std::vector<Device> local_devices, const WorldOptions& option
 bool World::initialized() { return the_world() != nullptr; }
 
 World& World::current() {
-  LS_CHECK(the_world(), "World::current() before World::init(); call World::init(devices) (or "
-                        "make a WorldScope) at the start of main");
+  LS_CHECK(the_world(),
+           "World::current() before World::init(); call World::init(devices) (or "
+           "make a WorldScope) at the start of main");
   return *the_world();
 }
 
@@ -89,14 +92,14 @@ void World::finalize() {
 }
 
 int World::local_device_count(int process) const {
-  LS_CHECK(process >= 0 && process < size_, "process ", process, " is not in this world of ",
-           size_, " processes (0..", size_ - 1, ")");
+  LS_CHECK(process >= 0 && process < size_, "process ", process, " is not in this world of ", size_,
+           " processes (0..", size_ - 1, ")");
   return counts_[static_cast<size_t>(process)];
 }
 
 int World::first_replica(int process) const {
-  LS_CHECK(process >= 0 && process < size_, "process ", process, " is not in this world of ",
-           size_, " processes (0..", size_ - 1, ")");
+  LS_CHECK(process >= 0 && process < size_, "process ", process, " is not in this world of ", size_,
+           " processes (0..", size_ - 1, ")");
   return firsts_[static_cast<size_t>(process)];
 }
 
@@ -126,8 +129,9 @@ std::string World::describe() const {
 std::vector<std::unique_ptr<Communicator>> make_world_communicators(
     const World& world, const CommunicatorOptions& options) {
   if (world.size() == 1) return make_communicators(world.local_devices(), options);
-  LS_CHECK(world.local_devices().front().is_host(), "make_world_communicators: ",
-           devices_str(world.local_devices()), " across ", world.size(),
+  LS_CHECK(world.local_devices().front().is_host(),
+           "make_world_communicators: ", devices_str(world.local_devices()), " across ",
+           world.size(),
            " processes needs NCCL across processes, which is not built yet; use host devices, "
            "or one process with every GPU of the machine");
   check_clique_devices(world.local_devices(), options, "make_world_communicators",

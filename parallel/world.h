@@ -39,9 +39,9 @@ class World {
   const std::string& host_name() const { return host_name_; }
   const std::vector<Device>& local_devices() const { return local_devices_; }
   int local_device_count(int process) const;
-  int first_replica(int process) const;        // global index of process's local device 0
-  int global_replica(int local_index) const;   // first_replica(rank()) + local_index
-  int replicas() const { return replicas_; }   // devices over all processes
+  int first_replica(int process) const;       // global index of process's local device 0
+  int global_replica(int local_index) const;  // first_replica(rank()) + local_index
+  int replicas() const { return replicas_; }  // devices over all processes
   int process_of_replica(int replica) const;
   std::chrono::milliseconds timeout() const { return timeout_; }
   // "process 1 of 2 on host-a (host:0,host:1 = replicas 2..3 of 4)"

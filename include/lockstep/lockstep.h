@@ -8,6 +8,7 @@
 //   DataParallel, model and optimizer factories, checkpoints: parallel/data_parallel.h
 //   which checkpoints a directory keeps: engine/model/checkpoint/retention.h
 //   writing JSON reports:             engine/core/json.h
+//   processes under mpirun (rank, size, global replica numbers): parallel/world.h
 #pragma once
 
 #include "engine/core/allocator.h"
@@ -30,3 +31,4 @@
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline.h"
 #include "parallel/planner.h"
+#include "parallel/world.h"

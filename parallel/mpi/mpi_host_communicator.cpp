@@ -52,8 +52,12 @@ constexpr int kHeaderTag = 7101;
 using Header = std::array<int64_t, 6>;
 
 Header header_of(const CollectiveDesc& desc) {
-  return {static_cast<int64_t>(desc.kind), static_cast<int64_t>(desc.dtype),
-          static_cast<int64_t>(desc.count), static_cast<int64_t>(desc.op), desc.root, desc.seq};
+  return {static_cast<int64_t>(desc.kind),
+          static_cast<int64_t>(desc.dtype),
+          static_cast<int64_t>(desc.count),
+          static_cast<int64_t>(desc.op),
+          desc.root,
+          desc.seq};
 }
 
 CollectiveDesc desc_of(const Header& h) {
@@ -134,9 +138,9 @@ class ProcessClique {
   const std::chrono::milliseconds timeout_;
   HostClique local_;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  bool poisoned_ = false;  // an exchange was given up: comm_ is kept (never freed) but unused
-  std::vector<float> partial_;       // reductions: this process's f32 partial
-  std::vector<float> gathered_;      // reductions: every process's partial, process-major
+  bool poisoned_ = false;        // an exchange was given up: comm_ is kept (never freed) but unused
+  std::vector<float> partial_;   // reductions: this process's f32 partial
+  std::vector<float> gathered_;  // reductions: every process's partial, process-major
   std::vector<unsigned char> bytes_;  // all_gather and broadcast staging
   std::vector<Header> headers_;
   std::vector<MPI_Request> requests_;
@@ -212,7 +216,8 @@ void ProcessClique::gather_local(int local_rank, const CollectiveDesc& desc) {
     const Range mine = chunk_of(reduced_count(desc), n, local_rank);
     for (size_t i = mine.begin; i < mine.begin + mine.count; ++i) {
       float acc = load(local_.peer(0).send, i, desc.dtype);
-      for (int k = 1; k < n; ++k) acc = combine(desc.op, acc, load(local_.peer(k).send, i, desc.dtype));
+      for (int k = 1; k < n; ++k)
+        acc = combine(desc.op, acc, load(local_.peer(k).send, i, desc.dtype));
       partial_[i] = acc;
     }
   }
@@ -306,7 +311,8 @@ void ProcessClique::exchange(const CollectiveDesc& desc) {
                  "MPI_Iallgatherv");
     } else {
       int root_process = 0;
-      while (root_process + 1 < processes_ && firsts_[root_process + 1] <= desc.root) ++root_process;
+      while (root_process + 1 < processes_ && firsts_[root_process + 1] <= desc.root)
+        ++root_process;
       mpi::check(MPI_Ibcast(bytes_.data(), static_cast<int>(desc.bytes()), MPI_BYTE, root_process,
                             comm_, &request),
                  "MPI_Ibcast");
@@ -317,7 +323,8 @@ void ProcessClique::exchange(const CollectiveDesc& desc) {
   poisoned_ = true;  // a started collective cannot be cancelled: this communicator is done
   if (end == mpi::WaitEnd::kTimeout) {
     fail(detail::concat(describe(desc), " across processes timed out after ", timeout_.count(),
-                        " ms on ", where_, " while exchanging data: a process stopped in the "
+                        " ms on ", where_,
+                        " while exchanging data: a process stopped in the "
                         "middle of the collective (killed, or its thread died)"),
          ErrorKind::kTimeout);
   }

@@ -1,13 +1,14 @@
 // The MPI runtime of a World (see parallel/mpi/mpi_runtime.h) and bounded request waits
 // (parallel/mpi/mpi_wait.h). MPI_COMM_WORLD's error handler is set to MPI_ERRORS_RETURN so a
 // failed call becomes an ls::Error instead of killing the job.
+#include "parallel/mpi/mpi_runtime.h"
+
 #include <mpi.h>
 
 #include <mutex>
 #include <thread>
 
 #include "engine/core/error.h"
-#include "parallel/mpi/mpi_runtime.h"
 #include "parallel/mpi/mpi_wait.h"
 
 namespace ls::mpi {
@@ -49,7 +50,8 @@ Launch init() {
     int provided = MPI_THREAD_SINGLE;
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     LS_CHECK(provided >= MPI_THREAD_SERIALIZED, "this MPI library provides only ",
-             thread_level_name(provided), "; lockstep calls MPI from its stream threads and needs "
+             thread_level_name(provided),
+             "; lockstep calls MPI from its stream threads and needs "
              "MPI_THREAD_SERIALIZED or better (Open MPI from Debian provides MULTIPLE)");
   }
   check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
@@ -73,7 +75,8 @@ std::vector<int> allgather_int(int value, std::chrono::milliseconds timeout) {
   const WaitEnd end = wait_all(&request, 1, Clock::now() + timeout, [] { return false; });
   LS_CHECK_AS(ErrorKind::kTimeout, end == WaitEnd::kDone,
               "World::init(): the processes did not all exchange their device counts within ",
-              timeout.count(), " ms; every process started by mpirun must call World::init(), "
+              timeout.count(),
+              " ms; every process started by mpirun must call World::init(), "
               "or raise WorldOptions::timeout if some start slowly");
   return all;
 }

@@ -29,7 +29,7 @@ bool finalized();
 void finalize();  // MPI_Finalize; a no-op when MPI was never started or is finalized
 std::mutex& mpi_mutex();
 
-}  // namespace ls
+}  // namespace ls::mpi
 
 namespace ls {
 // Communicators over the host devices of every process of `world` (world.size() > 1):

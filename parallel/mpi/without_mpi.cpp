@@ -10,9 +10,10 @@ namespace ls::mpi {
 bool built_with_mpi() { return false; }
 
 Launch init() {
-  LS_THROW("this process was started by mpirun with several processes, but lockstep was built "
-           "without MPI; install Open MPI (scripts/setup installs libopenmpi-dev and openmpi-bin) "
-           "and reconfigure, so that CMake's find_package(MPI) finds it");
+  LS_THROW(
+      "this process was started by mpirun with several processes, but lockstep was built "
+      "without MPI; install Open MPI (scripts/setup installs libopenmpi-dev and openmpi-bin) "
+      "and reconfigure, so that CMake's find_package(MPI) finds it");
 }
 
 std::vector<int> allgather_int(int value, std::chrono::milliseconds) { return {value}; }
@@ -27,9 +28,10 @@ std::mutex& mpi_mutex() {
 
 namespace ls {
 
-std::vector<std::unique_ptr<Communicator>> make_mpi_host_communicators(
-    const World& world, const CommunicatorOptions&) {
-  LS_THROW("communicators across ", world.size(), " processes need MPI, but lockstep was built "
+std::vector<std::unique_ptr<Communicator>> make_mpi_host_communicators(const World& world,
+                                                                       const CommunicatorOptions&) {
+  LS_THROW("communicators across ", world.size(),
+           " processes need MPI, but lockstep was built "
            "without it; install Open MPI (scripts/setup) and reconfigure");
 }
 

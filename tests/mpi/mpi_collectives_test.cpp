@@ -48,7 +48,8 @@ float read(const std::vector<uint16_t>& buffer, size_t i, DType dtype) {
 float expected_reduction(ReduceOp op, size_t i, DType dtype) {
   const int n = World::current().replicas();
   float acc = input(0, i);
-  for (int g = 1; g < n; ++g) acc = op == ReduceOp::kMax ? std::max(acc, input(g, i)) : acc + input(g, i);
+  for (int g = 1; g < n; ++g)
+    acc = op == ReduceOp::kMax ? std::max(acc, input(g, i)) : acc + input(g, i);
   if (op == ReduceOp::kAvg) acc /= static_cast<float>(n);
   return dtype == DType::kBF16 ? bf16_to_f32(f32_to_bf16(acc)) : acc;
 }
@@ -84,8 +85,8 @@ TEST(MpiCollectives, AllReduceExact) {
           for (int l = 0; l < group.local(); ++l) {
             for (size_t i = 0; i < count; ++i) {
               ASSERT_EQ(read(recv[l], i, dtype), expected_reduction(op, i, dtype))
-                  << "replica " << world.global_replica(l) << " element " << i << " count "
-                  << count << " " << reduce_op_name(op) << " bf16=" << (dtype == DType::kBF16)
+                  << "replica " << world.global_replica(l) << " element " << i << " count " << count
+                  << " " << reduce_op_name(op) << " bf16=" << (dtype == DType::kBF16)
                   << " in_place=" << in_place;
             }
           }
@@ -166,7 +167,8 @@ TEST(MpiCollectives, BroadcastFromEveryRoot) {
       std::vector<std::vector<uint16_t>> buffers(group.local());
       for (int l = 0; l < group.local(); ++l) {
         const int g = world.global_replica(l);
-        buffers[l] = filled(count, dtype, [&](size_t i) { return g == root ? input(g, i) : -1.0f; });
+        buffers[l] =
+            filled(count, dtype, [&](size_t i) { return g == root ? input(g, i) : -1.0f; });
       }
       expect_no_errors(group.run([&](int l, Communicator& comm, Stream& stream) {
         comm.broadcast(buffers[l].data(), buffers[l].data(), count, dtype, root, stream);

@@ -27,14 +27,14 @@ struct Group {
   explicit Group(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
     const World& world = World::current();
     comms = make_world_communicators(world, CommunicatorOptions{timeout});
-    for (const Device& d : world.local_devices()) streams.push_back(device_runtime(d).create_stream());
+    for (const Device& d : world.local_devices())
+      streams.push_back(device_runtime(d).create_stream());
   }
   int local() const { return static_cast<int>(comms.size()); }
 
   // fn(local index, communicator, stream) on each local replica's thread, then its stream's
   // synchronize(); the errors, one per local replica (null when it succeeded).
-  std::vector<std::exception_ptr> run(
-      const std::function<void(int, Communicator&, Stream&)>& fn) {
+  std::vector<std::exception_ptr> run(const std::function<void(int, Communicator&, Stream&)>& fn) {
     std::vector<std::exception_ptr> errors(comms.size());
     std::vector<std::thread> threads;
     for (size_t i = 0; i < comms.size(); ++i) {

@@ -156,8 +156,7 @@ TEST(MpiWorld, DesyncBetweenProcessesIsAnErrorEverywhere) {
     for (const std::exception_ptr& e : errors) {
       ASSERT_TRUE(e);
       EXPECT_EQ(kind_of(e), ErrorKind::kDesync) << message_of(e);
-      EXPECT_NE(message_of(e).find("desync across processes"), std::string::npos)
-          << message_of(e);
+      EXPECT_NE(message_of(e).find("desync across processes"), std::string::npos) << message_of(e);
     }
     for (const auto& buffer : data) EXPECT_EQ(buffer[0], 1.0f) << "no data moved on a desync";
   }
