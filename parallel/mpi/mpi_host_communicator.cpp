@@ -142,6 +142,7 @@ class ProcessClique {
   std::vector<float> partial_;   // reductions: this process's f32 partial
   std::vector<float> gathered_;  // reductions: every process's partial, process-major
   std::vector<unsigned char> bytes_;  // all_gather and broadcast staging
+  Header header_out_{};
   std::vector<Header> headers_;
   std::vector<MPI_Request> requests_;
 };
@@ -197,7 +198,13 @@ void ProcessClique::run(int local_rank, const CollectiveDesc& desc) {
   local_.arrive(local_rank, desc);
   gather_local(local_rank, desc);
   local_.sync(local_rank, desc, "local reduce");
-  if (local_rank == 0) exchange(desc);
+  if (local_rank == 0) {
+    try {
+      exchange(desc);
+    } catch (const Error& error) {  // a failed MPI call: the local ranks must still get through
+      local_.fail(error.what(), error.kind(), __FILE__, __LINE__);
+    }
+  }
   local_.sync(local_rank, desc, "process exchange");
   if (!local_.failed()) spread(local_rank, desc);
   local_.depart(local_rank, desc);
@@ -224,7 +231,8 @@ void ProcessClique::gather_local(int local_rank, const CollectiveDesc& desc) {
 }
 
 bool ProcessClique::exchange_headers(const CollectiveDesc& desc, mpi::Clock::time_point deadline) {
-  const Header mine = header_of(desc);
+  header_out_ = header_of(desc);  // a member: a send given up on may still read it
+  const Header& mine = header_out_;
   headers_[static_cast<size_t>(process_)] = mine;
   requests_.assign(2 * static_cast<size_t>(processes_ - 1), MPI_REQUEST_NULL);
   {
@@ -295,8 +303,6 @@ void ProcessClique::exchange(const CollectiveDesc& desc) {
     std::lock_guard lock(mpi::mpi_mutex());
     if (is_reduction(desc.kind)) {
       const size_t m = reduced_count(desc);
-      LS_CHECK(m <= INT_MAX, describe(desc), " across processes: ", m,
-               " elements exceed MPI's int count; split the collective into pieces under 2^31");
       mpi::check(MPI_Iallgather(partial_.data(), static_cast<int>(m), MPI_FLOAT, gathered_.data(),
                                 static_cast<int>(m), MPI_FLOAT, comm_, &request),
                  "MPI_Iallgather");
@@ -379,6 +385,15 @@ MpiHostCommunicator::MpiHostCommunicator(std::shared_ptr<ProcessClique> clique, 
 
 void MpiHostCommunicator::issue(CollectiveDesc desc, Stream& stream) {
   check_collective(desc, global_rank_, global_size_, device_, stream);
+  // MPI counts are ints: f32 elements of the partial (reductions), bytes (the copies).
+  const size_t replicas = static_cast<size_t>(global_size_);
+  const size_t mpi_count = desc.kind == CollectiveKind::kReduceScatter ? desc.count * replicas
+                           : is_reduction(desc.kind)                   ? desc.count
+                           : desc.kind == CollectiveKind::kAllGather   ? desc.bytes() * replicas
+                                                                       : desc.bytes();
+  LS_CHECK(mpi_count <= INT_MAX, describe(desc), " across processes moves ", mpi_count,
+           " MPI elements in one call, more than MPI's int count allows; split it into pieces "
+           "under 2^31 elements (f32 partials) or bytes");
   HostClique& local = clique_->local();
   local.throw_if_failed();  // sticky, as the host communicator
   desc.seq = local.note_issued(local_rank_);

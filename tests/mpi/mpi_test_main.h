@@ -17,9 +17,6 @@
 
 namespace ls::mpi_test {
 
-// Process p drives kLocalCounts[p % size] host devices (--local-devices 1,2).
-const std::vector<int>& local_counts();
-
 struct Group {
   std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<std::unique_ptr<Stream>> streams;

@@ -50,8 +50,6 @@ void barrier() {
 }
 }  // namespace
 
-const std::vector<int>& local_counts() { return g_local_counts; }
-
 namespace {
 
 TEST(MpiWorld, RankSizeAndProcessMajorReplicas) {
