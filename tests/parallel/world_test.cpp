@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "engine/core/error.h"
 #include "parallel/host/host_communicator.h"
+#include "parallel/mpi/mpi_runtime.h"
 #include "parallel/world_communicators.h"
 
 namespace ls {
@@ -48,6 +50,22 @@ TEST(World, InitAgainAfterFinalizeInAPlainProcess) {
 }
 
 TEST(World, NeedsDevices) { EXPECT_THROW(World::init({}), Error); }
+
+// A build without MPI refuses a launch by `mpirun -np 2` and says how to get an MPI build (with
+// MPI, the same environment would start MPI for real: tests/mpi/ covers that).
+TEST(World, WithoutMpiSeveralProcessesAreRefused) {
+  if (mpi::built_with_mpi()) GTEST_SKIP() << "this build has MPI: see lockstep_mpi_tests";
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  try {
+    World::init(parse_devices("host:1"));
+    ADD_FAILURE() << "World::init under OMPI_COMM_WORLD_SIZE=2 must throw without MPI";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("built without MPI"), std::string::npos)
+        << error.what();
+  }
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  EXPECT_FALSE(World::initialized());
+}
 
 }  // namespace
 }  // namespace ls
