@@ -221,6 +221,13 @@ void ProcessClique::gather_local(int local_rank, const CollectiveDesc& desc) {
     if (desc.root == me) host_copy(bytes_.data(), desc.send, block);
   } else {
     const Range mine = chunk_of(reduced_count(desc), n, local_rank);
+    const ReduceOp op = desc.op == ReduceOp::kAvg ? ReduceOp::kSum : desc.op;  // divided at the end
+    if (desc.dtype == DType::kF32) {  // host_reduce's order is ours: ranks 0..n-1, left to right
+      const void** inputs = local_.scratch(local_rank);
+      for (int k = 0; k < n; ++k) inputs[k] = local_.peer(k).send;
+      host_reduce(inputs, n, mine.begin, partial_.data() + mine.begin, mine.count, DType::kF32, op);
+      return;
+    }
     for (size_t i = mine.begin; i < mine.begin + mine.count; ++i) {
       float acc = load(local_.peer(0).send, i, desc.dtype);
       for (int k = 1; k < n; ++k)
@@ -365,6 +372,22 @@ void ProcessClique::spread(int local_rank, const CollectiveDesc& desc) {
   }
   begin = range.begin;
   const float divisor = static_cast<float>(replicas_);
+  if (desc.dtype == DType::kF32 && !outputs.empty()) {
+    // The same order (processes 0..P-1, left to right) through host_reduce's vectorised loops.
+    thread_local std::vector<const void*> inputs;
+    inputs.resize(static_cast<size_t>(processes_));
+    for (int p = 0; p < processes_; ++p) inputs[p] = gathered_.data() + static_cast<size_t>(p) * m;
+    const ReduceOp op = desc.op == ReduceOp::kAvg ? ReduceOp::kSum : desc.op;
+    host_reduce_to_all(inputs.data(), processes_, outputs.data(), static_cast<int>(outputs.size()),
+                       begin, range.count, DType::kF32, op);
+    if (desc.op == ReduceOp::kAvg) {
+      for (void* out : outputs) {
+        float* x = static_cast<float*>(out);
+        for (size_t i = 0; i < range.count; ++i) x[i] /= divisor;
+      }
+    }
+    return;
+  }
   for (size_t i = 0; i < range.count; ++i) {
     float acc = gathered_[begin + i];
     for (int p = 1; p < processes_; ++p) {
