@@ -125,20 +125,16 @@ void DataParallel::Impl::build_replicas(const ModelFactory& model,
                                                       devices_[r].str()));
   }
   // Each replica is built on its own thread: its device state belongs to that thread.
-  std::vector<std::future<void>> built;
-  for (size_t r = 0; r < devices_.size(); ++r) {
-    built.push_back(threads_[r]->post([&, r] {
-      auto recorder = std::make_unique<RecordingCommunicator>(std::move(backends[r]), checker);
-      RecordingCommunicator& recorder_ref = *recorder;
-      std::unique_ptr<Communicator> comm = std::move(recorder);
-      if (hooks.wrap_communicator)
-        comm = hooks.wrap_communicator(std::move(comm), static_cast<int>(r));
-      replicas_[r] = std::make_unique<Replica>(static_cast<int>(r), devices_[r], model, optimizer,
-                                               std::move(comm), recorder_ref, options_.buckets,
-                                               options_.seed, options_.shard);
-    }));
-  }
-  const std::exception_ptr first = WorkerThread::wait_all(built);
+  const std::exception_ptr first = WorkerThread::run_each(threads_, [&](size_t r) {
+    auto recorder = std::make_unique<RecordingCommunicator>(std::move(backends[r]), checker);
+    RecordingCommunicator& recorder_ref = *recorder;
+    std::unique_ptr<Communicator> comm = std::move(recorder);
+    if (hooks.wrap_communicator)
+      comm = hooks.wrap_communicator(std::move(comm), static_cast<int>(r));
+    replicas_[r] = std::make_unique<Replica>(static_cast<int>(r), devices_[r], model, optimizer,
+                                             std::move(comm), recorder_ref, options_.buckets,
+                                             options_.seed, options_.shard);
+  });
   // On failure the replicas, too, are destroyed on their own threads (not by ~vector here).
   if (first) {
     abort_all();
@@ -153,11 +149,7 @@ DataParallel::Impl::~Impl() {
 }
 
 void DataParallel::Impl::destroy_replicas() {
-  std::vector<std::future<void>> done;
-  for (size_t r = 0; r < threads_.size(); ++r) {
-    done.push_back(threads_[r]->post([this, r] { replicas_[r].reset(); }));
-  }
-  for (auto& f : done) f.wait();
+  WorkerThread::run_each(threads_, [this](size_t r) { replicas_[r].reset(); });
 }
 
 void DataParallel::Impl::abort_all() {
@@ -167,11 +159,7 @@ void DataParallel::Impl::abort_all() {
 }
 
 void DataParallel::Impl::drain_all() {
-  std::vector<std::future<void>> drained;
-  for (size_t r = 0; r < replicas_.size(); ++r) {
-    drained.push_back(threads_[r]->post([this, r] { replicas_[r]->drain(); }));
-  }
-  for (auto& d : drained) d.wait();
+  WorkerThread::run_each(threads_, [this](size_t r) { replicas_[r]->drain(); });
 }
 
 std::vector<ReplicaProgress> DataParallel::Impl::progress() const {

@@ -87,24 +87,20 @@ void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFact
   for (size_t i = 0; i < devices_.size(); ++i) {
     threads_.push_back(std::make_unique<WorkerThread>(where(static_cast<int>(i))));
   }
-  std::vector<std::future<void>> built;
-  for (size_t i = 0; i < devices_.size(); ++i) {
-    built.push_back(threads_[i]->post([&, i] {
-      const int s = static_cast<int>(i) % p, r = static_cast<int>(i) / p;
-      StageConfig config{s,
-                         p,
-                         ranges_[static_cast<size_t>(s)].first,
-                         ranges_[static_cast<size_t>(s)].second,
-                         options_.micro_batches,
-                         options_.seed,
-                         options_.timeout};
-      std::unique_ptr<Communicator> comm =
-          n > 1 ? std::move(comms[static_cast<size_t>(s)][static_cast<size_t>(r)]) : nullptr;
-      stages_[i] =
-          std::make_unique<PipelineStage>(config, devices_[i], model, optimizer, std::move(comm));
-    }));
-  }
-  const std::exception_ptr first = WorkerThread::wait_all(built);
+  const std::exception_ptr first = WorkerThread::run_each(threads_, [&](size_t i) {
+    const int s = static_cast<int>(i) % p, r = static_cast<int>(i) / p;
+    StageConfig config{s,
+                       p,
+                       ranges_[static_cast<size_t>(s)].first,
+                       ranges_[static_cast<size_t>(s)].second,
+                       options_.micro_batches,
+                       options_.seed,
+                       options_.timeout};
+    std::unique_ptr<Communicator> comm =
+        n > 1 ? std::move(comms[static_cast<size_t>(s)][static_cast<size_t>(r)]) : nullptr;
+    stages_[i] =
+        std::make_unique<PipelineStage>(config, devices_[i], model, optimizer, std::move(comm));
+  });
   if (first) {
     abort_all();
     destroy_stages();
@@ -125,11 +121,7 @@ void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFact
 }
 
 void Pipeline::Impl::destroy_stages() {
-  std::vector<std::future<void>> done;
-  for (size_t i = 0; i < threads_.size(); ++i) {
-    done.push_back(threads_[i]->post([this, i] { stages_[i].reset(); }));
-  }
-  for (auto& f : done) f.wait();
+  WorkerThread::run_each(threads_, [this](size_t i) { stages_[i].reset(); });
 }
 
 std::string Pipeline::Impl::where(int index) const {
@@ -146,11 +138,7 @@ void Pipeline::Impl::abort_all() {
 }
 
 void Pipeline::Impl::drain_all() {
-  std::vector<std::future<void>> drained;
-  for (size_t i = 0; i < stages_.size(); ++i) {
-    drained.push_back(threads_[i]->post([this, i] { stages_[i]->drain(); }));
-  }
-  for (auto& f : drained) f.wait();
+  WorkerThread::run_each(threads_, [this](size_t i) { stages_[i]->drain(); });
 }
 
 // ---- running a job on every stage ------------------------------------------------------------
@@ -369,25 +357,14 @@ EvalResult Pipeline::Impl::evaluate(const data::Dataset& dataset, int64_t batch_
 }
 
 std::vector<DataParallel::NamedParameter> Pipeline::Impl::named_parameters() {
-  LS_CHECK(failure_.empty(), "cannot read parameters: a stage failed earlier (", failure_, ")");
+  std::map<std::string, size_t> index;  // a parameter's place in registration order
+  for (size_t k = 0; k < parameter_names_.size(); ++k) index[parameter_names_[k]] = k;
   std::vector<DataParallel::NamedParameter> out(parameter_names_.size());
-  std::vector<bool> filled(parameter_names_.size(), false);
   for (int s = 0; s < options_.stages; ++s) {  // pipeline 0; tied ones from the first holder
-    PipelineStage& stage = *stages_[static_cast<size_t>(s)];
-    threads_[static_cast<size_t>(s)]
-        ->post([&] {
-          const std::vector<float> flat = stage.store().values_to_host(stage.compute_stream());
-          const auto& params = stage.store().parameters();
-          for (size_t j = 0; j < params.size(); ++j) {
-            const size_t k = static_cast<size_t>(stage.model_indices()[j]);
-            if (filled[k]) continue;
-            const auto begin = flat.begin() + static_cast<std::ptrdiff_t>(params[j]->offset);
-            out[k] = {parameter_names_[k], parameter_shapes_[k],
-                      std::vector<float>(begin, begin + params[j]->numel())};
-            filled[k] = true;
-          }
-        })
-        .get();
+    for (DataParallel::NamedParameter& p : stage_parameters(0, s)) {
+      DataParallel::NamedParameter& slot = out[index.at(p.name)];
+      if (slot.name.empty()) slot = std::move(p);
+    }
   }
   return out;
 }

@@ -23,6 +23,12 @@ int64_t rounded(int64_t bytes) {
   return static_cast<int64_t>(CachingAllocator::round_size(static_cast<size_t>(bytes)));
 }
 
+// Tensors of optimizer state per parameter element: AdamW 2, SGD with momentum 1, without 0.
+int optimizer_tensors(const OptimizerSpec& spec) {
+  if (spec.kind == "adamw") return 2;
+  return spec.momentum != 0.0f ? 1 : 0;
+}
+
 // Peak bytes above the training state during one step at `rows` rows.
 double activation_bytes(const ModelFactory& model, const ProbeOptions& probe, int64_t rows) {
   DataParallelOptions options;
@@ -32,9 +38,7 @@ double activation_bytes(const ModelFactory& model, const ProbeOptions& probe, in
   device_runtime(probe.device).allocator().reset_peak();
   dp.step(probe.batch(rows));
   const int64_t peak = dp.allocator_stats(0).peak_bytes_in_use;
-  const int64_t opt_tensors = probe.optimizer.kind == "adamw"    ? 2
-                              : probe.optimizer.momentum != 0.0f ? 1
-                                                                 : 0;
+  const int64_t opt_tensors = optimizer_tensors(probe.optimizer);
   const int64_t per_tensor = opt_tensors > 0 ? state.optimizer / opt_tensors : 0;
   return static_cast<double>(peak - rounded(state.parameters) - rounded(state.gradients) -
                              opt_tensors * rounded(per_tensor));
@@ -154,9 +158,7 @@ ModelProfile profile_model(const ModelFactory& model, const ProbeOptions& probe)
   std::unique_ptr<nn::Module> module = model();  // declares parameters: no device memory
   LS_CHECK(module != nullptr, "profile_model: the model factory returned no model");
   describe_layout(*module, m);
-  m.optimizer_floats_per_parameter = probe.optimizer.kind == "adamw"    ? 2
-                                     : probe.optimizer.momentum != 0.0f ? 1
-                                                                        : 0;
+  m.optimizer_floats_per_parameter = optimizer_tensors(probe.optimizer);
   m.train_flops_per_example = probe.train_flops_per_example;
   m.boundary_bytes_per_example = probe.boundary_bytes_per_example;
   if (!probe.with_layers) {

@@ -29,6 +29,21 @@ std::exception_ptr WorkerThread::wait_all(std::vector<std::future<void>>& future
   return first;
 }
 
+std::vector<std::future<void>> WorkerThread::post_each(
+    const std::vector<std::unique_ptr<WorkerThread>>& threads,
+    const std::function<void(size_t)>& job) {
+  std::vector<std::future<void>> futures;
+  for (size_t i = 0; i < threads.size(); ++i)
+    futures.push_back(threads[i]->post([&job, i] { job(i); }));
+  return futures;
+}
+
+std::exception_ptr WorkerThread::run_each(const std::vector<std::unique_ptr<WorkerThread>>& threads,
+                                          const std::function<void(size_t)>& job) {
+  std::vector<std::future<void>> futures = post_each(threads, job);
+  return wait_all(futures);
+}
+
 std::future<void> WorkerThread::post(std::function<void()> job) {
   std::packaged_task<void()> task(std::move(job));
   std::future<void> done = task.get_future();

@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -26,6 +27,13 @@ class WorkerThread {
   std::future<void> post(std::function<void()> job);
   // Waits for every future and returns the first exception among them (in order), or null.
   static std::exception_ptr wait_all(std::vector<std::future<void>>& futures);
+  // Posts job(i) to threads[i] for every thread; returns their futures, in order.
+  static std::vector<std::future<void>> post_each(
+      const std::vector<std::unique_ptr<WorkerThread>>& threads,
+      const std::function<void(size_t)>& job);
+  // post_each, then wait_all.
+  static std::exception_ptr run_each(const std::vector<std::unique_ptr<WorkerThread>>& threads,
+                                     const std::function<void(size_t)>& job);
 
  private:
   void loop();
