@@ -63,7 +63,10 @@ World& World::init(std::vector<Device> local_devices, const WorldOptions& option
     world->rank_ = launch.rank;
     world->size_ = launch.size;
     world->uses_mpi_ = true;
-    world->counts_ = mpi::allgather_int(local_count, options.timeout);
+    world->counts_ = mpi::allgather_int(
+        local_count, options.timeout,
+        "World::init(): the exchange of device counts (every process started by mpirun must "
+        "call World::init(); raise WorldOptions::timeout if some start slowly)");
   } else {
     world->counts_ = {local_count};
   }

@@ -9,8 +9,12 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
+#include "engine/core/error.h"
 #include "parallel/communicator.h"
 #include "parallel/world.h"
 
@@ -23,8 +27,36 @@ struct Launch {
 };
 // MPI_Init_thread (once per process) and this process's rank and size in MPI_COMM_WORLD.
 Launch init();
-// Every process's `value`, in process order (a non-blocking allgather, bounded by `timeout`).
-std::vector<int> allgather_int(int value, std::chrono::milliseconds timeout);
+// Collectives between the processes for World and DataParallel (not the replicas' collectives,
+// which are Communicators). Each is non-blocking MPI polled until `timeout`, or until a failure
+// notice arrives (below); either ends it with an ls::Error naming `what` (kind timeout, or the
+// notice's kind and message). Every process calls each, in the same order. With one process
+// they return the caller's own values.
+// Every process's `value`, in process order.
+std::vector<int> allgather_int(int value, std::chrono::milliseconds timeout,
+                               const char* what = "World::init(): the device-count exchange");
+// Every process's values (the same count on each), in process order.
+std::vector<double> allgather_doubles(std::span<const double> mine,
+                                      std::chrono::milliseconds timeout, const char* what);
+// Every process's floats (any count each) on `root`, in process order; empty on the others.
+std::vector<std::vector<float>> gather_floats(std::span<const float> mine, int root,
+                                              std::chrono::milliseconds timeout, const char* what);
+// `text` as `root` passed it, on every process (the others' `text` is ignored).
+std::string broadcast_string(const std::string& text, int root, std::chrono::milliseconds timeout,
+                             const char* what);
+
+// Failure notices: how one process's failure reaches every other process at once, instead of
+// at their next collective's timeout. post_failure sends the error to every other process on a
+// communicator of its own (MPI_Comm_dup of MPI_COMM_WORLD, made by init()), without waiting;
+// failure_notice() tests for one (non-blocking) and returns the first that arrived, every time
+// it is called afterwards. A process posts at most one notice (later calls do nothing).
+struct FailureNotice {
+  int process = 0;
+  ErrorKind kind = ErrorKind::kInternal;
+  std::string message;
+};
+void post_failure(ErrorKind kind, const std::string& message);
+std::optional<FailureNotice> failure_notice();
 bool finalized();
 void finalize();  // MPI_Finalize; a no-op when MPI was never started or is finalized
 std::mutex& mpi_mutex();
