@@ -11,14 +11,13 @@
 #include "engine/model/checkpoint/checkpoint.h"
 #include "parallel/checkpoint_tensors.h"
 #include "parallel/data_parallel_impl.h"
+#include "parallel/mpi/mpi_runtime.h"
+#include "parallel/step_common.h"
 
 namespace ls {
-namespace {
 
-using checkpoint::NamedHostTensor;
-using checkpoint::SafetensorsDType;
-
-// Host copies of one replica's flat buffers: values, then each optimizer state in order.
+// Host copies of one replica's flat buffers: values, then each optimizer state in order (declared
+// in data_parallel_impl.h).
 struct HostState {
   std::vector<Parameter*> parameters;
   std::vector<float> values;
@@ -26,6 +25,11 @@ struct HostState {
   std::string optimizer_name;
   int64_t optimizer_steps = 0;
 };
+
+namespace {
+
+using checkpoint::NamedHostTensor;
+using checkpoint::SafetensorsDType;
 
 std::span<const std::byte> bytes_of(const std::vector<float>& flat, const Parameter& p) {
   return std::as_bytes(std::span<const float>(flat).subspan(static_cast<size_t>(p.offset),
@@ -67,19 +71,76 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
     s.optimizer_steps = r.optimizer().steps_taken();
     return s;
   });
-  // Every replica's optimizer range into the flat state (one replica when it is not sharded).
-  const int holders = options_.shard == ShardMode::kNone ? 1 : size();
+  // Every local replica's optimizer range into the flat state (replica 0 when not sharded).
+  const bool sharded = options_.shard != ShardMode::kNone;
+  const int holders = sharded ? local_size() : 1;
+  int64_t shard_size = 0;
   for (int holder = 0; holder < holders; ++holder) {
-    run_on<int>(holder, [&state](Replica& r) {
+    run_on<int>(holder, [&](Replica& r) {
       const auto tensors = r.optimizer().state();
       for (size_t i = 0; i < tensors.size(); ++i) {
         const std::vector<float> part = tensors[i].second.to_host_f32(r.compute_stream());
         std::copy(part.begin(), part.end(),
                   state.optimizer[i].second.begin() + optimizer_offset(r));
       }
+      shard_size = r.store().shard_size();
       return 0;
     });
   }
+  if (sharded && multiprocess()) gather_optimizer_ranges(state, shard_size);
+  if (!multiprocess()) return commit(dir, position, retention, state);
+  // Process 0 writes; every process then returns its result or raises its error (kind kept).
+  std::string outcome;
+  if (world_->rank() == 0) {
+    try {
+      outcome = commit(dir, position, retention, state);
+      outcome.insert(outcome.begin(), '0');
+    } catch (...) {
+      outcome = std::to_string(1000 + static_cast<int>(error_kind_of(std::current_exception()))) +
+                describe_exception(std::current_exception());
+    }
+  }
+  outcome = between_processes<std::string>([&] {
+    return mpi::broadcast_string(outcome, 0, options_.collective_timeout,
+                                 "save: process 0's checkpoint result", notices_.get());
+  });
+  if (outcome.front() == '0') return outcome.substr(1);
+  const auto kind = static_cast<ErrorKind>(std::stoi(outcome.substr(0, 4)) - 1000);
+  LS_THROW_AS(kind, world_->rank() == 0 ? "" : "process 0 could not save the checkpoint: ",
+              outcome.substr(4));
+}
+
+// Sharded, several processes: process p holds the ranges of replicas first_replica(p).. (one
+// block of the flat layout per optimizer tensor); process 0 gathers every block into its state.
+void DataParallel::Impl::gather_optimizer_ranges(HostState& state, int64_t shard_size) {
+  const auto block_of = [&](int process) {
+    const auto begin = static_cast<size_t>(shard_size * world_->first_replica(process));
+    return std::pair{begin, static_cast<size_t>(shard_size * world_->local_device_count(process))};
+  };
+  std::vector<float> mine;
+  const auto [begin, count] = block_of(world_->rank());
+  for (const auto& [name, flat] : state.optimizer) {
+    mine.insert(mine.end(), flat.begin() + static_cast<std::ptrdiff_t>(begin),
+                flat.begin() + static_cast<std::ptrdiff_t>(begin + count));
+  }
+  const std::vector<std::vector<float>> blocks =
+      between_processes<std::vector<std::vector<float>>>([&] {
+        return mpi::gather_floats(mine, 0, options_.collective_timeout,
+                                  "save: gathering the sharded optimizer state", notices_.get());
+      });
+  for (size_t p = 0; p < blocks.size(); ++p) {
+    const auto [from, length] = block_of(static_cast<int>(p));
+    for (size_t i = 0; i < state.optimizer.size(); ++i) {
+      const auto part = blocks[p].begin() + static_cast<std::ptrdiff_t>(i * length);
+      std::copy(part, part + static_cast<std::ptrdiff_t>(length),
+                state.optimizer[i].second.begin() + static_cast<std::ptrdiff_t>(from));
+    }
+  }
+}
+
+std::string DataParallel::Impl::commit(const std::string& dir, const TrainingPosition& position,
+                                       const CheckpointRetention& retention,
+                                       const HostState& state) {
   std::vector<NamedHostTensor> model, optimizer;
   for (const Parameter* p : state.parameters) {
     model.push_back({p->name, SafetensorsDType::kF32, p->shape, bytes_of(state.values, *p)});
@@ -97,13 +158,35 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
   meta.optimizer = state.optimizer_name;
   meta.optimizer_steps = state.optimizer_steps;
   meta.extra["devices"] = devices_str(devices_);
+  if (multiprocess()) meta.extra["world"] = world_->describe();
   meta.extra["skipped_steps"] = std::to_string(skipped_total_);
   return checkpoint::commit_checkpoint(dir, meta, model, optimizer, retention);
 }
 
 TrainingPosition DataParallel::Impl::load(const std::string& dir) {
   check_usable("load");
-  const checkpoint::LoadedCheckpoint loaded = checkpoint::load_checkpoint(dir);
+  // Every process reads DIR itself; all of them load, or none does (a process that cannot read
+  // it raises its own error, the others name it).
+  checkpoint::LoadedCheckpoint loaded;
+  std::exception_ptr read_error;
+  try {
+    loaded = checkpoint::load_checkpoint(dir);
+  } catch (...) {
+    read_error = std::current_exception();
+  }
+  if (multiprocess()) {
+    const std::vector<int> failed = between_processes<std::vector<int>>([&] {
+      return mpi::allgather_int(read_error ? 1 : 0, options_.collective_timeout,
+                                "load: whether every process could read the checkpoint", notices_.get());
+    });
+    for (size_t p = 0; p < failed.size() && !read_error; ++p) {
+      LS_CHECK_AS(ErrorKind::kIo, failed[p] == 0, "load: process ", p,
+                  " could not read the checkpoint ", dir,
+                  " (its own error says why); every process reads it, so it must be on a file "
+                  "system all of them see");
+    }
+  }
+  if (read_error) std::rethrow_exception(read_error);
   HostState state = run_on<HostState>(0, [](Replica& r) {
     HostState s;
     s.parameters = r.store().parameters();

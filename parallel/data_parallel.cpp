@@ -2,6 +2,7 @@
 // construction, the step, evaluation, and run_on_all with its failure handling.
 #include "parallel/data_parallel.h"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -13,7 +14,9 @@
 #include "engine/model/optim/optimizer.h"
 #include "ops/softmax_xent.h"
 #include "parallel/data_parallel_impl.h"
+#include "parallel/mpi/mpi_runtime.h"
 #include "parallel/step_common.h"
+#include "parallel/world_communicators.h"
 
 namespace ls {
 
@@ -27,8 +30,18 @@ DataParallel::DataParallel(std::vector<Device> devices, ModelFactory model,
 DataParallel::DataParallel(std::vector<Device> devices, ModelFactory model,
                            OptimizerFactory optimizer, DataParallelOptions options,
                            const EngineHooks& hooks)
-    : impl_(std::make_unique<Impl>(std::move(devices), model, optimizer, std::move(options),
-                                   hooks)) {}
+    : impl_(std::make_unique<Impl>(nullptr, std::move(devices), model, optimizer,
+                                   std::move(options), hooks)) {}
+
+DataParallel::DataParallel(const World& world, ModelFactory model, OptimizerFactory optimizer,
+                           DataParallelOptions options)
+    : DataParallel(world, std::move(model), std::move(optimizer), std::move(options),
+                   EngineHooks{}) {}
+
+DataParallel::DataParallel(const World& world, ModelFactory model, OptimizerFactory optimizer,
+                           DataParallelOptions options, const EngineHooks& hooks)
+    : impl_(std::make_unique<Impl>(&world, world.local_devices(), model, optimizer,
+                                   std::move(options), hooks)) {}
 
 DataParallel::~DataParallel() = default;
 
@@ -37,6 +50,7 @@ EvalResult DataParallel::evaluate(const data::Dataset& dataset, int64_t batch_si
   return impl_->evaluate(dataset, batch_size);
 }
 int DataParallel::size() const { return impl_->size(); }
+int DataParallel::local_size() const { return impl_->local_size(); }
 const std::vector<Device>& DataParallel::devices() const { return impl_->devices(); }
 int64_t DataParallel::steps_taken() const { return impl_->steps_taken(); }
 int64_t DataParallel::skipped_steps() const { return impl_->skipped_steps(); }
@@ -77,11 +91,14 @@ AllocatorStats DataParallel::allocator_stats(int replica) const {
 
 // ---- construction and tear-down ------------------------------------------------------------
 
-DataParallel::Impl::Impl(std::vector<Device> devices, const ModelFactory& model,
-                         const OptimizerFactory& optimizer, DataParallelOptions options,
-                         const EngineHooks& hooks)
-    : devices_(std::move(devices)), options_(std::move(options)) {
+DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
+                         const ModelFactory& model, const OptimizerFactory& optimizer,
+                         DataParallelOptions options, const EngineHooks& hooks)
+    : world_(world), devices_(std::move(devices)), options_(std::move(options)) {
   LS_CHECK(!devices_.empty(), "DataParallel needs at least one device");
+  first_replica_ = world_ != nullptr ? world_->first_replica(world_->rank()) : 0;
+  replicas_total_ = world_ != nullptr ? world_->replicas() : static_cast<int>(devices_.size());
+  if (multiprocess()) notices_ = std::make_unique<mpi::FailureChannel>();
   LS_CHECK(options_.accumulate >= 1, "accumulate must be >= 1 micro-batch, got ",
            options_.accumulate);
   LS_CHECK(model != nullptr && optimizer != nullptr,
@@ -101,8 +118,10 @@ DataParallel::Impl::Impl(std::vector<Device> devices, const ModelFactory& model,
   parameter_count_ = replicas_[0]->store().parameter_count();
   if (!options_.telemetry_path.empty()) {
     try {
-      telemetry_ = std::make_unique<TelemetryRecorder>(options_.telemetry_path,
-                                                       options_.telemetry_interval, devices_);
+      // Several processes: process p > 0 writes PATH.process-p (one writer per file).
+      std::string path = options_.telemetry_path;
+      if (multiprocess() && world_->rank() > 0) path += ".process-" + std::to_string(world_->rank());
+      telemetry_ = std::make_unique<TelemetryRecorder>(path, options_.telemetry_interval, devices_);
     } catch (...) {
       destroy_replicas();
       throw;
@@ -117,21 +136,25 @@ void DataParallel::Impl::build_replicas(const ModelFactory& model,
   // waits the watchdog cannot see, so it is set later than the watchdog's.
   CommunicatorOptions comm_options;
   comm_options.timeout = 2 * options_.collective_timeout + std::chrono::seconds(1);
-  std::vector<std::unique_ptr<Communicator>> backends = make_communicators(devices_, comm_options);
-  auto checker = std::make_shared<DesyncChecker>(size());
+  std::vector<std::unique_ptr<Communicator>> backends =
+      world_ != nullptr ? make_world_communicators(*world_, comm_options)
+                        : make_communicators(devices_, comm_options);
+  // In-process desync check; between processes the communicators compare their headers.
+  auto checker = std::make_shared<DesyncChecker>(local_size());
   replicas_.resize(devices_.size());
   for (size_t r = 0; r < devices_.size(); ++r) {
-    threads_.push_back(std::make_unique<WorkerThread>("replica " + std::to_string(r) + " on " +
-                                                      devices_[r].str()));
+    threads_.push_back(std::make_unique<WorkerThread>(
+        "replica " + std::to_string(first_replica_ + static_cast<int>(r)) + " on " +
+        devices_[r].str()));
   }
   // Each replica is built on its own thread: its device state belongs to that thread.
   const std::exception_ptr first = WorkerThread::run_each(threads_, [&](size_t r) {
     auto recorder = std::make_unique<RecordingCommunicator>(std::move(backends[r]), checker);
     RecordingCommunicator& recorder_ref = *recorder;
     std::unique_ptr<Communicator> comm = std::move(recorder);
-    if (hooks.wrap_communicator)
-      comm = hooks.wrap_communicator(std::move(comm), static_cast<int>(r));
-    replicas_[r] = std::make_unique<Replica>(static_cast<int>(r), devices_[r], model, optimizer,
+    const int rank = first_replica_ + static_cast<int>(r);
+    if (hooks.wrap_communicator) comm = hooks.wrap_communicator(std::move(comm), rank);
+    replicas_[r] = std::make_unique<Replica>(rank, devices_[r], model, optimizer,
                                              std::move(comm), recorder_ref, options_.buckets,
                                              options_.seed, options_.shard);
   });
@@ -222,7 +245,8 @@ std::string DataParallel::Impl::watch(std::vector<std::future<void>>& jobs,
   for (auto& job : jobs) {
     while (job.wait_for(kPoll) != std::future_status::ready) {
       if (aborted) continue;
-      if (failed) {
+      // A failure in another process: end this process's replicas now, not at a timeout.
+      if (failed || (multiprocess() && notices_->notice())) {
         abort_all();
         aborted = true;
         continue;
@@ -257,22 +281,42 @@ std::string DataParallel::Impl::watch(std::vector<std::future<void>>& jobs,
 }
 
 void DataParallel::Impl::fail(const Failure& first, const std::string& stuck, const char* what) {
+  // Another process failed first: every process ends with that process's error, word for word
+  // (this process's replicas then only saw their collectives aborted).
+  if (multiprocess()) {
+    if (std::optional<mpi::FailureNotice> notice = notices_->notice()) {
+      failure_ = notice->message;
+      failure_kind_ = notice->kind;
+      LS_THROW_AS(failure_kind_, failure_);
+    }
+  }
   if (!stuck.empty()) {
-    failure_ = std::string(what) + " " + std::to_string(steps_ + 1) + ": " + stuck;
+    failure_ = process_prefix() + what + " " + std::to_string(steps_ + 1) + ": " + stuck;
     failure_kind_ = ErrorKind::kTimeout;
   } else {
-    failure_ = "replica " + std::to_string(first.replica) + " on " +
-               devices_[static_cast<size_t>(first.replica)].str() + " failed in " + what +
-               " (step " + std::to_string(steps_ + 1) + ", " + phase_name(first.phase) +
+    failure_ = process_prefix() + "replica " + std::to_string(first_replica_ + first.replica) +
+               " on " + devices_[static_cast<size_t>(first.replica)].str() + " failed in " +
+               what + " (step " + std::to_string(steps_ + 1) + ", " + phase_name(first.phase) +
                "): " + describe_exception(first.error);
     failure_kind_ = error_kind_of(first.error);
   }
+  notify_other_processes();
   LS_THROW_AS(failure_kind_, failure_);
 }
 
+void DataParallel::Impl::notify_other_processes() const {
+  if (multiprocess()) notices_->post(failure_kind_, failure_);
+}
+
+std::string DataParallel::Impl::process_prefix() const {
+  if (!multiprocess()) return "";
+  return "process " + std::to_string(world_->rank()) + " of " + std::to_string(world_->size()) +
+         " on " + world_->host_name() + ": ";
+}
+
 void DataParallel::Impl::check_replica(int replica) const {
-  LS_CHECK(replica >= 0 && replica < size(), "replica ", replica, " does not exist (", size(),
-           " replicas)");
+  LS_CHECK(replica >= 0 && replica < local_size(), "replica ", replica, " does not exist (",
+           local_size(), " replicas in this process)");
 }
 
 // ---- the step and evaluation -----------------------------------------------------------------
@@ -296,20 +340,20 @@ StepResult DataParallel::Impl::step(const data::Batch& batch) {
   const int64_t global_labels = shard_of(batch, features, 0, batch.size).counted_labels();
   LS_CHECK(global_labels > 0, "every label of the batch is kIgnoreLabel (", kIgnoreLabel,
            "), so it has no loss to train on; drop such batches");
-  std::vector<StepOutcome> outcomes(rows.size());
+  std::vector<StepOutcome> outcomes(devices_.size());
   if (telemetry_) telemetry_->set_step(steps_ + 1);
   run_on_all(
       [&](Replica& replica) {
-        const int r = replica.rank();
+        const int r = replica.rank();  // global
         const int64_t begin = std::accumulate(rows.begin(), rows.begin() + r, int64_t{0});
         const Shard shard =
             shard_of(batch, features, begin, begin + rows[static_cast<size_t>(r)]);
-        outcomes[static_cast<size_t>(r)] =
+        outcomes[static_cast<size_t>(r - first_replica_)] =
             replica.step(shard, global_labels, options_.accumulate, steps_, options_.seed);
       },
       "step");
   ++steps_;
-  const StepOutcome& outcome = outcomes[0];  // bitwise the same on every replica
+  const StepOutcome& outcome = outcomes[0];  // bitwise the same on every replica and process
   StepResult result{
       static_cast<float>(outcome.global_loss_sum / static_cast<double>(global_labels)),
       outcome.skipped};
@@ -337,19 +381,35 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
   const int64_t n = size();
   run_on_all(
       [&](Replica& replica) {
-        const int64_t r = replica.rank();
+        const int64_t r = replica.rank();  // global
         const int64_t begin = dataset.count * r / n, end = dataset.count * (r + 1) / n;
         const Shard rows = shard_of(dataset, dataset.features, begin, end);
-        if (rows.rows > 0) counts[static_cast<size_t>(r)] = replica.evaluate(rows, batch_size);
+        if (rows.rows > 0) counts[static_cast<size_t>(r - first_replica_)] =
+            replica.evaluate(rows, batch_size);
       },
       "evaluate");
+  // This process's counts in replica order, then every process's in process order: the same
+  // sum on every process. Counts below 2^53 are exact in a double.
+  std::array<double, 3> mine{};
+  for (const EvalCounts& c : counts) {
+    mine[0] += c.loss_sum;
+    mine[1] += static_cast<double>(c.correct);
+    mine[2] += static_cast<double>(c.rows);
+  }
+  std::vector<double> all(mine.begin(), mine.end());
+  if (multiprocess()) {
+    all = between_processes<std::vector<double>>([&] {
+      return mpi::allgather_doubles(mine, options_.collective_timeout,
+                                    "evaluate: combining the processes' counts", notices_.get());
+    });
+  }
   EvalResult result;
   double loss_sum = 0;
   int64_t correct = 0;
-  for (const EvalCounts& c : counts) {
-    loss_sum += c.loss_sum;
-    correct += c.correct;
-    result.examples += c.rows;
+  for (size_t p = 0; p < all.size(); p += 3) {
+    loss_sum += all[p];
+    correct += static_cast<int64_t>(all[p + 1]);
+    result.examples += static_cast<int64_t>(all[p + 2]);
   }
   result.loss = loss_sum / static_cast<double>(result.examples);
   result.accuracy = static_cast<double>(correct) / static_cast<double>(result.examples);

@@ -13,6 +13,13 @@
 // timeout). Desyncs (replicas issuing different collectives) are caught before they reach the
 // backend (kind desync). Non-finite loss or gradients skip the step on every replica alike;
 // max_consecutive_skips skipped steps in a row are an error (kind non_finite).
+// Several processes (parallel/world.h): built from a World, a DataParallel drives this process's
+// devices as replicas first_replica(rank())..+local-1 of the world's replicas; every process
+// builds it with the same model, options and seed and calls each method in the same order with
+// the same arguments (step: the same GLOBAL batch, of which each replica takes its rows). A
+// failure in any process ends every process's call with the original error (which names the
+// process, replica, step and phase), without waiting for a timeout. Methods taking `replica`
+// take a LOCAL index (0..local_size()-1).
 // Thread-safety: call from one thread at a time. The implementation is private
 // (parallel/data_parallel_impl.h); this header includes only public headers.
 #pragma once
@@ -43,6 +50,7 @@ namespace optim {
 class Optimizer;
 }  // namespace optim
 struct EngineHooks;  // seams for tests and tools: parallel/engine_hooks.h
+class World;         // parallel/world.h
 
 // Builds one replica's model; called once on each replica's thread (current_replica() tells
 // which). The optimizer factory builds an optimizer for the replica's flat parameter buffer
@@ -134,6 +142,12 @@ class DataParallel {
   // The same, with seams (communicator decorators) that tests and tools fill in.
   DataParallel(std::vector<Device> devices, ModelFactory model, OptimizerFactory optimizer,
                DataParallelOptions options, const EngineHooks& hooks);
+  // Every device of every process of `world` (World::init() first); one process: as above with
+  // world.local_devices(). Collective over the processes. `world` must outlive this object.
+  DataParallel(const World& world, ModelFactory model, OptimizerFactory optimizer,
+               DataParallelOptions options = {});
+  DataParallel(const World& world, ModelFactory model, OptimizerFactory optimizer,
+               DataParallelOptions options, const EngineHooks& hooks);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -142,8 +156,9 @@ class DataParallel {
   // Splits the data set across the replicas and combines their counts.
   EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
 
-  int size() const;
-  const std::vector<Device>& devices() const;
+  int size() const;                            // replicas over every process
+  int local_size() const;                      // replicas of this process
+  const std::vector<Device>& devices() const;  // this process's
   int64_t steps_taken() const;
   int64_t skipped_steps() const;
   int64_t parameter_count() const;
@@ -159,6 +174,9 @@ class DataParallel {
   // for the checkpoint (an io error naming the path, the bytes needed and the bytes free, with
   // nothing written), and after the commit removes the older checkpoints `retention` does not
   // keep (by default all but the newest 3; engine/model/checkpoint/retention.h).
+  // Several processes: process 0 writes (gathering the other processes' optimizer ranges when
+  // sharded) and every process returns its result or throws its error; load() reads DIR in every
+  // process, so DIR must be visible to all of them (one machine, or a shared file system).
   std::string save(const std::string& dir, const TrainingPosition& position = {},
                    const CheckpointRetention& retention = {});
   TrainingPosition load(const std::string& dir);

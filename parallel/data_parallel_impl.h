@@ -17,17 +17,23 @@
 #include "engine/core/error.h"
 #include "parallel/data_parallel.h"
 #include "parallel/engine_hooks.h"
+#include "parallel/mpi/mpi_runtime.h"
 #include "parallel/replica.h"
+#include "parallel/step_common.h"
 #include "parallel/telemetry.h"
 #include "parallel/watchdog.h"
+#include "parallel/world.h"
 #include "parallel/worker_thread.h"
 
 namespace ls {
 
+struct HostState;  // a replica's training state in host memory (parallel/checkpointing.cpp)
+
 class DataParallel::Impl {
  public:
-  Impl(std::vector<Device> devices, const ModelFactory& model, const OptimizerFactory& optimizer,
-       DataParallelOptions options, const EngineHooks& hooks);
+  // `world` null: one process driving `devices`; else world->local_devices() of every process.
+  Impl(const World* world, std::vector<Device> devices, const ModelFactory& model,
+       const OptimizerFactory& optimizer, DataParallelOptions options, const EngineHooks& hooks);
   ~Impl();  // replicas are destroyed on their own threads, then the threads are joined
 
   StepResult step(const data::Batch& batch);
@@ -40,7 +46,8 @@ class DataParallel::Impl {
   BucketTimeline last_timeline(int replica);
   AllocatorStats allocator_stats(int replica) const;
 
-  int size() const { return static_cast<int>(devices_.size()); }
+  int size() const { return replicas_total_; }
+  int local_size() const { return static_cast<int>(devices_.size()); }
   const std::vector<Device>& devices() const { return devices_; }
   int64_t steps_taken() const { return steps_; }
   int64_t skipped_steps() const { return skipped_total_; }
@@ -52,7 +59,7 @@ class DataParallel::Impl {
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
  private:
-  // The first replica job that threw, and where.
+  // The first replica job that threw, and where (replica: local index).
   struct Failure {
     int replica = -1;
     std::exception_ptr error;
@@ -81,6 +88,29 @@ class DataParallel::Impl {
     return out;
   }
   void check_replica(int replica) const;
+  bool multiprocess() const { return world_ != nullptr && world_->size() > 1; }
+  // Runs an exchange between the processes (mpi::allgather_doubles, ...); when it throws (a
+  // timeout, or another process's failure notice) the run is failed like a replica failure:
+  // every later call raises it, and the other processes are notified.
+  template <typename T>
+  T between_processes(const std::function<T()>& exchange) {
+    try {
+      return exchange();
+    } catch (...) {
+      failure_ = describe_exception(std::current_exception());
+      failure_kind_ = error_kind_of(std::current_exception());
+      notify_other_processes();
+      throw;
+    }
+  }
+  void notify_other_processes() const;
+  // Checkpoints (parallel/checkpointing.cpp).
+  void gather_optimizer_ranges(HostState& state, int64_t shard_size);
+  std::string commit(const std::string& dir, const TrainingPosition& position,
+                     const CheckpointRetention& retention, const HostState& state);
+  // "process 1 of 2 on host-a: " when several processes run, else "".
+  std::string process_prefix() const;
+
   void check_usable(const char* what) const;
   std::vector<int64_t> shard_rows(int64_t global_rows) const;
   std::vector<ReplicaProgress> progress() const;
@@ -88,7 +118,10 @@ class DataParallel::Impl {
   void drain_all();         // each on its own thread; after it no stream reads caller memory
   void destroy_replicas();  // each on its own thread
 
-  std::vector<Device> devices_;
+  const World* world_ = nullptr;  // null: one process
+  std::vector<Device> devices_;   // this process's
+  int first_replica_ = 0;         // global index of devices_[0]'s replica
+  int replicas_total_ = 0;        // over every process
   DataParallelOptions options_;
   std::vector<std::unique_ptr<WorkerThread>> threads_;
   std::vector<std::unique_ptr<Replica>> replicas_;
@@ -100,6 +133,7 @@ class DataParallel::Impl {
   std::string failure_;  // set once a replica has failed; every later call raises it
   ErrorKind failure_kind_ = ErrorKind::kInternal;
   std::unique_ptr<TelemetryRecorder> telemetry_;  // when options_.telemetry_path is set
+  std::unique_ptr<mpi::FailureChannel> notices_;   // several processes: failures between them
 };
 
 }  // namespace ls

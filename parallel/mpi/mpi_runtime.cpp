@@ -27,23 +27,11 @@ const char* thread_level_name(int level) {
   }
 }
 
-// The failure-notice channel (see mpi_runtime.h): its own communicator, one receive posted from
-// any process, and the notices this process sent (their buffers live until finalize()).
-constexpr int kNoticeTag = 1;
+// The communicator every FailureChannel sends on (made by init(), freed by finalize()), and the
+// tag of the next channel.
+MPI_Comm g_notice_comm = MPI_COMM_NULL;
+int g_next_notice_tag = 1;
 constexpr size_t kNoticeBytes = 16384;
-struct NoticeChannel {
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Request receive = MPI_REQUEST_NULL;
-  std::vector<char> inbox = std::vector<char>(kNoticeBytes);
-  std::optional<FailureNotice> received;
-  bool posted = false;
-  std::vector<char> outbox;
-  std::vector<MPI_Request> sends;
-};
-NoticeChannel& channel() {
-  static NoticeChannel c;
-  return c;
-}
 
 }  // namespace
 
@@ -80,50 +68,22 @@ Launch init() {
   Launch launch;
   check(MPI_Comm_rank(MPI_COMM_WORLD, &launch.rank), "MPI_Comm_rank");
   check(MPI_Comm_size(MPI_COMM_WORLD, &launch.size), "MPI_Comm_size");
-  NoticeChannel& c = channel();
-  check(MPI_Comm_dup(MPI_COMM_WORLD, &c.comm), "MPI_Comm_dup (failure notices)");
-  check(MPI_Comm_set_errhandler(c.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-  check(MPI_Irecv(c.inbox.data(), static_cast<int>(c.inbox.size()), MPI_CHAR, MPI_ANY_SOURCE,
-                  kNoticeTag, c.comm, &c.receive),
-        "MPI_Irecv (failure notices)");
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &g_notice_comm), "MPI_Comm_dup (failure notices)");
+  check(MPI_Comm_set_errhandler(g_notice_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   return launch;
 }
 
 namespace {
 
-// Tests the notice receive; caller holds mpi_mutex().
-void test_notice_locked() {
-  NoticeChannel& c = channel();
-  if (c.received || c.receive == MPI_REQUEST_NULL) return;
-  int done = 0;
-  MPI_Status status;
-  check(MPI_Test(&c.receive, &done, &status), "MPI_Test (failure notice)");
-  if (!done) return;
-  int bytes = 0;
-  MPI_Get_count(&status, MPI_CHAR, &bytes);
-  FailureNotice notice;
-  notice.process = status.MPI_SOURCE;
-  int kind = 0;
-  std::memcpy(&kind, c.inbox.data(), sizeof(kind));
-  notice.kind = static_cast<ErrorKind>(kind);
-  notice.message.assign(c.inbox.data() + sizeof(kind),
-                        static_cast<size_t>(std::max(bytes, 4)) - sizeof(kind));
-  c.received = std::move(notice);
-}
-
-bool notice_arrived() {
-  std::lock_guard lock(mpi_mutex());
-  test_notice_locked();
-  return channel().received.has_value();
-}
-
 // Waits for `request` until `timeout` or a failure notice; throws naming `what` if it did not
 // complete (the request is then left to MPI_Finalize: a collective cannot be cancelled).
-void wait_or_throw(MPI_Request& request, std::chrono::milliseconds timeout, const char* what) {
-  const WaitEnd end = wait_all(&request, 1, Clock::now() + timeout, notice_arrived);
+void wait_or_throw(MPI_Request& request, std::chrono::milliseconds timeout, const char* what,
+                   FailureChannel* notices) {
+  const auto arrived = [notices] { return notices != nullptr && notices->notice().has_value(); };
+  const WaitEnd end = wait_all(&request, 1, Clock::now() + timeout, arrived);
   if (end == WaitEnd::kDone) return;
   if (end == WaitEnd::kStopped) {
-    const FailureNotice notice = *failure_notice();
+    const FailureNotice notice = *notices->notice();
     LS_THROW_AS(notice.kind, what, " stopped: process ", notice.process,
                 " failed: ", notice.message);
   }
@@ -146,7 +106,8 @@ int checked_count(size_t count, const char* what) {
 
 }  // namespace
 
-std::vector<int> allgather_int(int value, std::chrono::milliseconds timeout, const char* what) {
+std::vector<int> allgather_int(int value, std::chrono::milliseconds timeout, const char* what,
+                               FailureChannel* notices) {
   MPI_Request request = MPI_REQUEST_NULL;
   std::vector<int> all;
   {
@@ -155,12 +116,13 @@ std::vector<int> allgather_int(int value, std::chrono::milliseconds timeout, con
     check(MPI_Iallgather(&value, 1, MPI_INT, all.data(), 1, MPI_INT, MPI_COMM_WORLD, &request),
           "MPI_Iallgather");
   }
-  wait_or_throw(request, timeout, what);
+  wait_or_throw(request, timeout, what, notices);
   return all;
 }
 
 std::vector<double> allgather_doubles(std::span<const double> mine,
-                                      std::chrono::milliseconds timeout, const char* what) {
+                                      std::chrono::milliseconds timeout, const char* what,
+                                      FailureChannel* notices) {
   MPI_Request request = MPI_REQUEST_NULL;
   std::vector<double> all;
   const int count = checked_count(mine.size(), what);
@@ -171,13 +133,15 @@ std::vector<double> allgather_doubles(std::span<const double> mine,
                          MPI_COMM_WORLD, &request),
           "MPI_Iallgather");
   }
-  wait_or_throw(request, timeout, what);
+  wait_or_throw(request, timeout, what, notices);
   return all;
 }
 
 std::vector<std::vector<float>> gather_floats(std::span<const float> mine, int root,
-                                              std::chrono::milliseconds timeout, const char* what) {
-  const std::vector<int> counts = allgather_int(checked_count(mine.size(), what), timeout, what);
+                                              std::chrono::milliseconds timeout, const char* what,
+                                              FailureChannel* notices) {
+  const std::vector<int> counts =
+      allgather_int(checked_count(mine.size(), what), timeout, what, notices);
   int rank = 0;
   {
     std::lock_guard lock(mpi_mutex());
@@ -199,7 +163,7 @@ std::vector<std::vector<float>> gather_floats(std::span<const float> mine, int r
                        &request),
           "MPI_Igatherv");
   }
-  wait_or_throw(request, timeout, what);
+  wait_or_throw(request, timeout, what, notices);
   std::vector<std::vector<float>> out;
   if (rank != root) return out;
   for (size_t p = 0; p < counts.size(); ++p) {
@@ -210,52 +174,113 @@ std::vector<std::vector<float>> gather_floats(std::span<const float> mine, int r
 }
 
 std::string broadcast_string(const std::string& text, int root, std::chrono::milliseconds timeout,
-                             const char* what) {
+                             const char* what, FailureChannel* notices) {
   int length = checked_count(text.size(), what);
   MPI_Request request = MPI_REQUEST_NULL;
   {
     std::lock_guard lock(mpi_mutex());
     check(MPI_Ibcast(&length, 1, MPI_INT, root, MPI_COMM_WORLD, &request), "MPI_Ibcast");
   }
-  wait_or_throw(request, timeout, what);
+  wait_or_throw(request, timeout, what, notices);
   std::string out = text;
   out.resize(static_cast<size_t>(length));
   {
     std::lock_guard lock(mpi_mutex());
     check(MPI_Ibcast(out.data(), length, MPI_CHAR, root, MPI_COMM_WORLD, &request), "MPI_Ibcast");
   }
-  wait_or_throw(request, timeout, what);
+  wait_or_throw(request, timeout, what, notices);
   return out;
 }
 
-void post_failure(ErrorKind kind, const std::string& message) {
+struct FailureChannel::State {
+  int tag = 0;
+  int rank = 0;
+  int size = 1;
+  MPI_Request receive = MPI_REQUEST_NULL;
+  std::vector<char> inbox = std::vector<char>(kNoticeBytes);
+  std::optional<FailureNotice> received;
+  bool posted = false;
+  std::vector<char> outbox;
+  std::vector<MPI_Request> sends;
+};
+
+FailureChannel::FailureChannel() {
   std::lock_guard lock(mpi_mutex());
-  NoticeChannel& c = channel();
-  if (c.posted || c.comm == MPI_COMM_NULL) return;
-  c.posted = true;
+  if (g_notice_comm == MPI_COMM_NULL) return;  // MPI was not started: one process
+  state_ = std::make_unique<State>();
+  State& s = *state_;
+  s.tag = g_next_notice_tag;
+  g_next_notice_tag = g_next_notice_tag % 30000 + 1;  // MPI guarantees tags up to 32767
+  check(MPI_Comm_rank(g_notice_comm, &s.rank), "MPI_Comm_rank");
+  check(MPI_Comm_size(g_notice_comm, &s.size), "MPI_Comm_size");
+  check(MPI_Irecv(s.inbox.data(), static_cast<int>(s.inbox.size()), MPI_CHAR, MPI_ANY_SOURCE,
+                  s.tag, g_notice_comm, &s.receive),
+        "MPI_Irecv (failure notices)");
+}
+
+FailureChannel::~FailureChannel() {
+  if (!state_) return;
+  std::lock_guard lock(mpi_mutex());
+  State& s = *state_;
+  if (s.receive != MPI_REQUEST_NULL) {
+    MPI_Cancel(&s.receive);
+    MPI_Wait(&s.receive, MPI_STATUS_IGNORE);
+  }
+  // A notice to a process that is gone may never complete; it must not hold this one up.
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(100);
+  for (MPI_Request& send : s.sends) {
+    int done = 0;
+    while (MPI_Test(&send, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
+           Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!done && send != MPI_REQUEST_NULL) MPI_Request_free(&send);
+  }
+}
+
+void FailureChannel::post(ErrorKind kind, const std::string& message) {
+  if (!state_) return;
+  std::lock_guard lock(mpi_mutex());
+  State& s = *state_;
+  if (s.posted) return;
+  s.posted = true;
   const int kind_value = static_cast<int>(kind);
   const size_t length = std::min(message.size(), kNoticeBytes - sizeof(kind_value));
-  c.outbox.resize(sizeof(kind_value) + length);
-  std::memcpy(c.outbox.data(), &kind_value, sizeof(kind_value));
-  std::memcpy(c.outbox.data() + sizeof(kind_value), message.data(), length);
-  int rank = 0;
-  MPI_Comm_rank(c.comm, &rank);
-  const int size = world_size_locked();
-  for (int p = 0; p < size; ++p) {
-    if (p == rank) continue;
+  s.outbox.resize(sizeof(kind_value) + length);
+  std::memcpy(s.outbox.data(), &kind_value, sizeof(kind_value));
+  std::memcpy(s.outbox.data() + sizeof(kind_value), message.data(), length);
+  for (int p = 0; p < s.size; ++p) {
+    if (p == s.rank) continue;
     // Best effort: a process that is gone must not turn this failure into another one.
     MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Isend(c.outbox.data(), static_cast<int>(c.outbox.size()), MPI_CHAR, p, kNoticeTag,
-                  c.comm, &request) == MPI_SUCCESS) {
-      c.sends.push_back(request);
+    if (MPI_Isend(s.outbox.data(), static_cast<int>(s.outbox.size()), MPI_CHAR, p, s.tag,
+                  g_notice_comm, &request) == MPI_SUCCESS) {
+      s.sends.push_back(request);
     }
   }
 }
 
-std::optional<FailureNotice> failure_notice() {
+std::optional<FailureNotice> FailureChannel::notice() {
+  if (!state_) return std::nullopt;
   std::lock_guard lock(mpi_mutex());
-  test_notice_locked();
-  return channel().received;
+  State& s = *state_;
+  if (s.received || s.receive == MPI_REQUEST_NULL) return s.received;
+  int done = 0;
+  MPI_Status status;
+  check(MPI_Test(&s.receive, &done, &status), "MPI_Test (failure notice)");
+  if (!done) return std::nullopt;
+  int bytes = 0;
+  MPI_Get_count(&status, MPI_CHAR, &bytes);
+  FailureNotice notice;
+  notice.process = status.MPI_SOURCE;
+  int kind = 0;
+  std::memcpy(&kind, s.inbox.data(), sizeof(kind));
+  notice.kind = static_cast<ErrorKind>(kind);
+  if (bytes > static_cast<int>(sizeof(kind))) {
+    notice.message.assign(s.inbox.data() + sizeof(kind), static_cast<size_t>(bytes) - sizeof(kind));
+  }
+  s.received = std::move(notice);
+  return s.received;
 }
 
 bool finalized() {
@@ -269,24 +294,8 @@ void finalize() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized || finalized()) return;
-  // The notice channel: the receive is cancelled; sends that could not complete (their process
-  // is gone) are given up after a short bounded wait rather than blocking the exit.
-  NoticeChannel& c = channel();
-  if (c.receive != MPI_REQUEST_NULL) {
-    MPI_Cancel(&c.receive);
-    MPI_Wait(&c.receive, MPI_STATUS_IGNORE);
-  }
-  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(1);
-  for (MPI_Request& send : c.sends) {
-    int done = 0;
-    while (MPI_Test(&send, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
-           Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (!done && send != MPI_REQUEST_NULL) MPI_Request_free(&send);
-  }
-  c.sends.clear();
-  if (c.comm != MPI_COMM_NULL) MPI_Comm_free(&c.comm);
+  // Notices nobody received (their run ended first) are dropped with the communicator.
+  if (g_notice_comm != MPI_COMM_NULL) MPI_Comm_free(&g_notice_comm);
   check(MPI_Finalize(), "MPI_Finalize");
 }
 

@@ -29,34 +29,51 @@ struct Launch {
 Launch init();
 // Collectives between the processes for World and DataParallel (not the replicas' collectives,
 // which are Communicators). Each is non-blocking MPI polled until `timeout`, or until a failure
-// notice arrives (below); either ends it with an ls::Error naming `what` (kind timeout, or the
+// notice arrives on `notices` (below); either ends it with an ls::Error naming `what` (kind timeout, or the
 // notice's kind and message). Every process calls each, in the same order. With one process
 // they return the caller's own values.
 // Every process's `value`, in process order.
+class FailureChannel;
 std::vector<int> allgather_int(int value, std::chrono::milliseconds timeout,
-                               const char* what = "World::init(): the device-count exchange");
+                               const char* what = "World::init(): the device-count exchange",
+                               FailureChannel* notices = nullptr);
 // Every process's values (the same count on each), in process order.
 std::vector<double> allgather_doubles(std::span<const double> mine,
-                                      std::chrono::milliseconds timeout, const char* what);
+                                      std::chrono::milliseconds timeout, const char* what,
+                                      FailureChannel* notices = nullptr);
 // Every process's floats (any count each) on `root`, in process order; empty on the others.
 std::vector<std::vector<float>> gather_floats(std::span<const float> mine, int root,
-                                              std::chrono::milliseconds timeout, const char* what);
+                                              std::chrono::milliseconds timeout, const char* what,
+                                              FailureChannel* notices = nullptr);
 // `text` as `root` passed it, on every process (the others' `text` is ignored).
 std::string broadcast_string(const std::string& text, int root, std::chrono::milliseconds timeout,
-                             const char* what);
+                             const char* what, FailureChannel* notices = nullptr);
 
 // Failure notices: how one process's failure reaches every other process at once, instead of
-// at their next collective's timeout. post_failure sends the error to every other process on a
-// communicator of its own (MPI_Comm_dup of MPI_COMM_WORLD, made by init()), without waiting;
-// failure_notice() tests for one (non-blocking) and returns the first that arrived, every time
-// it is called afterwards. A process posts at most one notice (later calls do nothing).
+// at their next collective's timeout. One FailureChannel per run (a DataParallel): every process
+// makes its channels in the same order, and channel k uses MPI tag k on a communicator of its
+// own (MPI_Comm_dup of MPI_COMM_WORLD, made by init()), so a notice never reaches a later run.
+// post() sends the error to every other process without waiting (once: later posts do nothing);
+// notice() tests for one (non-blocking) and returns the first that arrived, every time after.
+// With one process (or without MPI) both do nothing.
 struct FailureNotice {
   int process = 0;
   ErrorKind kind = ErrorKind::kInternal;
   std::string message;
 };
-void post_failure(ErrorKind kind, const std::string& message);
-std::optional<FailureNotice> failure_notice();
+class FailureChannel {
+ public:
+  FailureChannel();
+  ~FailureChannel();  // cancels the receive; gives up sends still pending after 100 ms
+  FailureChannel(const FailureChannel&) = delete;
+  FailureChannel& operator=(const FailureChannel&) = delete;
+  void post(ErrorKind kind, const std::string& message);
+  std::optional<FailureNotice> notice();
+
+ private:
+  struct State;  // MPI requests and buffers (mpi_runtime.cpp)
+  std::unique_ptr<State> state_;
+};
 bool finalized();
 void finalize();  // MPI_Finalize; a no-op when MPI was never started or is finalized
 std::mutex& mpi_mutex();

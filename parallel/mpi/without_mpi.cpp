@@ -16,22 +16,28 @@ Launch init() {
       "and reconfigure, so that CMake's find_package(MPI) finds it");
 }
 
-std::vector<int> allgather_int(int value, std::chrono::milliseconds, const char*) {
+std::vector<int> allgather_int(int value, std::chrono::milliseconds, const char*,
+                               FailureChannel*) {
   return {value};
 }
 std::vector<double> allgather_doubles(std::span<const double> mine, std::chrono::milliseconds,
-                                      const char*) {
+                                      const char*, FailureChannel*) {
   return {mine.begin(), mine.end()};
 }
 std::vector<std::vector<float>> gather_floats(std::span<const float> mine, int,
-                                              std::chrono::milliseconds, const char*) {
+                                              std::chrono::milliseconds, const char*,
+                                              FailureChannel*) {
   return {std::vector<float>(mine.begin(), mine.end())};
 }
-std::string broadcast_string(const std::string& text, int, std::chrono::milliseconds, const char*) {
+std::string broadcast_string(const std::string& text, int, std::chrono::milliseconds, const char*,
+                             FailureChannel*) {
   return text;
 }
-void post_failure(ErrorKind, const std::string&) {}
-std::optional<FailureNotice> failure_notice() { return std::nullopt; }
+struct FailureChannel::State {};
+FailureChannel::FailureChannel() = default;
+FailureChannel::~FailureChannel() = default;
+void FailureChannel::post(ErrorKind, const std::string&) {}
+std::optional<FailureNotice> FailureChannel::notice() { return std::nullopt; }
 bool finalized() { return false; }
 void finalize() {}
 std::mutex& mpi_mutex() {
