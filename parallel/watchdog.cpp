@@ -31,10 +31,10 @@ int64_t last_completed(const ReplicaProgress& r) {
 std::optional<std::string> Watchdog::check(const std::vector<ReplicaProgress>& replicas,
                                            Clock::time_point now) {
   bool stuck = false;
-  for (const ReplicaProgress& r : replicas) {
-    const CollectiveRecord* rec = waiting_in(r);
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    const CollectiveRecord* rec = waiting_in(replicas[i]);
     if (rec == nullptr) continue;
-    auto [it, inserted] = started_at_.try_emplace({r.rank, rec->desc.seq}, now);
+    auto [it, inserted] = started_at_.try_emplace({static_cast<int>(i), rec->desc.seq}, now);
     if (!inserted && now - it->second > timeout_) stuck = true;
   }
   // Forget collectives that have completed, so the map stays small.
@@ -57,13 +57,14 @@ std::string Watchdog::describe(const std::vector<ReplicaProgress>& replicas,
     if (const CollectiveRecord* rec = waiting_in(r)) target = std::max(target, rec->desc.seq);
   }
   std::string out;
-  for (const ReplicaProgress& r : replicas) {
+  for (size_t index = 0; index < replicas.size(); ++index) {
+    const ReplicaProgress& r = replicas[index];
     if (!out.empty()) out += "; ";
     out += "replica " + std::to_string(r.rank) + " (" + r.device.str() + ") ";
     const CollectiveRecord* rec = waiting_in(r);
     if (rec != nullptr) {
       out += "waits in " + ls::describe(rec->desc);  // not the member describe()
-      auto it = started_at_.find({r.rank, rec->desc.seq});
+      auto it = started_at_.find({static_cast<int>(index), rec->desc.seq});
       if (it != started_at_.end()) {
         char buf[32];
         std::snprintf(buf, sizeof buf, " for %.1f s", seconds(now - it->second));

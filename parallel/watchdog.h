@@ -41,6 +41,7 @@ class Watchdog {
  private:
   std::chrono::milliseconds timeout_;
   // When each (replica, sequence) was first seen started and not completed.
+  // (position in the progress list, collective seq) -> when the watchdog first saw it waiting
   std::map<std::pair<int, int64_t>, Clock::time_point> started_at_;
 };
 

@@ -92,6 +92,15 @@ void wait_or_throw(MPI_Request& request, std::chrono::milliseconds timeout, cons
               " ms (a process that died, was stopped, or no longer makes the same calls)");
 }
 
+// Whether this process runs under MPI (the process collectives are otherwise a world of one).
+bool started() {
+  std::lock_guard lock(mpi_mutex());
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized != 0 && finalized == 0;
+}
+
 int world_size_locked() {
   int size = 1;
   check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
@@ -108,6 +117,7 @@ int checked_count(size_t count, const char* what) {
 
 std::vector<int> allgather_int(int value, std::chrono::milliseconds timeout, const char* what,
                                FailureChannel* notices) {
+  if (!started()) return {value};
   MPI_Request request = MPI_REQUEST_NULL;
   std::vector<int> all;
   {
@@ -123,6 +133,7 @@ std::vector<int> allgather_int(int value, std::chrono::milliseconds timeout, con
 std::vector<double> allgather_doubles(std::span<const double> mine,
                                       std::chrono::milliseconds timeout, const char* what,
                                       FailureChannel* notices) {
+  if (!started()) return {mine.begin(), mine.end()};
   MPI_Request request = MPI_REQUEST_NULL;
   std::vector<double> all;
   const int count = checked_count(mine.size(), what);
@@ -140,6 +151,7 @@ std::vector<double> allgather_doubles(std::span<const double> mine,
 std::vector<std::vector<float>> gather_floats(std::span<const float> mine, int root,
                                               std::chrono::milliseconds timeout, const char* what,
                                               FailureChannel* notices) {
+  if (!started()) return {std::vector<float>(mine.begin(), mine.end())};
   const std::vector<int> counts =
       allgather_int(checked_count(mine.size(), what), timeout, what, notices);
   int rank = 0;
@@ -175,6 +187,7 @@ std::vector<std::vector<float>> gather_floats(std::span<const float> mine, int r
 
 std::string broadcast_string(const std::string& text, int root, std::chrono::milliseconds timeout,
                              const char* what, FailureChannel* notices) {
+  if (!started()) return text;
   int length = checked_count(text.size(), what);
   MPI_Request request = MPI_REQUEST_NULL;
   {

@@ -1,0 +1,266 @@
+// DataParallel across processes (parallel/world.h): training, evaluation and checkpoints in this
+// world shape against one process driving as many host devices, and failures in process 1
+// ending every process with the original error. Runs in every shape tests/CMakeLists.txt
+// registers (1 process x 2 devices; 2 and 3 processes x 1, 2 and 1,2 devices).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "mpi/mpi_test_main.h"
+#include "parallel/data_parallel.h"
+#include "parallel/fault_injection.h"
+#include "parallel/mpi/mpi_runtime.h"
+#include "parallel/random_batch.h"
+#include "parallel/training_helpers.h"
+
+namespace ls::mpi_test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using testing::Fault;
+
+void barrier() {
+  if (World::current().uses_mpi()) MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Language-model batches of the tiny GPT (tests/parallel/training_helpers.h): random sequences
+// of 4..8 tokens from 1..19, padded with 0; labels are the next tokens, ignored past the end.
+data::Batch token_batch(int64_t size, uint32_t seed) {
+  const nn::TransformerConfig config = testing::tiny_gpt_config();
+  const int64_t seq = config.max_seq;
+  std::mt19937 rng(seed);
+  data::Batch b;
+  b.size = size;
+  b.features = seq;
+  b.label_width = seq;
+  for (int64_t r = 0; r < size; ++r) {
+    const int64_t length = 4 + static_cast<int64_t>(rng() % 5);
+    for (int64_t t = 0; t < seq; ++t) {
+      b.tokens.push_back(t < length ? 1 + static_cast<int32_t>(rng() % 19) : 0);
+    }
+    for (int64_t t = 0; t < seq; ++t) {
+      b.labels.push_back(t + 1 < length ? b.tokens[static_cast<size_t>(r * seq + t + 1)]
+                                        : data::kIgnoreLabel);
+    }
+  }
+  return b;
+}
+
+// 24 rows: divides by every replica count the registered shapes give (2, 3, 4, 6).
+constexpr int64_t kBatch = 24;
+
+struct Trained {
+  std::vector<float> losses;
+  std::vector<float> parameters;  // local replica 0's
+};
+
+Trained train(DataParallel& dp, int steps) {
+  Trained run;
+  for (int s = 0; s < steps; ++s) {
+    run.losses.push_back(dp.step(token_batch(kBatch, 100 + static_cast<uint32_t>(s))).loss);
+  }
+  run.parameters = dp.parameters(0);
+  return run;
+}
+
+DataParallel world_run(ShardMode shard = ShardMode::kNone, OptimizerFactory optimizer = {}) {
+  DataParallelOptions options;
+  options.shard = shard;
+  return DataParallel(World::current(), transformer_factory(testing::tiny_gpt_config()),
+                      optimizer ? optimizer : testing::momentum_sgd(), options);
+}
+
+// One process driving as many host devices as the whole world has.
+DataParallel one_process_run(int devices, ShardMode shard = ShardMode::kNone,
+                             OptimizerFactory optimizer = {}) {
+  DataParallelOptions options;
+  options.shard = shard;
+  return DataParallel(testing::hosts(devices), transformer_factory(testing::tiny_gpt_config()),
+                      optimizer ? optimizer : testing::momentum_sgd(), options);
+}
+
+// Every process's `bytes` equal process 0's.
+bool same_on_every_process(const std::vector<float>& values) {
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the bytes
+  for (const unsigned char byte :
+       std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float))) {
+    hash = (hash ^ byte) * 1099511628211ull;
+  }
+  if (!World::current().uses_mpi()) return true;
+  std::vector<uint64_t> all(static_cast<size_t>(World::current().size()));
+  MPI_Allgather(&hash, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  for (uint64_t h : all) {
+    if (h != all[0]) return false;
+  }
+  return true;
+}
+
+TEST(MpiTraining, MatchesOneProcessDrivingEveryDevice) {
+  barrier();
+  const int replicas = World::current().replicas();
+  DataParallel across = world_run();
+  ASSERT_EQ(across.size(), replicas);
+  ASSERT_EQ(across.local_size(), static_cast<int>(World::current().local_devices().size()));
+  const Trained world = train(across, 20);
+  DataParallel alone = one_process_run(replicas);
+  const Trained reference = train(alone, 20);
+  // The sums run in another order (local ranks, then processes): last-bit differences.
+  for (size_t s = 0; s < world.losses.size(); ++s) {
+    const double rel = std::abs(world.losses[s] - reference.losses[s]) /
+                       std::max(1e-6, std::abs(static_cast<double>(reference.losses[s])));
+    EXPECT_LE(rel, 1e-5) << "step " << s + 1 << ": " << world.losses[s] << " vs "
+                         << reference.losses[s];
+  }
+  EXPECT_LT(world.losses.back(), world.losses.front());  // it trains
+  EXPECT_LE(testing::max_relative_difference(world.parameters, reference.parameters), 1e-4);
+  EXPECT_TRUE(same_on_every_process(world.parameters)) << "replicas drifted apart";
+}
+
+TEST(MpiTraining, SameWorldShapeIsBitwiseRepeatable) {
+  barrier();
+  Trained first, second;
+  {
+    DataParallel dp = world_run(ShardMode::kNone, make_optimizer_factory({}));
+    first = train(dp, 6);
+  }
+  {
+    DataParallel dp = world_run(ShardMode::kNone, make_optimizer_factory({}));
+    second = train(dp, 6);
+  }
+  EXPECT_EQ(first.losses, second.losses);
+  EXPECT_EQ(first.parameters, second.parameters);
+  EXPECT_TRUE(same_on_every_process(first.parameters));
+}
+
+TEST(MpiTraining, EvaluationCountsEveryExampleOnce) {
+  barrier();
+  const data::Batch rows = token_batch(37, 7);  // not a multiple of the replica count
+  data::Dataset dataset;
+  dataset.name = "tokens";
+  dataset.count = rows.size;
+  dataset.features = rows.features;
+  dataset.label_width = rows.label_width;
+  dataset.classes = testing::tiny_gpt_config().vocab;
+  dataset.tokens = rows.tokens;
+  dataset.labels = rows.labels;
+  DataParallel across = world_run();
+  train(across, 2);
+  const EvalResult world = across.evaluate(dataset, 4);
+  DataParallel alone = one_process_run(1);
+  train(alone, 2);
+  const EvalResult reference = alone.evaluate(dataset, 4);
+  EXPECT_EQ(world.examples, reference.examples);
+  EXPECT_NEAR(world.loss, reference.loss, 1e-5 * reference.loss);
+  EXPECT_NEAR(world.accuracy, reference.accuracy, 1.0 / static_cast<double>(world.examples));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Process 0 writes whole tensors, the optimizer's ranges gathered from every process (ZeRO-1):
+// one process with one device loads it bitwise and writes the same files back.
+TEST(MpiTraining, ShardedCheckpointLoadsIntoAnyWorldShape) {
+  barrier();
+  const World& world = World::current();
+  std::string dir;
+  if (world.rank() == 0) {
+    char name[] = "/tmp/lockstep-mpi-checkpoint-XXXXXX";
+    ASSERT_NE(mkdtemp(name), nullptr);
+    dir = name;
+  }
+  dir = mpi::broadcast_string(dir, 0, std::chrono::seconds(30), "test: checkpoint directory");
+  DataParallel across = world_run(ShardMode::kOptimizer, make_optimizer_factory({}));
+  train(across, 3);
+  const std::string saved = across.save(dir + "/world", {0, 3});
+  DataParallel alone = one_process_run(1, ShardMode::kNone, make_optimizer_factory({}));
+  const TrainingPosition position = alone.load(saved);
+  EXPECT_EQ(position.batch_index, 3);
+  EXPECT_EQ(alone.steps_taken(), 3);
+  // Bitwise (the flat buffers differ only in the shards' padding).
+  EXPECT_EQ(testing::max_relative_difference(alone.named_parameters(0), across.named_parameters(0)),
+            0.0);
+  barrier();  // every process has loaded before process 0 writes again and removes the files
+  if (world.rank() == 0) {
+    const std::string again = alone.save(dir + "/alone");
+    EXPECT_EQ(read_file(again + "/optimizer.safetensors"),
+              read_file(saved + "/optimizer.safetensors"));
+    EXPECT_EQ(read_file(again + "/model.safetensors"), read_file(saved + "/model.safetensors"));
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// A fault in process 1's first replica; every process's step must end with the same error,
+// long before the collective timeout (so the failure travelled, not a timeout).
+struct FaultCase {
+  Fault::Kind kind;
+  const char* expected;  // in every process's message
+};
+
+class MpiFailure : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(MpiFailure, AFaultInProcess1EndsEveryProcess) {
+  const World& world = World::current();
+  if (world.size() < 2) GTEST_SKIP() << "needs two processes";
+  barrier();
+  const int victim = world.first_replica(1);
+  Fault fault{GetParam().kind, victim, 2, std::chrono::milliseconds(0)};
+  DataParallelOptions options;
+  options.collective_timeout = std::chrono::seconds(20);
+  // A replica that never issues a collective, or is stuck in its own code, ends in the
+  // watchdog's report (or, with one replica in process 1, a desync between the processes).
+  if (fault.kind == Fault::Kind::kStall || fault.kind == Fault::Kind::kSkipCollective) {
+    fault.stall = std::chrono::milliseconds(3000);
+    options.collective_timeout = std::chrono::milliseconds(1000);
+  }
+  const Clock::time_point start = Clock::now();
+  std::string message;
+  {
+    DataParallel dp(
+        world, testing::with_fault(transformer_factory(testing::tiny_gpt_config()), fault),
+        testing::with_fault(testing::momentum_sgd(), fault), options, testing::with_fault(fault));
+    for (int s = 0; s < 4 && message.empty(); ++s) {
+      try {
+        dp.step(token_batch(kBatch, 5));
+      } catch (const Error& e) {
+        message = e.what();
+      }
+    }
+    EXPECT_THROW(dp.step(token_batch(kBatch, 5)), Error) << "usable after a failure";
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_FALSE(message.empty()) << "no step failed in process " << world.rank();
+  EXPECT_NE(message.find(GetParam().expected), std::string::npos)
+      << "process " << world.rank() << ": " << message;
+  EXPECT_LT(elapsed, 10.0) << message;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, MpiFailure,
+    ::testing::Values(
+        FaultCase{Fault::Kind::kThrowInBackward,
+                  "failed in step (step 2, backward): injected fault: exception in backward"},
+        FaultCase{Fault::Kind::kThrowInOptimizer, "injected fault: exception in optimizer"},
+        FaultCase{Fault::Kind::kSkipCollective, "#"},
+        FaultCase{Fault::Kind::kStall, "collective timeout"}),
+    [](const auto& info) {
+      switch (info.param.kind) {
+        case Fault::Kind::kThrowInBackward: return std::string("ThrowInBackward");
+        case Fault::Kind::kThrowInOptimizer: return std::string("ThrowInOptimizer");
+        case Fault::Kind::kSkipCollective: return std::string("SkippedCollective");
+        default: return std::string("Stall");
+      }
+    });
+
+}  // namespace
+}  // namespace ls::mpi_test
