@@ -5,6 +5,9 @@
 // is also the example of embedding the engine: load data, make a DataParallel (or a Pipeline:
 // the same calls), loop over batches, evaluate.
 // Ctrl-C or SIGTERM stops it after the current step, with a checkpoint when it keeps them.
+// Under `mpirun -np P`, each process drives its --devices and the replicas of every process
+// train together (parallel/world.h); process 0 prints, writes the JSON and exports, and every
+// process stops after the same step when any of them got a signal.
 // Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 / 143 stopped by SIGINT / SIGTERM.
 #include <lockstep/lockstep.h>
 
@@ -164,7 +167,8 @@ int64_t train_steps(const TrainOptions& o, Trainer& trainer, ls::data::Prefetche
   ls::data::Batch batch;
   const Clock::time_point start = Clock::now();
   for (int64_t step = first_step; step <= total_steps; ++step) {
-    if (stop.stop_requested()) return step - 1;
+    // Every process must stop after the same step (each step is collective).
+    if (ls::World::current().any_process(stop.stop_requested())) return step - 1;
     if (!batches.next(batch)) batches.next(batch);  // an epoch ended: the next one is ready
     const ls::StepResult result = trainer.step(batch);
     observe_step(trainer, summary);
@@ -236,13 +240,18 @@ RunSummary train_with(const TrainOptions& o, const std::vector<ls::Device>& devi
            train.count, " training examples; use a smaller batch");
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * batches.batches_per_epoch();
   const int64_t first_step = resume_if_asked(o, trainer, batches);
+  const ls::World& world = ls::World::current();
+  const std::string where = world.size() == 1
+                                ? ls::devices_str(devices)
+                                : std::to_string(world.replicas()) + " devices in " +
+                                      std::to_string(world.size()) +
+                                      " processes (process 0: " + ls::devices_str(devices) + ")";
   std::printf(
       "training %s (%lld parameters) on %s: %lld steps of global batch %lld, %s lr %g,"
       " %s\n",
-      work.description.c_str(), static_cast<long long>(trainer.parameter_count()),
-      ls::devices_str(devices).c_str(), static_cast<long long>(total_steps),
-      static_cast<long long>(o.batch), o.optimizer.c_str(), static_cast<double>(o.lr),
-      layout(trainer).c_str());
+      work.description.c_str(), static_cast<long long>(trainer.parameter_count()), where.c_str(),
+      static_cast<long long>(total_steps), static_cast<long long>(o.batch), o.optimizer.c_str(),
+      static_cast<double>(o.lr), layout(trainer).c_str());
 
   RecentLoss recent;
   RunSummary summary;
@@ -269,7 +278,8 @@ RunSummary train_with(const TrainOptions& o, const std::vector<ls::Device>& devi
   summary.skipped_steps = trainer.skipped_steps();
   summary.final_loss = recent.mean();
   if (!summary.stopped) summary.test = trainer.evaluate(test, work.transformer ? 64 : 1000);
-  if (!summary.stopped && !o.export_hf.empty()) export_hf(o, *work.transformer, trainer);
+  const bool lead = ls::World::current().rank() == 0;  // writes the files
+  if (!summary.stopped && !o.export_hf.empty() && lead) export_hf(o, *work.transformer, trainer);
   return summary;
 }
 
@@ -280,11 +290,15 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
   const ls::OptimizerFactory optimizer =
       ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay});
   // The trainer's threads are joined when it goes out of scope, before the summary is printed.
+  const ls::World& world = ls::World::current();
   if (o.pipeline > 0) {
+    LS_CHECK(world.size() == 1, "--pipeline runs in one process; across ", world.size(),
+             " processes use data parallelism (leave out --pipeline), or start one process "
+             "with every device");
     ls::Pipeline trainer(devices, work.model, optimizer, pipeline_options(o));
     return train_with(o, devices, work, trainer, stop);
   }
-  ls::DataParallel trainer(devices, work.model, optimizer, data_parallel_options(o));
+  ls::DataParallel trainer(world, work.model, optimizer, data_parallel_options(o));
   return train_with(o, devices, work, trainer, stop);
 }
 
@@ -292,9 +306,11 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, c
                 double wall_s) {
   ls::JsonWriter json;
   json.begin_object();
-  json.key("devices").begin_array();
+  json.key("devices").begin_array();  // this process's
   for (const ls::Device& d : devices) json.value(d.str());
   json.end_array();
+  json.field("processes", static_cast<int64_t>(ls::World::current().size()));
+  json.field("replicas", static_cast<int64_t>(ls::World::current().replicas()));
   json.field("backend", std::string(ls::device_kind_name(devices[0].kind)));
   json.field("model", o.model);
   json.field("description", s.description);
@@ -371,7 +387,16 @@ int main(int argc, char** argv) {
   }
   const Clock::time_point start = Clock::now();
   try {
+    // Under mpirun this joins the other processes (MPI); otherwise a world of one process.
+    const ls::WorldScope world(devices);
+    // Process 0 reports; the others' output would repeat it (their errors still go to stderr).
+    if (world->rank() > 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
+      std::fprintf(stderr, "lockstep-train: process %d cannot silence its stdout\n", world->rank());
+    }
     if (options.strategy == "auto") {
+      LS_CHECK(world->size() == 1,
+               "--strategy auto plans for one process; under mpirun "
+               "choose --shard yourself");
       apply_auto_strategy(options, workload_options(options), devices);
     }
     RunSummary summary = run(options, devices, stop);
@@ -393,7 +418,7 @@ int main(int argc, char** argv) {
                   summary.bubble->theory);
     }
     std::printf(", %.1f s\n", wall_s);
-    if (!options.json_path.empty()) {
+    if (!options.json_path.empty() && world->rank() == 0) {
       write_json(options, devices, summary, wall_s);
       std::printf("results written to %s\n", options.json_path.c_str());
     }

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -127,6 +128,12 @@ std::string World::describe() const {
                         devices_str(local_devices_), " = replicas ", first, "..",
                         first + static_cast<int>(local_devices_.size()) - 1, " of ", replicas_,
                         ")");
+}
+
+bool World::any_process(bool flag) const {
+  if (size_ == 1) return flag;
+  const std::vector<int> flags = mpi::allgather_int(flag ? 1 : 0, timeout_, "World::any_process");
+  return std::find(flags.begin(), flags.end(), 1) != flags.end();
 }
 
 std::vector<std::unique_ptr<Communicator>> make_world_communicators(

@@ -46,6 +46,10 @@ class World {
   std::chrono::milliseconds timeout() const { return timeout_; }
   // "process 1 of 2 on host-a (host:0,host:1 = replicas 2..3 of 4)"
   std::string describe() const;
+  // Whether `flag` is true in any process: lets every process take a decision together (stop
+  // after this step when one of them got a signal). Collective: every process calls it, in the
+  // same order; bounded by timeout(). One process: returns `flag`.
+  bool any_process(bool flag) const;
 
   World(const World&) = delete;
   World& operator=(const World&) = delete;

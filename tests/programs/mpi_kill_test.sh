@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# `kill -9` of process 1 of `mpirun -np 2 lockstep-train` once it has written a checkpoint: the
+# job ends within the bound with a non-zero exit and mpirun's message naming rank 1 and the
+# signal, no process of the job is left running, and the checkpoint resumes in another world
+# shape (one process, four host devices) at the step it was written.
+# usage: mpi_kill_test.sh MPIEXEC LOCKSTEP_TRAIN WORKDIR
+set -uo pipefail
+mpiexec=$1
+train=$2
+dir=$3/mpi-kill
+rm -rf "$dir"
+mkdir -p "$dir"
+flags=(--model gpt --layers 1 --hidden 32 --heads 2 --seq 16 --batch 8 --max-examples 2000
+       --eval-examples 200 --log-every 0 --checkpoint-dir "$dir/checkpoints")
+fail() { echo "FAIL: $*"; echo "--- job output:"; cat "$dir/job.log"; exit 1; }
+
+"$mpiexec" -np 2 --allow-run-as-root --oversubscribe "$train" --devices host:1 "${flags[@]}" \
+  --steps 1000000 --checkpoint-every 20 --collective-timeout-s 20 >"$dir/job.log" 2>&1 &
+job=$!
+for _ in $(seq 1 600); do  # up to 60 s for the first checkpoint
+  [ -e "$dir/checkpoints/latest" ] && break
+  kill -0 $job 2>/dev/null || fail "the job ended before its first checkpoint"
+  sleep 0.1
+done
+[ -e "$dir/checkpoints/latest" ] || { kill -9 $job; fail "no checkpoint after 60 s"; }
+
+# The job's processes are mpirun's children; process 1 has OMPI_COMM_WORLD_RANK=1.
+children=$(pgrep -P $job)
+victim=""
+for pid in $children; do
+  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$pid
+done
+[ -n "$victim" ] || { kill -9 $job; fail "no process of rank 1 among mpirun's children ($children)"; }
+killed_at=$(date +%s%N)
+kill -9 "$victim"
+
+bound_s=30  # mpirun ends the job at once; the collective timeout (20 s) is the backstop
+ended=false
+for _ in $(seq 1 $((bound_s * 10))); do
+  kill -0 $job 2>/dev/null || { ended=true; break; }
+  sleep 0.1
+done
+$ended || { kill -9 $job; fail "the job still ran ${bound_s} s after kill -9 of process 1"; }
+wait $job
+rc=$?
+took_ms=$(( ($(date +%s%N) - killed_at) / 1000000 ))
+[ $rc -ne 0 ] || fail "mpirun exited 0 after a process was killed"
+grep -q "rank 1 .*signal 9" "$dir/job.log" || fail "no message naming rank 1 and signal 9"
+for _ in $(seq 1 50); do  # children are reaped once mpirun is gone
+  left=""
+  for pid in $children; do
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
+    [ -n "$state" ] && [ "$state" != Z ] && left="$left $pid"
+  done
+  [ -z "$left" ] && break
+  sleep 0.1
+done
+[ -z "$left" ] || fail "processes of the job still running:$left"
+
+step=$(sed 's/step-0*//' "$dir/checkpoints/latest")
+out=$("$train" --devices host:4 "${flags[@]}" --steps $((step + 10)) --resume 2>&1)
+grep -q "resumed from $dir/checkpoints at step $step" <<<"$out" ||
+  { echo "$out"; fail "no resume at step $step on host:4"; }
+grep -q "^done: $((step + 10)) steps" <<<"$out" || { echo "$out"; fail "the resumed run did not finish"; }
+echo "ok: job ended ${took_ms} ms after kill -9 of process 1 (exit $rc), no process left," \
+     "resumed step $step on one process x host:4"
