@@ -65,6 +65,10 @@ class Communicator {
   // Names the next collective in diagnostics ("bucket 3", "loss"): backends ignore it, the
   // flight recorder keeps it, decorators pass it on.
   virtual void label_next(std::string /*label*/) {}
+  // Who the collective this rank waits in has not heard from yet, when the backend can tell
+  // (across processes: "process 1 on host-b"); "" otherwise. For the watchdog's report; any
+  // thread may call it.
+  virtual std::string waiting_for() const { return ""; }
 };
 
 // A Communicator whose five collectives are one: each builds its CollectiveDesc (seq 0, no
@@ -116,6 +120,7 @@ class CommunicatorDecorator : public DescribedCommunicator {
   void group_end() override { inner_->group_end(); }
   void abort() override { inner_->abort(); }
   void label_next(std::string label) override { inner_->label_next(std::move(label)); }
+  std::string waiting_for() const override { return inner_->waiting_for(); }
 
  protected:
   void issue(CollectiveDesc desc, Stream& stream) override {

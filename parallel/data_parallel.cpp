@@ -189,7 +189,7 @@ std::vector<ReplicaProgress> DataParallel::Impl::progress() const {
   std::vector<ReplicaProgress> out;
   for (const auto& replica : replicas_) {
     out.push_back({replica->rank(), replica->device(), replica->phase(), steps_ + 1,
-                   replica->communicator().snapshot()});
+                   replica->communicator().snapshot(), replica->communicator().waiting_for()});
   }
   return out;
 }

@@ -25,6 +25,7 @@ struct ReplicaProgress {
   Phase phase = Phase::kIdle;
   int64_t step = 0;  // the step being run (1-based)
   std::vector<CollectiveRecord> records;  // oldest first
+  std::string waiting_for;  // whom its collective still awaits, when the backend knows
 };
 
 class Watchdog {

@@ -68,8 +68,11 @@ World& World::init(std::vector<Device> local_devices, const WorldOptions& option
         local_count, options.timeout,
         "World::init(): the exchange of device counts (every process started by mpirun must "
         "call World::init(); raise WorldOptions::timeout if some start slowly)");
+    world->host_names_ = mpi::allgather_string(world->host_name_, options.timeout,
+                                               "World::init(): the exchange of host names");
   } else {
     world->counts_ = {local_count};
+    world->host_names_ = {world->host_name_};
   }
   int first = 0;
   for (int count : world->counts_) {
@@ -99,6 +102,12 @@ int World::local_device_count(int process) const {
   LS_CHECK(process >= 0 && process < size_, "process ", process, " is not in this world of ", size_,
            " processes (0..", size_ - 1, ")");
   return counts_[static_cast<size_t>(process)];
+}
+
+const std::string& World::host_name(int process) const {
+  LS_CHECK(process >= 0 && process < size_, "process ", process, " is not in this world of ", size_,
+           " processes (0..", size_ - 1, ")");
+  return host_names_[static_cast<size_t>(process)];
 }
 
 int World::first_replica(int process) const {

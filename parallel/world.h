@@ -37,6 +37,7 @@ class World {
   int size() const { return size_; }  // processes
   bool uses_mpi() const { return uses_mpi_; }
   const std::string& host_name() const { return host_name_; }
+  const std::string& host_name(int process) const;  // as that process's gethostname() says
   const std::vector<Device>& local_devices() const { return local_devices_; }
   int local_device_count(int process) const;
   int first_replica(int process) const;       // global index of process's local device 0
@@ -63,6 +64,7 @@ class World {
   bool uses_mpi_ = false;
   std::string host_name_;
   std::vector<Device> local_devices_;
+  std::vector<std::string> host_names_;  // of every process
   std::vector<int> counts_;  // local device count of every process
   std::vector<int> firsts_;  // first_replica of every process
   int replicas_ = 0;

@@ -8,6 +8,7 @@
 #include <array>
 #include <climits>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "engine/core/error.h"
@@ -114,6 +115,12 @@ class ProcessClique {
 
   HostClique& local() { return local_; }
   void run(int local_rank, const CollectiveDesc& desc);
+  // The processes whose header for the exchange in progress has not come (refreshed every
+  // 100 ms while the leader waits), e.g. "process 1 on host-b"; "" when none is awaited.
+  std::string waiting_for() const {
+    std::lock_guard lock(note_mutex_);
+    return waiting_for_;
+  }
 
  private:
   size_t reduced_count(const CollectiveDesc& desc) const {  // elements of one partial
@@ -128,6 +135,7 @@ class ProcessClique {
   void fail(const std::string& message, ErrorKind kind) {
     local_.fail(message, kind, __FILE__, __LINE__);
   }
+  void note_missing_headers();
 
   const int process_;
   const int processes_;
@@ -145,6 +153,9 @@ class ProcessClique {
   Header header_out_{};
   std::vector<Header> headers_;
   std::vector<MPI_Request> requests_;
+  std::vector<std::string> host_names_;  // of every process
+  mutable std::mutex note_mutex_;
+  std::string waiting_for_;  // guarded by note_mutex_
 };
 
 ProcessClique::ProcessClique(const World& world, const CommunicatorOptions& options)
@@ -160,7 +171,10 @@ ProcessClique::ProcessClique(const World& world, const CommunicatorOptions& opti
       timeout_(options.timeout),
       local_(static_cast<int>(world.local_devices().size()), 2 * options.timeout),
       headers_(static_cast<size_t>(world.size())) {
-  for (int p = 0; p < processes_; ++p) firsts_.push_back(world.first_replica(p));
+  for (int p = 0; p < processes_; ++p) {
+    firsts_.push_back(world.first_replica(p));
+    host_names_.push_back(world.host_name(p));
+  }
   MPI_Request request = MPI_REQUEST_NULL;
   {
     std::lock_guard lock(mpi::mpi_mutex());
@@ -237,6 +251,30 @@ void ProcessClique::gather_local(int local_rank, const CollectiveDesc& desc) {
   }
 }
 
+// Tests each header receive on its own (a completed one becomes MPI_REQUEST_NULL, which
+// MPI_Testall then counts as done) and notes the processes still awaited. Leader thread only.
+void ProcessClique::note_missing_headers() {
+  std::string missing;
+  {
+    std::lock_guard lock(mpi::mpi_mutex());
+    size_t r = 0;
+    for (int p = 0; p < processes_; ++p) {
+      if (p == process_) continue;
+      MPI_Request& recv = requests_[r];
+      r += 2;
+      int done = 0;
+      if (recv != MPI_REQUEST_NULL)
+        mpi::check(MPI_Test(&recv, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (recv != MPI_REQUEST_NULL && !done) {
+        missing += detail::concat(missing.empty() ? "" : ", ", "process ", p, " on ",
+                                  host_names_[static_cast<size_t>(p)]);
+      }
+    }
+  }
+  std::lock_guard lock(note_mutex_);
+  waiting_for_ = std::move(missing);
+}
+
 bool ProcessClique::exchange_headers(const CollectiveDesc& desc, mpi::Clock::time_point deadline) {
   header_out_ = header_of(desc);  // a member: a send given up on may still read it
   const Header& mine = header_out_;
@@ -254,8 +292,19 @@ bool ProcessClique::exchange_headers(const CollectiveDesc& desc, mpi::Clock::tim
                  "MPI_Isend");
     }
   }
-  const mpi::WaitEnd end = mpi::wait_all(requests_.data(), static_cast<int>(requests_.size()),
-                                         deadline, [this] { return local_.failed(); });
+  mpi::Clock::time_point next_note = mpi::Clock::now() + std::chrono::milliseconds(100);
+  const mpi::WaitEnd end = mpi::wait_all(
+      requests_.data(), static_cast<int>(requests_.size()), deadline, [this, &next_note] {
+        if (mpi::Clock::now() >= next_note) {  // for the watchdog: who has not come yet
+          note_missing_headers();
+          next_note = mpi::Clock::now() + std::chrono::milliseconds(100);
+        }
+        return local_.failed();
+      });
+  {
+    std::lock_guard lock(note_mutex_);
+    waiting_for_.clear();
+  }
   if (end != mpi::WaitEnd::kDone) {
     // Name the processes whose header never came, and withdraw the receives (cancellable,
     // unlike a collective). Our headers may still sit unreceived at the peers: comm_ is never
@@ -436,6 +485,8 @@ void MpiHostCommunicator::abort() {
                             std::to_string(global_rank_),
                         ErrorKind::kAborted, __FILE__, __LINE__);
 }
+
+std::string MpiHostCommunicator::waiting_for() const { return clique_->waiting_for(); }
 
 std::vector<std::unique_ptr<Communicator>> make_mpi_host_communicators(
     const World& world, const CommunicatorOptions& options) {

@@ -37,6 +37,7 @@ class MpiHostCommunicator final : public DescribedCommunicator {
   // Fails this process's clique: blocked and later collectives here throw "aborted". The other
   // processes see a timeout (world-wide failure propagation is not built yet).
   void abort() override;
+  std::string waiting_for() const override;
 
  private:
   void issue(CollectiveDesc desc, Stream& stream) override;

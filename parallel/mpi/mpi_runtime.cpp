@@ -185,6 +185,35 @@ std::vector<std::vector<float>> gather_floats(std::span<const float> mine, int r
   return out;
 }
 
+std::vector<std::string> allgather_string(const std::string& text,
+                                          std::chrono::milliseconds timeout, const char* what,
+                                          FailureChannel* notices) {
+  if (!started()) return {text};
+  const std::vector<int> lengths =
+      allgather_int(checked_count(text.size(), what), timeout, what, notices);
+  std::vector<int> displacements;
+  size_t total = 0;
+  for (int length : lengths) {
+    displacements.push_back(checked_count(total, what));
+    total += static_cast<size_t>(length);
+  }
+  std::string all(total, '\0');
+  MPI_Request request = MPI_REQUEST_NULL;
+  {
+    std::lock_guard lock(mpi_mutex());
+    check(MPI_Iallgatherv(text.data(), static_cast<int>(text.size()), MPI_CHAR, all.data(),
+                          lengths.data(), displacements.data(), MPI_CHAR, MPI_COMM_WORLD, &request),
+          "MPI_Iallgatherv");
+  }
+  wait_or_throw(request, timeout, what, notices);
+  std::vector<std::string> out;
+  for (size_t p = 0; p < lengths.size(); ++p) {
+    out.push_back(
+        all.substr(static_cast<size_t>(displacements[p]), static_cast<size_t>(lengths[p])));
+  }
+  return out;
+}
+
 std::string broadcast_string(const std::string& text, int root, std::chrono::milliseconds timeout,
                              const char* what, FailureChannel* notices) {
   if (!started()) return text;

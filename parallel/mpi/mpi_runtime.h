@@ -45,6 +45,10 @@ std::vector<double> allgather_doubles(std::span<const double> mine,
 std::vector<std::vector<float>> gather_floats(std::span<const float> mine, int root,
                                               std::chrono::milliseconds timeout, const char* what,
                                               FailureChannel* notices = nullptr);
+// Every process's text (any length each), in process order.
+std::vector<std::string> allgather_string(const std::string& text,
+                                          std::chrono::milliseconds timeout, const char* what,
+                                          FailureChannel* notices = nullptr);
 // `text` as `root` passed it, on every process (the others' `text` is ignored).
 std::string broadcast_string(const std::string& text, int root, std::chrono::milliseconds timeout,
                              const char* what, FailureChannel* notices = nullptr);

@@ -171,7 +171,8 @@ TEST(Failure, HeartbeatReportsWhereAReplicaIs) {
 }
 
 TEST(Failure, BadInputIsAClearError) {
-  EXPECT_THROW(DataParallel({}, mlp_factory({4, 2}), make_optimizer_factory({})), Error);
+  EXPECT_THROW(DataParallel(std::vector<Device>{}, mlp_factory({4, 2}), make_optimizer_factory({})),
+               Error);
   const std::vector<Device> twice{{DeviceKind::kHost, 0}, {DeviceKind::kHost, 0}};
   try {
     DataParallel dp(twice, mlp_factory({4, 2}), make_optimizer_factory({}));
