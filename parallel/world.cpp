@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "parallel/mpi/mpi_runtime.h"
+#include "parallel/nccl/nccl_communicator.h"
 #include "parallel/world_communicators.h"
 
 namespace ls {
@@ -148,13 +150,23 @@ bool World::any_process(bool flag) const {
 std::vector<std::unique_ptr<Communicator>> make_world_communicators(
     const World& world, const CommunicatorOptions& options) {
   if (world.size() == 1) return make_communicators(world.local_devices(), options);
-  LS_CHECK(world.local_devices().front().is_host(),
-           "make_world_communicators: ", devices_str(world.local_devices()), " across ",
-           world.size(),
-           " processes needs NCCL across processes, which is not built yet; use host devices, "
-           "or one process with every GPU of the machine");
-  check_clique_devices(world.local_devices(), options, "make_world_communicators",
-                       DeviceKind::kHost);
+  check_clique_devices(world.local_devices(), options, "make_world_communicators");
+  // Host processes and CUDA processes would start different MPI collectives (an MPI error, or
+  // a hang), so every process first learns every process's device kind and all refuse a mix.
+  const DeviceKind kind = world.local_devices().front().kind;
+  const std::vector<int> kinds = mpi::allgather_int(
+      static_cast<int>(kind), options.timeout,
+      "make_world_communicators: the exchange of device kinds (every process must call it, in "
+      "the same order as the other collectives across processes)");
+  for (int p = 0; p < world.size(); ++p) {
+    const auto theirs = static_cast<DeviceKind>(kinds[static_cast<size_t>(p)]);
+    LS_CHECK(theirs == kind, "make_world_communicators on ", world.describe(), ": process ", p,
+             " drives ", theirs == DeviceKind::kCuda ? "CUDA" : "host", " devices and this one ",
+             kind == DeviceKind::kCuda ? "CUDA" : "host",
+             " devices; every process of a world must drive devices of one kind (all cuda or "
+             "all host): give every process the same kind of --devices");
+  }
+  if (kind == DeviceKind::kCuda) return make_nccl_world_communicators(world, options);
   return make_mpi_host_communicators(world, options);
 }
 

@@ -1,7 +1,10 @@
 // make_world_communicators: one Communicator per local device of a World, spanning every device
-// of every process. A world of one process gets make_communicators(local devices) unchanged;
-// more processes get the hierarchical host communicators of parallel/mpi/ (host devices only:
-// NCCL across processes is not built yet). Collective over the processes.
+// of every process (rank = global replica, size = every replica). A world of one process gets
+// make_communicators(local devices) unchanged; more processes get, for host devices, the
+// hierarchical host communicators of parallel/mpi/, for CUDA devices one NCCL communicator over
+// every GPU of every process (parallel/nccl/nccl_factories.cpp; compiled, not yet run on a GPU).
+// Every process must drive devices of one kind, the same kind everywhere (lockstep-doctor under
+// the same mpirun checks that). Collective over the processes: every process calls it.
 #pragma once
 
 #include <memory>

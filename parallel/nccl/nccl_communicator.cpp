@@ -1,5 +1,6 @@
 // NcclClique (the NCCL communicators of one process, made, aborted and torn down together),
-// NcclCommunicator (parallel/nccl/nccl_communicator.h) and make_nccl_communicators.
+// NcclCommunicator (parallel/nccl/nccl_communicator.h) and make_nccl_clique (nccl_clique.h); the
+// factories, which choose the ranks and share the NCCL id, are in nccl_factories.cpp.
 // NCCL semantics relied on here were read in NVIDIA/nccl src/init.cc and src/group.cc and the
 // NCCL user guide; see docs/gpu.md, section "NCCL communicator".
 //
@@ -10,6 +11,9 @@
 // ncclInProgress. It returns only when every rank is fully initialised, and replica threads get
 // their communicator only from its result, so no rank can issue a collective while a peer is still
 // initialising. That is the barrier after init that NVIDIA/nccl PR #623 and jax #11637 call for.
+// Across processes (make_nccl_world_communicators) each process does the same for its own ranks,
+// with process 0's id: NCCL's bootstrap joins every rank of every process before any is ready,
+// so the barrier spans the world (and a process that never arrives shows as a timeout here).
 //
 // Note [NCCL polling]
 // A non-blocking communicator may answer any call with ncclInProgress; until
@@ -36,6 +40,9 @@
 // last one goes. Non-blocking: ncclCommFinalize on every rank (each returns ncclInProgress), poll
 // all of them (bounded), then ncclCommDestroy each. On error or timeout, and after an abort, the
 // remaining communicators are aborted instead (ncclCommDestroy could block on stuck work).
+// Across processes the clique is still this process's ranks: NCCL reclaims the communicators of
+// one process together (src/init.cc, commReclaim counts intraRanks, the ranks in this process)
+// and waits for no other process, so teardown stays per process.
 #include "parallel/nccl/nccl_communicator.h"
 
 #include <nccl.h>
@@ -56,6 +63,7 @@
 #include "engine/core/error.h"
 #include "parallel/collective.h"
 #include "parallel/collective_checks.h"
+#include "parallel/nccl/nccl_clique.h"
 #include "parallel/nccl/nccl_types.h"
 
 namespace ls {
@@ -116,13 +124,18 @@ bool thread_group_has_aborted_member();
 
 class NcclClique : public std::enable_shared_from_this<NcclClique> {
  public:
-  // Makes and initialises one communicator per device; see Note [NCCL init is the barrier].
-  NcclClique(const std::vector<Device>& devices, std::chrono::milliseconds timeout);
+  // Makes and initialises one communicator per device, as NCCL ranks ranks.first.. of
+  // ranks.nranks; see Note [NCCL init is the barrier]. Below, `rank` is always the LOCAL index
+  // (0..local_count()-1) into this process's devices; messages name the NCCL rank (where()).
+  NcclClique(const std::vector<Device>& devices, const NcclRanks& ranks,
+             std::chrono::milliseconds timeout);
   ~NcclClique();  // See Note [NCCL teardown].
   NcclClique(const NcclClique&) = delete;
   NcclClique& operator=(const NcclClique&) = delete;
 
-  int size() const { return n_; }
+  int local_count() const { return n_; }
+  int nranks() const { return ranks_.nranks; }
+  int first_rank() const { return ranks_.first; }
   Device device(int rank) const { return slots_[static_cast<size_t>(rank)].device; }
   bool nonblocking() const { return nonblocking_; }
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
@@ -153,8 +166,12 @@ class NcclClique : public std::enable_shared_from_this<NcclClique> {
   };
 
   Slot& slot(int rank) { return slots_[static_cast<size_t>(rank)]; }
-  std::string where(int rank) const { return concat("rank ", rank, " (", device(rank).str(), ")"); }
-  std::string devices_string() const;
+  // "rank 3 (cuda:1)", and in a World " of process 1 of 2 on host-a (...)" after it.
+  std::string where(int rank) const {
+    return concat("rank ", ranks_.first + rank, " (", device(rank).str(), ")", of_process());
+  }
+  std::string of_process() const { return ranks_.process.empty() ? "" : " of " + ranks_.process; }
+  std::string devices_string() const;  // "cuda:0,cuda:1" (+ of_process())
   Failure init();
   Failure wait_all(const char* what, const char* hint);
   bool finalize_all() noexcept;
@@ -163,7 +180,8 @@ class NcclClique : public std::enable_shared_from_this<NcclClique> {
   [[noreturn]] void fail_aborted(int rank, const NcclCall& op);
   [[noreturn]] void fail_nccl(int rank, const NcclCall& op, const std::string& text);
 
-  int n_;
+  int n_;  // local ranks
+  NcclRanks ranks_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<Slot[]> slots_;
   ncclConfig_t config_ = NCCL_CONFIG_INITIALIZER;
@@ -203,21 +221,31 @@ bool thread_group_has_aborted_member() {
 
 }  // namespace
 
-NcclClique::NcclClique(const std::vector<Device>& devices, std::chrono::milliseconds timeout)
+NcclClique::NcclClique(const std::vector<Device>& devices, const NcclRanks& ranks,
+                       std::chrono::milliseconds timeout)
     : n_(static_cast<int>(devices.size())),
+      ranks_(ranks),
       timeout_(timeout),
       slots_(std::make_unique<Slot[]>(devices.size())) {
   // Inside an open group our ncclGroupEnd would only count down, and nothing would initialise.
   LS_CHECK(t_group.depth == 0, "cannot make NCCL communicators while this thread has an open "
            "group (group_start() without group_end())");
+  LS_ASSERT(ranks_.first >= 0 && ranks_.first + n_ <= ranks_.nranks, "NCCL ranks ", ranks_.first,
+            "..", ranks_.first + n_ - 1, " are not within 0..", ranks_.nranks - 1);
   for (int r = 0; r < n_; ++r) slot(r).device = devices[static_cast<size_t>(r)];
   config_.blocking = 0;
   Failure failure = init();
   if (failure.empty()) {
-    failure = wait_all("initialisation",
-                       "rerun with NCCL_DEBUG=INFO to see where it stops; if peer-to-peer access "
-                       "between these GPUs is broken (IOMMU, PCIe ACS, some consumer GPUs), "
-                       "NCCL_P2P_DISABLE=1 is the usual workaround");
+    failure = wait_all(
+        "initialisation",
+        ranks_.process.empty()
+            ? "rerun with NCCL_DEBUG=INFO to see where it stops; if peer-to-peer access between "
+              "these GPUs is broken (IOMMU, PCIe ACS, some consumer GPUs), NCCL_P2P_DISABLE=1 is "
+              "the usual workaround"
+            : "every process of the world must call make_world_communicators; one that failed "
+              "or never got there leaves the others waiting here (see its own error). Rerun with "
+              "NCCL_DEBUG=INFO to see where it stops; lockstep-doctor under the same mpirun "
+              "checks the processes' builds and devices and runs an all-reduce across them");
   }
   if (!failure.empty()) {
     for (int r = 0; r < n_; ++r) {
@@ -240,17 +268,12 @@ NcclClique::NcclClique(const std::vector<Device>& devices, std::chrono::millisec
 std::string NcclClique::devices_string() const {
   std::vector<Device> devices;
   for (int r = 0; r < n_; ++r) devices.push_back(device(r));
-  return devices_str(devices);
+  return devices_str(devices) + of_process();
 }
 
 // Everything up to ncclGroupEnd; nothing or why it failed.
 Failure NcclClique::init() {
-  ncclUniqueId id;
-  ncclResult_t result = ncclGetUniqueId(&id);
-  if (result != ncclSuccess) {
-    return {concat("ncclGetUniqueId failed: ", nccl_error_text(result, nullptr))};
-  }
-  result = ncclGroupStart();
+  ncclResult_t result = ncclGroupStart();
   if (result != ncclSuccess) {
     return {concat("ncclGroupStart failed: ", nccl_error_text(result, nullptr))};
   }
@@ -258,7 +281,8 @@ Failure NcclClique::init() {
   for (int r = 0; r < n_ && failure.empty(); ++r) {
     try {
       DeviceGuard guard(device(r).index);  // NCCL takes the rank's GPU from the current device
-      result = ncclCommInitRankConfig(&slot(r).comm, n_, id, r, &config_);
+      result = ncclCommInitRankConfig(&slot(r).comm, ranks_.nranks, ranks_.id, ranks_.first + r,
+                                      &config_);
       if (result != ncclSuccess && result != ncclInProgress) {
         failure = concat("ncclCommInitRankConfig for ", where(r), " failed: ",
                          nccl_error_text(result, slot(r).comm));
@@ -529,12 +553,15 @@ void NcclClique::fail_nccl(int rank, const NcclCall& op, const std::string& text
 
 // ---- NcclCommunicator ----------------------------------------------------------------------
 
-NcclCommunicator::NcclCommunicator(std::shared_ptr<NcclClique> clique, int rank)
-    : clique_(std::move(clique)), rank_(rank), device_(clique_->device(rank)) {}
+NcclCommunicator::NcclCommunicator(std::shared_ptr<NcclClique> clique, int local)
+    : clique_(std::move(clique)),
+      local_(local),
+      rank_(clique_->first_rank() + local),
+      device_(clique_->device(local)) {}
 
 NcclCommunicator::~NcclCommunicator() = default;
 
-int NcclCommunicator::size() const { return clique_->size(); }
+int NcclCommunicator::size() const { return clique_->nranks(); }
 bool NcclCommunicator::nonblocking() const { return clique_->nonblocking(); }
 std::string NcclCommunicator::abort_reason() const { return clique_->abort_reason(); }
 
@@ -543,7 +570,7 @@ void NcclCommunicator::issue(CollectiveDesc desc, Stream& stream) {
   const ncclDataType_t type = nccl_dtype(desc.dtype);
   const ncclRedOp_t op = nccl_op(desc.op);
   desc.seq = ++issued_;
-  clique_->collective(rank_, desc, stream, [&](ncclComm_t comm, cudaStream_t s) {
+  clique_->collective(local_, desc, stream, [&](ncclComm_t comm, cudaStream_t s) {
     const CollectiveDesc& d = desc;
     switch (d.kind) {
       case CollectiveKind::kAllReduce:
@@ -561,7 +588,7 @@ void NcclCommunicator::issue(CollectiveDesc desc, Stream& stream) {
 }
 
 void NcclCommunicator::group_start() {
-  clique_->group_start(rank_);
+  clique_->group_start(local_);
   ++group_depth_;
 }
 
@@ -569,7 +596,7 @@ void NcclCommunicator::group_end() {
   LS_CHECK(group_depth_ > 0, "group_end() on rank ", rank_,
            " without a matching group_start(); calls to group_start()/group_end() must balance");
   --group_depth_;
-  clique_->group_end(rank_);
+  clique_->group_end(local_);
 }
 
 void NcclCommunicator::abort() {
@@ -577,23 +604,14 @@ void NcclCommunicator::abort() {
                             device_.str(), ")"));
 }
 
-// Checks that need no CUDA call come first, so that bad device lists fail the same way on
-// machines with and without a GPU. See Note [NCCL init is the barrier].
-std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
-    const std::vector<Device>& devices, const CommunicatorOptions& options) {
-  check_clique_devices(devices, options, "make_nccl_communicators", DeviceKind::kCuda);
-  const CudaAvailability available = cuda_availability();
-  LS_CHECK(available.device_count > 0, "cannot make NCCL communicators for ",
-           devices_str(devices), ": ", available.reason_unavailable);
-  for (const Device& device : devices) {
-    LS_CHECK(device.index < available.device_count, "cannot make NCCL communicators for ",
-             devices_str(devices), ": ", device.str(), " does not exist; this process sees ",
-             available.device_count, " CUDA device(s), cuda:0 to cuda:",
-             available.device_count - 1, " (CUDA_VISIBLE_DEVICES renumbers them)");
-  }
-  auto clique = std::make_shared<NcclClique>(devices, options.timeout);
+// ---- The clique's communicators (the factories are in nccl_factories.cpp) -------------------
+
+std::vector<std::unique_ptr<Communicator>> make_nccl_clique(const std::vector<Device>& devices,
+                                                            const NcclRanks& ranks,
+                                                            std::chrono::milliseconds timeout) {
+  auto clique = std::make_shared<NcclClique>(devices, ranks, timeout);
   std::vector<std::unique_ptr<Communicator>> comms;
-  for (int r = 0; r < clique->size(); ++r)
+  for (int r = 0; r < clique->local_count(); ++r)
     comms.push_back(std::make_unique<NcclCommunicator>(clique, r));
   return comms;
 }

@@ -24,9 +24,11 @@ extern char** environ;
 namespace ls::doctor {
 namespace {
 
+constexpr int64_t kKnownAnswerCount = (1 << 20) + 3;  // elements per rank
+
 // One rank's part; returns the number of wrong elements.
 int64_t known_answer_rank(Communicator& comm, Device device) {
-  constexpr int64_t kCount = (1 << 20) + 3;
+  constexpr int64_t kCount = kKnownAnswerCount;
   DeviceRuntime& runtime = device_runtime(device);
   runtime.bind_current_thread();
   auto stream = runtime.create_stream();
@@ -65,31 +67,39 @@ bool reap_within(pid_t pid, int* exit_code, std::chrono::milliseconds limit) {
 
 Finding known_answer_all_reduce(const std::vector<Device>& devices,
                                 std::chrono::milliseconds timeout, bool* hung) {
+  CommunicatorOptions options;
+  options.timeout = timeout;
+  KnownAnswerRun run;
+  run.make = [devices, options] { return make_communicators(devices, options); };
+  // Creating them (NCCL's initialisation) can hang on a broken machine too: bounded as well.
+  run.make_limit = timeout + std::chrono::seconds(5);
+  run.subject = devices_str(devices);
+  return known_answer_all_reduce(devices, run, timeout, hung);
+}
+
+Finding known_answer_all_reduce(const std::vector<Device>& devices, const KnownAnswerRun& run,
+                                std::chrono::milliseconds timeout, bool* hung) {
   *hung = false;
-  Finding f{"all-reduce", devices_str(devices), Verdict::kOk, "", ""};
+  Finding f{run.check, run.subject, Verdict::kOk, "", ""};
   const std::string fix_p2p =
       devices[0].is_cuda()
           ? "see the p2p, acs and iommu findings; NCCL_P2P_DISABLE=1 works around a broken "
             "peer-to-peer path (docs/troubleshooting.md)"
           : "";
-  CommunicatorOptions options;
-  options.timeout = timeout;
+  auto fail = [&](const std::string& detail) {
+    return Finding{run.check, run.subject, Verdict::kFail, detail, fix_p2p};
+  };
   std::vector<std::unique_ptr<Communicator>> comms;
-  // Creating them (NCCL's initialisation) can hang on a broken machine too: bounded as well.
-  auto made = run_abandonable([devices, options] { return make_communicators(devices, options); },
-                              timeout + std::chrono::seconds(5));
+  auto made = run_abandonable(run.make, run.make_limit);
   if (!made) {
     *hung = true;
-    return {"all-reduce", f.subject, Verdict::kFail,
-            "hung creating the communicators (no result in " + std::to_string(timeout.count()) +
-                " ms + 5 s)",
-            fix_p2p};
+    return fail("hung creating the communicators (no result in " +
+                std::to_string(run.make_limit.count()) + " ms)");
   }
   try {
     comms = made->get();
   } catch (const std::exception& e) {
-    return {"all-reduce", f.subject, Verdict::kFail,
-            std::string("cannot create the communicators: ") + e.what(), fix_p2p};
+    return fail(std::string("cannot create the communicators: ") + e.what());
   }
   auto ranks = std::make_shared<std::vector<std::future<int64_t>>>();
   for (size_t r = 0; r < devices.size(); ++r) {
@@ -105,14 +115,13 @@ Finding known_answer_all_reduce(const std::vector<Device>& devices,
     if ((*ranks)[r].wait_until(deadline) != std::future_status::ready) {
       for (auto& c : comms) c->abort();
       *hung = true;
+      const int rank = comms[r]->rank();
       // Deliberately leaked: a rank stuck in the driver can be neither joined (~future of
       // std::async joins) nor have its communicator freed under it. The caller exits soon.
       new std::shared_ptr<std::vector<std::future<int64_t>>>(ranks);
       new std::vector<std::unique_ptr<Communicator>>(std::move(comms));
-      return {"all-reduce", f.subject, Verdict::kFail,
-              "hung: rank " + std::to_string(r) + " on " + devices[r].str() +
-                  " did not finish in " + std::to_string(timeout.count()) + " ms",
-              fix_p2p};
+      return fail("hung: rank " + std::to_string(rank) + " on " + devices[r].str() +
+                  " did not finish in " + std::to_string(timeout.count()) + " ms");
     }
     try {
       wrong += (*ranks)[r].get();
@@ -120,15 +129,13 @@ Finding known_answer_all_reduce(const std::vector<Device>& devices,
       if (failure.empty()) failure = e.what();
     }
   }
-  if (!failure.empty())
-    return {"all-reduce", f.subject, Verdict::kFail, "failed: " + failure, fix_p2p};
+  if (!failure.empty()) return fail("failed: " + failure);
   if (wrong != 0) {
-    return {"all-reduce", f.subject, Verdict::kFail,
-            std::to_string(wrong) + " wrong element(s) of " + std::to_string((1 << 20) + 3),
-            fix_p2p};
+    return fail(std::to_string(wrong) + " wrong element(s) of " +
+                std::to_string(kKnownAnswerCount * static_cast<int64_t>(devices.size())));
   }
-  f.detail = "known-answer all-reduce over " + std::to_string(devices.size()) + " device(s) (" +
-             comms[0]->backend() + " backend): exact";
+  f.detail = "known-answer all-reduce over " + std::to_string(comms[0]->size()) + " device(s)" +
+             run.scope + " (" + comms[0]->backend() + " backend): exact";
   return f;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "engine/core/device.h"
+#include "parallel/communicator.h"
 #include "tools/doctor/finding.h"
 
 namespace ls::doctor {
@@ -21,6 +23,20 @@ namespace ls::doctor {
 // driver cannot be joined: on a hang the caller gets the FAIL and must exit the process soon
 // (`hung` is set).
 Finding known_answer_all_reduce(const std::vector<Device>& devices,
+                                std::chrono::milliseconds timeout, bool* hung);
+
+// The same over other communicators (the world's, world_checks.h): `make` returns one per device
+// of `devices`, in order, and may take up to `make_limit`; rank() and size() may be global, the
+// known answer follows them. The finding is named `check` / `subject`; `scope` follows "over N
+// device(s)" in its detail.
+struct KnownAnswerRun {
+  std::function<std::vector<std::unique_ptr<Communicator>>()> make;
+  std::chrono::milliseconds make_limit{};
+  std::string check = "all-reduce";
+  std::string subject;
+  std::string scope;
+};
+Finding known_answer_all_reduce(const std::vector<Device>& devices, const KnownAnswerRun& run,
                                 std::chrono::milliseconds timeout, bool* hung);
 
 // Runs fn() on a detached thread and waits up to `limit`: its future when it has finished (get()

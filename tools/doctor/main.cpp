@@ -5,6 +5,10 @@
 //          processes and free memory, power/thermals/throttling, Xid errors in the kernel log,
 //          and per pair: peer access, a timed copy, NCCL all-reduce with P2P on and off
 //   all:   a known-answer all-reduce over the devices, a thread per device as training does
+// Under `mpirun -np P` (P > 1) every process runs those checks on its own devices, and then the
+// processes are compared (lockstep version, build, device kinds and counts, GPUs shared between
+// processes) and a known-answer all-reduce runs across all of them (world_checks.h); process 0
+// prints every process's findings, the others print nothing unless they cannot reach it.
 // --all-reduce-only (internal) runs just the all-reduce and prints its finding as JSON: the
 // child process the per-pair checks start, with and without NCCL_P2P_DISABLE=1.
 // GPU checks say N/A on host devices. --json prints the findings as JSON instead.
@@ -12,17 +16,22 @@
 #include <lockstep/lockstep.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "engine/core/error.h"
 #include "engine/core/gpu_monitor.h"
 #include "engine/core/runtime.h"
 #include "engine/core/system_info.h"
 #include "examples/cli_values.h"
+#include "parallel/mpi/mpi_runtime.h"
+#include "parallel/world.h"
 #include "tools/doctor/allreduce_check.h"
 #include "tools/doctor/finding.h"
 #include "tools/doctor/gpu_health.h"
@@ -30,6 +39,7 @@
 #include "tools/doctor/machine.h"
 #include "tools/doctor/p2p_checks.h"
 #include "tools/doctor/pci_checks.h"
+#include "tools/doctor/world_checks.h"
 #include "tools/doctor/xid.h"
 
 namespace {
@@ -143,6 +153,119 @@ Findings diagnose(const DoctorOptions& o, const std::vector<ls::Device>& devices
   return findings;
 }
 
+// Prints `findings` (and the verdict) as the options say; returns the exit code.
+int report(const DoctorOptions& o, const Findings& findings) {
+  std::printf("%s", o.json ? findings_json(findings).c_str() : findings_table(findings).c_str());
+  const Verdict verdict = overall_verdict(findings);
+  if (!o.json) std::printf("\nverdict: %s\n", verdict_name(verdict));
+  std::fflush(stdout);
+  return verdict == Verdict::kFail ? 1 : 0;
+}
+
+void print_world(const std::vector<ProcessFacts>& facts, int replicas) {
+  std::printf("world: %zu processes under mpirun, %d replicas\n", facts.size(), replicas);
+  for (const ProcessFacts& p : facts) {
+    std::printf("  p%d  %s  %s = replicas %d..%d  lockstep %s, %s\n", p.process, p.host.c_str(),
+                p.devices.c_str(), p.first_replica, p.first_replica + p.device_count - 1,
+                p.version.c_str(), p.build.c_str());
+  }
+  std::printf("p0's machine:\n");
+}
+
+// The world-all-reduce, or why every process skips it (the same decision everywhere: it is
+// collective). `ready` is every process's "my own checks did not hang".
+Finding world_all_reduce(const DoctorOptions& o, const ls::World& world,
+                         const Findings& world_findings, const std::vector<ProcessFacts>& facts,
+                         const std::vector<int>& ready, bool* hung) {
+  Finding skipped{"world-all-reduce", ls::devices_str(world.local_devices()),
+                  Verdict::kNotApplicable, "", ""};
+  if (overall_verdict(world_findings) == Verdict::kFail) {
+    skipped.detail = "skipped: the processes differ (see the FAIL world-* findings)";
+    return skipped;
+  }
+  for (size_t p = 0; p < ready.size(); ++p) {
+    if (ready[p] != 0) continue;
+    skipped.detail = "skipped: " + facts[p].name() + " hung in its own checks (see its findings)";
+    return skipped;
+  }
+  return known_answer_world_all_reduce(world, o.timeout, hung);
+}
+
+// Under mpirun with P > 1 processes (see the top of this file and world_checks.h). Every process
+// computes the same findings from the same exchanged data, so all exit with the same code.
+int run_world(const DoctorOptions& o, const ls::World& world) {
+  using namespace std::chrono_literals;
+  bool hung = false;
+  int code = 1;
+  try {
+    const ls::GpuReport gpu = ls::gpu_report();
+    std::vector<ProcessFacts> facts;
+    for (const std::string& text :
+         exchange_strings(world, encode_facts(facts_of_this_process(world, gpu)), o.timeout,
+                          "lockstep-doctor: the exchange of every process's build and devices")) {
+      facts.push_back(decode_facts(text));
+    }
+    Findings findings = check_world_facts(facts);
+    Findings mine = diagnose(o, world.local_devices(), gpu, &hung);
+    // The slowest process's own checks bound how long the others wait for it here.
+    int most_gpus = 0;
+    for (const ProcessFacts& p : facts) most_gpus = std::max(most_gpus, p.gpu_count());
+    const std::vector<int> ready = ls::mpi::allgather_int(
+        hung ? 0 : 1, local_checks_limit(most_gpus, o.timeout) + o.timeout,
+        "lockstep-doctor: waiting for every process to finish its own checks");
+    bool world_hung = false;
+    mine.push_back(world_all_reduce(o, world, findings, facts, ready, &world_hung));
+    hung = hung || world_hung;
+    // A process may reach this up to 3 timeouts + 10 s after another (the world all-reduce:
+    // NCCL's id broadcast and initialisation, then the collective, each bounded).
+    const std::vector<std::string> all =
+        exchange_strings(world, encode_findings(mine), 4 * o.timeout + 15s,
+                         "lockstep-doctor: the exchange of every process's findings");
+    // The table shows p0's findings, and of the others their problems and world-all-reduce (a
+    // line counts the rest); JSON has them all. Both give the same verdict.
+    Findings shown = findings;
+    for (size_t p = 0; p < all.size(); ++p) {
+      int quiet = 0;
+      for (Finding& f : decode_findings(all[p])) {
+        f.subject = ls::detail::concat("p", p, " ", f.subject);
+        const bool problem = f.verdict == Verdict::kWarn || f.verdict == Verdict::kFail;
+        if (p == 0 || o.json || problem || f.check == "world-all-reduce") {
+          shown.push_back(f);
+        } else {
+          ++quiet;
+        }
+        findings.push_back(std::move(f));
+      }
+      if (quiet > 0) {
+        shown.push_back({"own-checks", ls::detail::concat("p", p, " ", facts[p].host), Verdict::kOk,
+                         ls::detail::concat("its other ", quiet,
+                                            " finding(s) are OK or N/A (--json lists them)"),
+                         ""});
+      }
+    }
+    if (world.rank() == 0) {
+      if (!o.json) {
+        print_world(facts, world.replicas());
+        print_machine(gpu, world.local_devices());
+      }
+      code = report(o, shown);
+    } else {
+      code = overall_verdict(findings) == Verdict::kFail ? 1 : 0;
+    }
+  } catch (const std::exception& e) {
+    // This process cannot finish its part: it says so itself, whichever process it is, since
+    // process 0 may never hear of it (mpirun shows every process's output).
+    const Finding f{"doctor", world.describe(), Verdict::kFail,
+                    std::string("could not finish across the processes: ") + e.what(),
+                    "a process that died, hung or was stopped fails the others' exchanges; see "
+                    "every process's output above"};
+    code = report(o, {f});
+  }
+  std::fflush(stdout);
+  if (hung) ::_exit(code);  // a rank stuck in the driver cannot be joined
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,16 +290,20 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     ::_exit(f.verdict == Verdict::kOk ? 0 : 1);
   }
+  // Under mpirun every process joins the World (World::init reads the launcher's environment);
+  // a plain run is a world of one that never touches MPI, and the doctor runs as it always did.
+  std::unique_ptr<ls::WorldScope> world;
   try {
-    const ls::GpuReport report = ls::gpu_report();
-    if (!options.json) print_machine(report, devices);
-    const Findings findings = diagnose(options, devices, report, &hung);
-    std::printf("%s",
-                options.json ? findings_json(findings).c_str() : findings_table(findings).c_str());
-    const Verdict verdict = overall_verdict(findings);
-    if (!options.json) std::printf("\nverdict: %s\n", verdict_name(verdict));
-    std::fflush(stdout);
-    const int code = verdict == Verdict::kFail ? 1 : 0;
+    world = std::make_unique<ls::WorldScope>(devices, ls::WorldOptions{options.timeout});
+  } catch (const std::exception& e) {
+    return report(options, {{"world", "host", Verdict::kFail,
+                             std::string("cannot join the other processes: ") + e.what(), ""}});
+  }
+  if ((*world)->size() > 1) return run_world(options, **world);
+  try {
+    const ls::GpuReport gpu = ls::gpu_report();
+    if (!options.json) print_machine(gpu, devices);
+    const int code = report(options, diagnose(options, devices, gpu, &hung));
     if (hung) ::_exit(code);  // a rank stuck in the driver cannot be joined
     return code;
   } catch (const std::exception& e) {
