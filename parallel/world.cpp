@@ -76,14 +76,38 @@ World& World::init(std::vector<Device> local_devices, const WorldOptions& option
     world->counts_ = {local_count};
     world->host_names_ = {world->host_name_};
   }
-  int first = 0;
-  for (int count : world->counts_) {
-    world->firsts_.push_back(first);
-    first += count;
-  }
-  world->replicas_ = first;
+  world->set_device_counts(world->counts_);
   the_world() = std::move(world);
   return *the_world();
+}
+
+void World::set_device_counts(std::vector<int> counts) {
+  counts_ = std::move(counts);
+  firsts_.clear();
+  int first = 0;
+  for (int count : counts_) {
+    firsts_.push_back(first);
+    first += count;
+  }
+  replicas_ = first;
+}
+
+std::unique_ptr<World> World::with_local_devices(std::vector<Device> local_devices) const {
+  LS_CHECK(!local_devices.empty(), "World::with_local_devices() needs at least one device");
+  std::unique_ptr<World> world(new World());
+  world->rank_ = rank_;
+  world->size_ = size_;
+  world->uses_mpi_ = uses_mpi_;
+  world->host_name_ = host_name_;
+  world->host_names_ = host_names_;
+  world->timeout_ = timeout_;
+  const int local_count = static_cast<int>(local_devices.size());
+  world->local_devices_ = std::move(local_devices);
+  world->set_device_counts(size_ == 1 ? std::vector<int>{local_count}
+                                      : mpi::allgather_int(local_count, timeout_,
+                                                           "World::with_local_devices(): the "
+                                                           "exchange of device counts"));
+  return world;
 }
 
 bool World::initialized() { return the_world() != nullptr; }
@@ -141,9 +165,11 @@ std::string World::describe() const {
                         ")");
 }
 
-bool World::any_process(bool flag) const {
+bool World::any_process(bool flag) const { return any_process(flag, timeout_); }
+
+bool World::any_process(bool flag, std::chrono::milliseconds timeout) const {
   if (size_ == 1) return flag;
-  const std::vector<int> flags = mpi::allgather_int(flag ? 1 : 0, timeout_, "World::any_process");
+  const std::vector<int> flags = mpi::allgather_int(flag ? 1 : 0, timeout, "World::any_process");
   return std::find(flags.begin(), flags.end(), 1) != flags.end();
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,10 +48,17 @@ class World {
   std::chrono::milliseconds timeout() const { return timeout_; }
   // "process 1 of 2 on host-a (host:0,host:1 = replicas 2..3 of 4)"
   std::string describe() const;
+  // The same processes driving other local devices (lockstep-scale's runs on 1, 2, ... devices
+  // per process): every process calls it with its own devices, and the device counts are
+  // exchanged again (bounded by timeout()). MPI stays World::init()'s; the result must not
+  // outlive the world it came from.
+  std::unique_ptr<World> with_local_devices(std::vector<Device> local_devices) const;
   // Whether `flag` is true in any process: lets every process take a decision together (stop
   // after this step when one of them got a signal). Collective: every process calls it, in the
   // same order; bounded by timeout(). One process: returns `flag`.
   bool any_process(bool flag) const;
+  // The same, waiting up to `timeout` (for processes that wait while process 0 works alone).
+  bool any_process(bool flag, std::chrono::milliseconds timeout) const;
 
   World(const World&) = delete;
   World& operator=(const World&) = delete;
@@ -58,6 +66,7 @@ class World {
 
  private:
   World() = default;
+  void set_device_counts(std::vector<int> counts);
 
   int rank_ = 0;
   int size_ = 1;

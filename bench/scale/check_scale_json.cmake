@@ -1,6 +1,7 @@
 # ctest helper for lockstep-scale: runs CMD (a list), expects exit 0, then checks that JSON
 # (the --json file CMD wrote) has one run per count in EXPECTED_DEVICES (comma-separated, in
-# order), each with positive samples_per_s and efficiency and a finite final loss.
+# order), each with positive samples_per_s and efficiency and a finite final loss; with
+# EXPECTED_PROCESSES (comma-separated, like EXPECTED_DEVICES) also each run's process count.
 file(REMOVE "${JSON}")
 execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
@@ -27,6 +28,14 @@ foreach(i RANGE ${last})
   string(JSON loss GET "${doc}" runs ${i} final_loss)
   if(NOT devices EQUAL devices_want)
     message(FATAL_ERROR "run ${i}: devices ${devices}, expected ${devices_want}")
+  endif()
+  if(DEFINED EXPECTED_PROCESSES)
+    string(REPLACE "," ";" processes_expected "${EXPECTED_PROCESSES}")
+    list(GET processes_expected ${i} processes_want)
+    string(JSON processes GET "${doc}" runs ${i} processes)
+    if(NOT processes EQUAL processes_want)
+      message(FATAL_ERROR "run ${i}: processes ${processes}, expected ${processes_want}")
+    endif()
   endif()
   if(NOT rate GREATER 0 OR NOT efficiency GREATER 0)
     message(FATAL_ERROR "run ${i}: samples_per_s ${rate}, efficiency ${efficiency}; both must be > 0")

@@ -4,12 +4,18 @@
 // Files: scale_options (flags, device counts), scale_run (one measured run), progress (the
 // progress line), scale_report (table + JSON), scale_plot (runs plot_scale.py).
 // Ctrl-C or SIGTERM ends the current run after its step and prints the finished runs' table.
+// Under `mpirun -np P`, every run spans the P processes (each on its first N devices), or with
+// --processes 1,P also process 0 alone; process 0 prints and writes the files.
 // Exit codes: 0 success (a missing matplotlib is only a warning), 1 runtime failure, 2 usage,
 // 130 / 143 stopped by SIGINT / SIGTERM.
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +23,7 @@
 #include "engine/core/runtime.h"
 #include "engine/model/data/dataset.h"
 #include "examples/stop_signals.h"
+#include "parallel/world.h"
 #include "progress.h"
 #include "scale_options.h"
 #include "scale_plot.h"
@@ -51,10 +58,62 @@ void print_plan(const ScaleOptions& o, const DevicePlan& plan) {
   std::fflush(stdout);
 }
 
+// The process counts to test under `world` (see --processes).
+std::vector<int> process_counts(const ScaleOptions& o, const ls::World& world) {
+  if (o.processes.empty()) return {world.size()};
+  std::vector<int> counts = o.processes;
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  for (int p : counts) {
+    if (p != 1 && p != world.size()) {
+      throw UsageError("--processes " + std::to_string(p) + ": each count must be 1 (process 0 " +
+                       "alone) or the " + std::to_string(world.size()) +
+                       " processes mpirun started; start mpirun with -np " + std::to_string(p) +
+                       " for that count");
+    }
+  }
+  return counts;
+}
+
+// Process 0 alone on its first `n` devices while the others wait (bounded): the one-process
+// points of --processes 1,P. Every process returns whether the run was stopped.
+constexpr auto kAloneBound = std::chrono::hours(2);
+std::optional<ScalePoint> run_alone(const ScaleOptions& o, const Workload& work,
+                                    const DevicePlan& plan, int n, const ls::World& world,
+                                    ProgressBar& progress, const StopSignals& stop) {
+  std::optional<ScalePoint> point;
+  if (world.rank() == 0) {
+    point = run_scale_point(o, work, first_devices(plan.kind, n), nullptr, progress, stop);
+  }
+  const bool stopped = world.any_process(world.rank() == 0 && !point, kAloneBound);
+  if (stopped) return std::nullopt;
+  if (!point) point = ScalePoint{};  // the waiting processes' placeholder; they print nothing
+  return point;
+}
+
 int run(const ScaleOptions& o, const StopSignals& stop) {
   const DevicePlan plan = resolve_device_counts(o);  // may throw UsageError
   ls::set_host_threads_per_device(o.host_threads);
+  // Under mpirun this joins the other processes (each drives up to the largest count).
+  const ls::WorldScope world(first_devices(plan.kind, plan.counts.back()));
+  // Process 0 reports; the others' output would repeat it (their errors still go to stderr).
+  if (world->rank() > 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
+    std::fprintf(stderr, "lockstep-scale: process %d cannot silence its stdout\n", world->rank());
+  }
+  const std::vector<int> processes = process_counts(o, *world);
   print_plan(o, plan);
+  if (world->size() > 1) {
+    std::printf("lockstep-scale: %d processes (mpirun): device counts are per process\n",
+                world->size());
+    // Open MPI binds each process to one core by default (-np <= 2: --bind-to core), which
+    // would make host devices of one process share that core.
+    if (plan.kind == ls::DeviceKind::kHost && ls::host_core_count() < plan.counts.back()) {
+      std::printf(
+          "lockstep-scale: note: this process may use %d core(s); mpirun binds processes to "
+          "cores unless told otherwise: add --bind-to none (or --map-by ...:PE=N)\n",
+          ls::host_core_count());
+    }
+  }
   WorkloadOptions w;
   w.model = o.model;
   w.data = o.data_dir;
@@ -65,23 +124,33 @@ int run(const ScaleOptions& o, const StopSignals& stop) {
   const Workload work = make_workload(w);
   std::printf("model: %s\n", work.description.c_str());
 
-  ProgressBar progress;
+  ProgressBar progress(world->rank() == 0);
   std::vector<ScalePoint> points;
-  for (int n : plan.counts) {
-    std::optional<ScalePoint> point =
-        run_scale_point(o, work, first_devices(plan.kind, n), progress, stop);
-    if (!point) {  // every replica thread of that run is joined by now
-      progress.end("stopped");
-      std::printf("stopped by %s during the %d-device run; no files written\n", stop.signal_name(),
-                  n);
-      if (!points.empty()) {
-        compute_efficiency(points);
-        print_table(o, work.description, points);
+  for (int p : processes) {
+    for (int n : plan.counts) {
+      std::optional<ScalePoint> point;
+      if (p == 1 && world->size() > 1) {
+        point = run_alone(o, work, plan, n, *world, progress, stop);
+      } else {
+        const std::unique_ptr<ls::World> span =
+            world->with_local_devices(first_devices(plan.kind, n));
+        point = run_scale_point(o, work, first_devices(plan.kind, n),
+                                world->size() > 1 ? span.get() : nullptr, progress, stop);
       }
-      return stop.exit_code();
+      if (!point) {  // every replica thread of that run is joined by now
+        progress.end("stopped");
+        std::printf("stopped by %s during the %d-device run; no files written\n",
+                    stop.signal_name(), n * p);
+        if (!points.empty() && world->rank() == 0) {
+          compute_efficiency(points);
+          print_table(o, work.description, points);
+        }
+        return stop.exit_code();
+      }
+      points.push_back(std::move(*point));
     }
-    points.push_back(std::move(*point));
   }
+  if (world->rank() > 0) return 0;  // process 0 reports and writes the files
   compute_efficiency(points);
   print_table(o, work.description, points);
 

@@ -5,8 +5,9 @@ usage: plot_scale.py SCALE.json [MORE.json ...] OUT.png
 
 Each JSON is a lockstep-scale (or bench/peers/pytorch_ddp.py) report: {"mode", "model",
 "backend", "runs": [{"devices", "samples_per_s", "efficiency", ...}]}. Several reports are
-drawn as one line each (e.g. lockstep against PyTorch DDP). Uses matplotlib's Agg backend (no
-display needed). Exit codes: 0 drawn, 2 usage or unreadable JSON, 3 matplotlib missing
+drawn as one line each (e.g. lockstep against PyTorch DDP), and within a report one line per
+"processes" count (runs spanning processes under mpirun: dashed, square markers). Uses
+matplotlib's Agg backend (no display needed). Exit codes: 0 drawn, 2 usage or unreadable JSON, 3 matplotlib missing
 (lockstep-scale then tries another python3 or prints how to install it).
 """
 import json
@@ -38,21 +39,27 @@ def main(argv):
     fig, (ax_rate, ax_eff) = plt.subplots(1, 2, figsize=(11, 4.2))
     max_devices = 1
     for report in reports:
-        runs = sorted(report["runs"], key=lambda r: r["devices"])
-        devices = [r["devices"] for r in runs]
-        rates = [r["samples_per_s"] for r in runs]
-        effs = [r["efficiency"] for r in runs]
-        max_devices = max(max_devices, max(devices))
-        label = report.get("backend", "?")
-        line, = ax_rate.plot(devices, rates, "o-", label=label)
-        base = next((r["samples_per_s"] for r in runs if r["devices"] == 1), None)
-        if base:
-            ax_rate.plot(devices, [base * n for n in devices], ":", color=line.get_color(),
-                         label=f"{label} ideal")
-        ax_eff.plot(devices, effs, "o-", color=line.get_color(), label=label)
-        for n, e in zip(devices, effs):
-            ax_eff.annotate(f"{e:.2f}", (n, e), textcoords="offset points", xytext=(0, 6),
-                            ha="center", fontsize=8)
+        backend = report.get("backend", "?")
+        # One line per process count: runs that span processes (mpirun) are drawn dashed with
+        # square markers, so the points whose collectives cross MPI stand out.
+        for procs in sorted({r.get("processes", 1) for r in report["runs"]}):
+            runs = sorted((r for r in report["runs"] if r.get("processes", 1) == procs),
+                          key=lambda r: r["devices"])
+            devices = [r["devices"] for r in runs]
+            rates = [r["samples_per_s"] for r in runs]
+            effs = [r["efficiency"] for r in runs]
+            max_devices = max(max_devices, max(devices))
+            label = backend if procs == 1 else f"{backend}, {procs} processes"
+            style = "o-" if procs == 1 else "s--"
+            line, = ax_rate.plot(devices, rates, style, label=label)
+            base = next((r["samples_per_s"] for r in runs if r["devices"] == 1), None)
+            if base:
+                ax_rate.plot(devices, [base * n for n in devices], ":", color=line.get_color(),
+                             label=f"{label} ideal")
+            ax_eff.plot(devices, effs, style, color=line.get_color(), label=label)
+            for n, e in zip(devices, effs):
+                ax_eff.annotate(f"{e:.2f}", (n, e), textcoords="offset points", xytext=(0, 6),
+                                ha="center", fontsize=8)
 
     first = reports[0]
     widths = "-".join(str(w) for w in first.get("widths", []))

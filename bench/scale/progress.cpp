@@ -5,17 +5,18 @@
 
 #include <cstdio>
 
-ProgressBar::ProgressBar() : tty_(isatty(fileno(stderr)) == 1) {}
+ProgressBar::ProgressBar(bool shown) : shown_(shown), tty_(isatty(fileno(stderr)) == 1) {}
 
 void ProgressBar::begin(std::string label, int64_t total) {
   label_ = std::move(label);
   total_ = total;
   last_draw_ = {};
   last_width_ = 0;
-  if (tty_) draw(0, "starting");
+  if (shown_ && tty_) draw(0, "starting");
 }
 
 void ProgressBar::update(int64_t done, const std::string& status, bool milestone) {
+  if (!shown_) return;
   if (!tty_) {
     if (milestone) {
       std::fprintf(stderr, "%s: step %lld/%lld %s\n", label_.c_str(), static_cast<long long>(done),
@@ -44,6 +45,7 @@ void ProgressBar::draw(int64_t done, const std::string& status) {
 }
 
 void ProgressBar::end(const std::string& summary) {
+  if (!shown_) return;
   if (tty_) {
     draw(total_, summary);
     std::fprintf(stderr, "\n");

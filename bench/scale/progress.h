@@ -11,7 +11,8 @@
 
 class ProgressBar {
  public:
-  ProgressBar();
+  // shown = false: draws nothing (the processes other than 0 under mpirun).
+  explicit ProgressBar(bool shown = true);
   // Starts a run: `label` names it, `total` is the step count.
   void begin(std::string label, int64_t total);
   // Step `done` of total finished; `status` says what is happening (e.g. "window 2/5").
@@ -23,6 +24,7 @@ class ProgressBar {
  private:
   void draw(int64_t done, const std::string& status);
 
+  bool shown_;
   bool tty_;
   std::string label_;
   int64_t total_ = 0;

@@ -54,7 +54,11 @@ device, step time and exposed communication per device count, as a table, JSON a
                         on the first 1, 2, 4, 8 GPUs. auto (default): 1,2,4,... up to every GPU,
                         else host counts 1,2,4,... up to the core count plus the core count;
                         host / cuda: the same for that kind. The list must contain 1 (the
-                        baseline of the efficiency).
+                        baseline of the efficiency). Under `mpirun -np P` the counts are per
+                        process: every run spans the P processes (P x N devices).
+  --processes LIST      under mpirun: the process counts to test, each 1 (process 0 alone, the
+                        others wait) or P, e.g. --processes 1,2 with mpirun -np 2 compares
+                        2 devices in one process with 1 device in each of 2 (default: P)
   --model NAME          gpt (default): a GPT-2-layout language model on dict-gcide;
                         classifier: a transformer + 4-way head on WordNet glosses;
                         mlp: an MLP on Fashion-MNIST
@@ -120,6 +124,7 @@ ScaleOptions parse_scale_options(int argc, char** argv) {
   using Setter = ls::cli::FlagSetter;
   const std::map<std::string_view, Setter> setters = {
       {"--devices", [&](auto, auto v) { o.devices = v; }},
+      {"--processes", [&](auto name, auto v) { o.processes = parse_list<int>(name, v); }},
       {"--data", [&](auto, auto v) { o.data_dir = v; }},
       {"--model",
        [&](auto f, auto v) {

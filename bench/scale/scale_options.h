@@ -44,6 +44,9 @@ struct ScaleOptions {
   int host_threads = 1;
   double bucket_mb = 25.0;
   ls::ShardMode shard = ls::ShardMode::kNone;  // --shard none | optimizer | gradients
+  // Under mpirun: the process counts to test, each 1 or the job's process count (empty: the
+  // job's count only). A 1-process run is process 0 alone; the others wait for it.
+  std::vector<int> processes;
   std::string json_path;
   std::string plot_path;
   bool help = false;

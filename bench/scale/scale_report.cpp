@@ -25,14 +25,18 @@ std::string cpu_model() {
 }  // namespace
 
 void compute_efficiency(std::vector<ScalePoint>& points) {
-  const ScalePoint* one = nullptr;
+  // The base is the smallest run (fewest devices, then fewest processes): one device, unless
+  // every run spans several processes (mpirun without --processes 1).
+  const ScalePoint* base = nullptr;
   for (const ScalePoint& p : points) {
-    if (p.devices == 1) one = &p;
+    if (base == nullptr || p.devices < base->devices ||
+        (p.devices == base->devices && p.processes < base->processes)) {
+      base = &p;
+    }
   }
-  LS_CHECK(one != nullptr && one->samples_per_s > 0,
-           "scaling efficiency needs the 1-device run; include 1 in --devices");
-  const double base = one->samples_per_s;
-  for (ScalePoint& p : points) p.efficiency = p.samples_per_s / (p.devices * base);
+  LS_CHECK(base != nullptr && base->samples_per_s > 0, "scaling efficiency needs a finished run");
+  const double per_device = base->samples_per_s / base->devices;
+  for (ScalePoint& p : points) p.efficiency = p.samples_per_s / (p.devices * per_device);
 }
 
 std::string backend_name(ls::DeviceKind kind) {
@@ -44,14 +48,16 @@ void print_table(const ScaleOptions& o, const std::string& description,
   std::printf("\n%s scaling, %s, %s, %lld timed steps per run (median of %lld windows)\n",
               scale_mode_name(o.mode), description.c_str(), o.optimizer.c_str(),
               static_cast<long long>(o.steps - o.warmup), static_cast<long long>(o.windows));
-  std::printf("%7s %8s %12s %12s %12s %10s %9s %10s %10s %10s\n", "devices", "batch", "samples/s",
-              "tokens/s", "per device", "efficiency", "step ms", "comm ms", "exposed ms",
-              "final loss");
+  std::printf("%9s %7s %8s %12s %12s %12s %10s %9s %10s %10s %10s\n", "processes", "devices",
+              "batch", "samples/s", "tokens/s", "per device", "efficiency", "step ms", "comm ms",
+              "exposed ms", "final loss");
   for (const ScalePoint& p : points) {
-    std::printf("%7d %8lld %12.0f %12.0f %12.0f %10.3f %9.2f %10.2f %10.2f %10.4f\n", p.devices,
-                static_cast<long long>(p.global_batch), p.samples_per_s, p.tokens_per_s,
-                p.samples_per_s / p.devices, p.efficiency, p.step_ms_median, p.comm_total_ms,
-                p.comm_exposed_ms, p.final_loss);
+    // A run that spans processes is marked with '*' (its collectives cross MPI).
+    const std::string processes = std::to_string(p.processes) + (p.processes > 1 ? "*" : "");
+    std::printf("%9s %7d %8lld %12.0f %12.0f %12.0f %10.3f %9.2f %10.2f %10.2f %10.4f\n",
+                processes.c_str(), p.devices, static_cast<long long>(p.global_batch),
+                p.samples_per_s, p.tokens_per_s, p.samples_per_s / p.devices, p.efficiency,
+                p.step_ms_median, p.comm_total_ms, p.comm_exposed_ms, p.final_loss);
   }
   std::fflush(stdout);
 }
@@ -106,6 +112,7 @@ void write_scale_json(const ScaleOptions& o, const Workload& work, ls::DeviceKin
   for (const ScalePoint& p : points) {
     json.begin_object();
     json.field("devices", p.devices);
+    json.field("processes", p.processes);
     json.field("device_list", ls::devices_str(p.device_list));
     json.field("global_batch", p.global_batch);
     json.field("samples_per_s", p.samples_per_s);

@@ -59,10 +59,12 @@ double median(std::vector<double> values) {
 
 std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload& work,
                                           const std::vector<ls::Device>& devices,
-                                          ProgressBar& progress, const StopSignals& stop) {
+                                          const ls::World* world, ProgressBar& progress,
+                                          const StopSignals& stop) {
   const Clock::time_point run_start = Clock::now();
   ScalePoint point;
-  point.devices = static_cast<int>(devices.size());
+  point.processes = world != nullptr ? world->size() : 1;
+  point.devices = world != nullptr ? world->replicas() : static_cast<int>(devices.size());
   point.device_list = devices;
   point.global_batch = global_batch_for(o, point.devices);
 
@@ -73,9 +75,15 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   options.seed = o.seed;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   options.shard = o.shard;
-  ls::DataParallel trainer(
-      devices, work.model,
-      ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay}), options);
+  const ls::OptimizerFactory optimizer =
+      ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay});
+  ls::DataParallel trainer = world != nullptr
+                                 ? ls::DataParallel(*world, work.model, optimizer, options)
+                                 : ls::DataParallel(devices, work.model, optimizer, options);
+  // Across processes every process must stop after the same step.
+  const auto stop_now = [&] {
+    return world != nullptr ? world->any_process(stop.stop_requested()) : stop.stop_requested();
+  };
   point.widths = work.mlp_widths;
   point.params = trainer.parameter_count();
   point.buckets = static_cast<int64_t>(trainer.buckets().size());
@@ -93,11 +101,17 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   };
 
   char label[64];
-  std::snprintf(label, sizeof label, "%s x%d",
-                std::string(ls::device_kind_name(devices[0].kind)).c_str(), point.devices);
+  if (point.processes > 1) {
+    std::snprintf(label, sizeof label, "%s x%d (%d processes)",
+                  std::string(ls::device_kind_name(devices[0].kind)).c_str(), point.devices,
+                  point.processes);
+  } else {
+    std::snprintf(label, sizeof label, "%s x%d",
+                  std::string(ls::device_kind_name(devices[0].kind)).c_str(), point.devices);
+  }
   progress.begin(label, o.steps);
   for (int64_t step = 1; step <= o.warmup; ++step) {
-    if (stop.stop_requested()) return std::nullopt;
+    if (stop_now()) return std::nullopt;
     next_batch(batches, batch);
     record_loss(trainer.step(batch).loss);
     progress.update(step, "warm-up", step == o.warmup);
@@ -110,7 +124,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
     const int64_t window_steps = timed * (w + 1) / o.windows - timed * w / o.windows;
     double window_ms = 0;
     for (int64_t s = 0; s < window_steps; ++s) {
-      if (stop.stop_requested()) return std::nullopt;
+      if (stop_now()) return std::nullopt;  // not timed: the agreement is the harness's
       const Clock::time_point t0 = Clock::now();
       next_batch(batches, batch);
       const float loss = trainer.step(batch).loss;

@@ -1,4 +1,5 @@
-// One run of the scaling test: trains on the first N devices and measures it.
+// One run of the scaling test: trains on the first N devices (of every process, under mpirun)
+// and measures it.
 //
 // run_scale_point builds a DataParallel on the given devices, trains `warmup` untimed steps on
 // the real data, then times the remaining steps split into `windows` windows. Timed work is
@@ -15,16 +16,18 @@
 #include <vector>
 
 #include "engine/core/device.h"
-#include "parallel/data_parallel.h"
 #include "engine/model/data/dataset.h"
 #include "examples/stop_signals.h"
 #include "examples/workload.h"
+#include "parallel/data_parallel.h"
+#include "parallel/world.h"
 #include "progress.h"
 #include "scale_options.h"
 
 struct ScalePoint {
-  int devices = 0;
-  std::vector<ls::Device> device_list;
+  int processes = 1;                    // the run spans this many processes
+  int devices = 0;                      // over every process
+  std::vector<ls::Device> device_list;  // process 0's
   int64_t global_batch = 0;
   std::vector<int64_t> widths;  // the MLP's layer widths, input to output (mlp only)
   int64_t params = 0;
@@ -42,8 +45,11 @@ struct ScalePoint {
   double efficiency = 0;       // filled by the report: samples_per_s / (N * samples_per_s(1))
 };
 
+// `world`: every process of it trains together on its local devices (every process calls
+// this; a stop is agreed step by step); null: this process alone on `devices`.
 std::optional<ScalePoint> run_scale_point(const ScaleOptions& options, const Workload& work,
                                           const std::vector<ls::Device>& devices,
-                                          ProgressBar& progress, const StopSignals& stop);
+                                          const ls::World* world, ProgressBar& progress,
+                                          const StopSignals& stop);
 
 double median(std::vector<double> values);
