@@ -64,6 +64,10 @@ struct RunSummary {
   std::optional<BubbleTotals> bubble;  // pipeline runs
 };
 
+std::chrono::milliseconds collective_timeout(const TrainOptions& o) {
+  return std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
+}
+
 ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
   ls::DataParallelOptions options;
   options.seed = o.seed;
@@ -71,8 +75,7 @@ ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
   options.shard = o.shard;
   options.allow_uneven_shards = o.uneven_shards;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
-  options.collective_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
+  options.collective_timeout = collective_timeout(o);
   options.heartbeat_interval =
       std::chrono::milliseconds(static_cast<int64_t>(o.heartbeat_s * 1000));
   options.telemetry_path = o.telemetry_path;
@@ -168,7 +171,10 @@ int64_t train_steps(const TrainOptions& o, Trainer& trainer, ls::data::Prefetche
   const Clock::time_point start = Clock::now();
   for (int64_t step = first_step; step <= total_steps; ++step) {
     // Every process must stop after the same step (each step is collective).
-    if (ls::World::current().any_process(stop.stop_requested())) return step - 1;
+    // A process that is gone fails this within the collective timeout, like a step would.
+    if (ls::World::current().any_process(stop.stop_requested(), collective_timeout(o))) {
+      return step - 1;
+    }
     if (!batches.next(batch)) batches.next(batch);  // an epoch ended: the next one is ready
     const ls::StepResult result = trainer.step(batch);
     observe_step(trainer, summary);

@@ -3,6 +3,8 @@
 # job ends within the bound with a non-zero exit and mpirun's message naming rank 1 and the
 # signal, no process of the job is left running, and the checkpoint resumes in another world
 # shape (one process, four host devices) at the step it was written.
+# Then the same under `mpirun --enable-recovery`, where mpirun lets process 0 run on: lockstep's
+# own bound must end it (the watchdog at --collective-timeout-s, naming the process it awaits).
 # usage: mpi_kill_test.sh MPIEXEC LOCKSTEP_TRAIN WORKDIR
 set -uo pipefail
 mpiexec=$1
@@ -64,3 +66,35 @@ grep -q "resumed from $dir/checkpoints at step $step" <<<"$out" ||
 grep -q "^done: $((step + 10)) steps" <<<"$out" || { echo "$out"; fail "the resumed run did not finish"; }
 echo "ok: job ended ${took_ms} ms after kill -9 of process 1 (exit $rc), no process left," \
      "resumed step $step on one process x host:4"
+
+# --enable-recovery: mpirun does not end the job; process 0 must end itself within its bound.
+rm -rf "$dir/checkpoints"
+"$mpiexec" -np 2 --allow-run-as-root --oversubscribe --enable-recovery "$train" --devices host:1 \
+  "${flags[@]}" --steps 1000000 --checkpoint-every 20 --collective-timeout-s 3 >"$dir/job.log" 2>&1 &
+job=$!
+for _ in $(seq 1 600); do
+  [ -e "$dir/checkpoints/latest" ] && break
+  kill -0 $job 2>/dev/null || fail "the recovery job ended before its first checkpoint"
+  sleep 0.1
+done
+children=$(pgrep -P $job)
+victim=""
+for pid in $children; do
+  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$pid
+done
+[ -n "$victim" ] || { kill -9 $job; fail "no process of rank 1 in the recovery job"; }
+killed_at=$(date +%s%N)
+kill -9 "$victim"
+bound_s=20  # the 3 s watchdog, tear-down and MPI_Finalize
+ended=false
+for _ in $(seq 1 $((bound_s * 10))); do
+  kill -0 $job 2>/dev/null || { ended=true; break; }
+  sleep 0.1
+done
+$ended || { kill -9 $job; pkill -9 -P $job; fail "process 0 still ran ${bound_s} s after process 1 died (recovery mode)"; }
+wait $job
+took_ms=$(( ($(date +%s%N) - killed_at) / 1000000 ))
+# Killed within a step: the watchdog names process 1; between steps: the stop agreement times out.
+grep -E -q "process 0 of 2 on .*collective timeout \(3.0 s\).*not yet joined by process 1 on|any_process: the processes did not all take part within 3000 ms" "$dir/job.log" ||
+  fail "process 0 did not end with a timeout naming the collective or the missing process"
+echo "ok: with --enable-recovery process 0 ended itself ${took_ms} ms after the kill, naming process 1"
