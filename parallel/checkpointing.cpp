@@ -88,26 +88,12 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
     });
   }
   if (sharded && multiprocess()) gather_optimizer_ranges(state, shard_size);
-  if (!multiprocess()) return commit(dir, position, retention, state);
-  // Process 0 writes; every process then returns its result or raises its error (kind kept).
-  std::string outcome;
-  if (world_->rank() == 0) {
-    try {
-      outcome = commit(dir, position, retention, state);
-      outcome.insert(outcome.begin(), '0');
-    } catch (...) {
-      outcome = std::to_string(1000 + static_cast<int>(error_kind_of(std::current_exception()))) +
-                describe_exception(std::current_exception());
-    }
-  }
-  outcome = between_processes<std::string>([&] {
-    return mpi::broadcast_string(outcome, 0, options_.collective_timeout,
-                                 "save: process 0's checkpoint result", notices_.get());
+  // Process 0 writes; every process then returns its result or raises its error.
+  return between_processes<std::string>([&] {
+    return processes_->on_process_zero([&] { return commit(dir, position, retention, state); },
+                                       "save: process 0's checkpoint result",
+                                       "process 0 could not save the checkpoint: ");
   });
-  if (outcome.front() == '0') return outcome.substr(1);
-  const auto kind = static_cast<ErrorKind>(std::stoi(outcome.substr(0, 4)) - 1000);
-  LS_THROW_AS(kind, world_->rank() == 0 ? "" : "process 0 could not save the checkpoint: ",
-              outcome.substr(4));
 }
 
 // Sharded, several processes: process p holds the ranges of replicas first_replica(p).. (one
@@ -126,7 +112,8 @@ void DataParallel::Impl::gather_optimizer_ranges(HostState& state, int64_t shard
   const std::vector<std::vector<float>> blocks =
       between_processes<std::vector<std::vector<float>>>([&] {
         return mpi::gather_floats(mine, 0, options_.collective_timeout,
-                                  "save: gathering the sharded optimizer state", notices_.get());
+                                  "save: gathering the sharded optimizer state",
+                                  processes_->channel());
       });
   for (size_t p = 0; p < blocks.size(); ++p) {
     const auto [from, length] = block_of(static_cast<int>(p));
@@ -177,7 +164,8 @@ TrainingPosition DataParallel::Impl::load(const std::string& dir) {
   if (multiprocess()) {
     const std::vector<int> failed = between_processes<std::vector<int>>([&] {
       return mpi::allgather_int(read_error ? 1 : 0, options_.collective_timeout,
-                                "load: whether every process could read the checkpoint", notices_.get());
+                                "load: whether every process could read the checkpoint",
+                                processes_->channel());
     });
     for (size_t p = 0; p < failed.size() && !read_error; ++p) {
       LS_CHECK_AS(ErrorKind::kIo, failed[p] == 0, "load: process ", p,

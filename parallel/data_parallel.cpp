@@ -98,7 +98,7 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
   LS_CHECK(!devices_.empty(), "DataParallel needs at least one device");
   first_replica_ = world_ != nullptr ? world_->first_replica(world_->rank()) : 0;
   replicas_total_ = world_ != nullptr ? world_->replicas() : static_cast<int>(devices_.size());
-  if (multiprocess()) notices_ = std::make_unique<mpi::FailureChannel>();
+  processes_ = std::make_unique<ProcessGroup>(world_, options_.collective_timeout);
   LS_CHECK(options_.accumulate >= 1, "accumulate must be >= 1 micro-batch, got ",
            options_.accumulate);
   LS_CHECK(model != nullptr && optimizer != nullptr,
@@ -246,7 +246,7 @@ std::string DataParallel::Impl::watch(std::vector<std::future<void>>& jobs,
     while (job.wait_for(kPoll) != std::future_status::ready) {
       if (aborted) continue;
       // A failure in another process: end this process's replicas now, not at a timeout.
-      if (failed || (multiprocess() && notices_->notice())) {
+      if (failed || (multiprocess() && processes_->notice())) {
         abort_all();
         aborted = true;
         continue;
@@ -284,34 +284,24 @@ void DataParallel::Impl::fail(const Failure& first, const std::string& stuck, co
   // Another process failed first: every process ends with that process's error, word for word
   // (this process's replicas then only saw their collectives aborted).
   if (multiprocess()) {
-    if (std::optional<mpi::FailureNotice> notice = notices_->notice()) {
+    if (std::optional<mpi::FailureNotice> notice = processes_->notice()) {
       failure_ = notice->message;
       failure_kind_ = notice->kind;
       LS_THROW_AS(failure_kind_, failure_);
     }
   }
   if (!stuck.empty()) {
-    failure_ = process_prefix() + what + " " + std::to_string(steps_ + 1) + ": " + stuck;
+    failure_ = processes_->prefix() + what + " " + std::to_string(steps_ + 1) + ": " + stuck;
     failure_kind_ = ErrorKind::kTimeout;
   } else {
-    failure_ = process_prefix() + "replica " + std::to_string(first_replica_ + first.replica) +
-               " on " + devices_[static_cast<size_t>(first.replica)].str() + " failed in " +
-               what + " (step " + std::to_string(steps_ + 1) + ", " + phase_name(first.phase) +
+    failure_ = processes_->prefix() + "replica " + std::to_string(first_replica_ + first.replica) +
+               " on " + devices_[static_cast<size_t>(first.replica)].str() + " failed in " + what +
+               " (step " + std::to_string(steps_ + 1) + ", " + phase_name(first.phase) +
                "): " + describe_exception(first.error);
     failure_kind_ = error_kind_of(first.error);
   }
   notify_other_processes();
   LS_THROW_AS(failure_kind_, failure_);
-}
-
-void DataParallel::Impl::notify_other_processes() const {
-  if (multiprocess()) notices_->post(failure_kind_, failure_);
-}
-
-std::string DataParallel::Impl::process_prefix() const {
-  if (!multiprocess()) return "";
-  return "process " + std::to_string(world_->rank()) + " of " + std::to_string(world_->size()) +
-         " on " + world_->host_name() + ": ";
 }
 
 void DataParallel::Impl::check_replica(int replica) const {
@@ -400,7 +390,8 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
   if (multiprocess()) {
     all = between_processes<std::vector<double>>([&] {
       return mpi::allgather_doubles(mine, options_.collective_timeout,
-                                    "evaluate: combining the processes' counts", notices_.get());
+                                    "evaluate: combining the processes' counts",
+                                    processes_->channel());
     });
   }
   EvalResult result;

@@ -17,13 +17,13 @@
 #include "engine/core/error.h"
 #include "parallel/data_parallel.h"
 #include "parallel/engine_hooks.h"
-#include "parallel/mpi/mpi_runtime.h"
+#include "parallel/process_group.h"
 #include "parallel/replica.h"
 #include "parallel/step_common.h"
 #include "parallel/telemetry.h"
 #include "parallel/watchdog.h"
-#include "parallel/world.h"
 #include "parallel/worker_thread.h"
+#include "parallel/world.h"
 
 namespace ls {
 
@@ -88,7 +88,7 @@ class DataParallel::Impl {
     return out;
   }
   void check_replica(int replica) const;
-  bool multiprocess() const { return world_ != nullptr && world_->size() > 1; }
+  bool multiprocess() const { return processes_->several(); }
   // Runs an exchange between the processes (mpi::allgather_doubles, ...); when it throws (a
   // timeout, or another process's failure notice) the run is failed like a replica failure:
   // every later call raises it, and the other processes are notified.
@@ -103,13 +103,11 @@ class DataParallel::Impl {
       throw;
     }
   }
-  void notify_other_processes() const;
+  void notify_other_processes() { processes_->post(failure_kind_, failure_); }
   // Checkpoints (parallel/checkpointing.cpp).
   void gather_optimizer_ranges(HostState& state, int64_t shard_size);
   std::string commit(const std::string& dir, const TrainingPosition& position,
                      const CheckpointRetention& retention, const HostState& state);
-  // "process 1 of 2 on host-a: " when several processes run, else "".
-  std::string process_prefix() const;
 
   void check_usable(const char* what) const;
   std::vector<int64_t> shard_rows(int64_t global_rows) const;
@@ -133,7 +131,7 @@ class DataParallel::Impl {
   std::string failure_;  // set once a replica has failed; every later call raises it
   ErrorKind failure_kind_ = ErrorKind::kInternal;
   std::unique_ptr<TelemetryRecorder> telemetry_;  // when options_.telemetry_path is set
-  std::unique_ptr<mpi::FailureChannel> notices_;   // several processes: failures between them
+  std::unique_ptr<ProcessGroup> processes_;       // the other processes of world_ (if any)
 };
 
 }  // namespace ls

@@ -70,7 +70,7 @@ std::string Watchdog::describe(const std::vector<ReplicaProgress>& replicas,
         std::snprintf(buf, sizeof buf, " for %.1f s", seconds(now - it->second));
         out += buf;
       }
-      if (!r.waiting_for.empty()) out += ", not yet joined by " + r.waiting_for;
+      if (!r.waiting_for.empty()) out += ", waiting for " + r.waiting_for;
       continue;
     }
     const int64_t issued = r.records.empty() ? 0 : r.records.back().desc.seq;

@@ -115,8 +115,9 @@ class ProcessClique {
 
   HostClique& local() { return local_; }
   void run(int local_rank, const CollectiveDesc& desc);
-  // The processes whose header for the exchange in progress has not come (refreshed every
-  // 100 ms while the leader waits), e.g. "process 1 on host-b"; "" when none is awaited.
+  // Whom the exchange in progress waits for: the processes whose header has not come
+  // (refreshed every 100 ms), e.g. "process 1 on host-b (it has not reached this collective)",
+  // or the other processes' data once every header came; "" when no exchange waits.
   std::string waiting_for() const {
     std::lock_guard lock(note_mutex_);
     return waiting_for_;
@@ -271,6 +272,7 @@ void ProcessClique::note_missing_headers() {
       }
     }
   }
+  if (!missing.empty()) missing += " (not at this collective yet)";
   std::lock_guard lock(note_mutex_);
   waiting_for_ = std::move(missing);
 }
@@ -380,7 +382,15 @@ void ProcessClique::exchange(const CollectiveDesc& desc) {
                  "MPI_Ibcast");
     }
   }
+  {
+    std::lock_guard lock(note_mutex_);
+    waiting_for_ = "the other processes' data (every process reached this collective)";
+  }
   const mpi::WaitEnd end = mpi::wait_all(&request, 1, deadline, [this] { return local_.failed(); });
+  {
+    std::lock_guard lock(note_mutex_);
+    waiting_for_.clear();
+  }
   if (end == mpi::WaitEnd::kDone) return;
   poisoned_ = true;  // a started collective cannot be cancelled: this communicator is done
   if (end == mpi::WaitEnd::kTimeout) {

@@ -246,7 +246,7 @@ TEST_P(MpiFailure, AFaultInProcess1EndsEveryProcess) {
   EXPECT_LT(elapsed, 10.0) << message;
   // Process 0's watchdog names the process its collective still waits for.
   if (fault.kind == Fault::Kind::kStall && message.rfind("process 0 of", 0) == 0) {
-    const std::string awaited = "not yet joined by process 1 on " + world.host_name(1);
+    const std::string awaited = "waiting for process 1 on " + world.host_name(1);
     EXPECT_NE(message.find(awaited), std::string::npos) << message;
   }
 }

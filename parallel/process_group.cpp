@@ -1,0 +1,50 @@
+// ProcessGroup (see parallel/process_group.h).
+#include "parallel/process_group.h"
+
+#include <string>
+
+#include "parallel/step_common.h"
+
+namespace ls {
+
+ProcessGroup::ProcessGroup(const World* world, std::chrono::milliseconds timeout)
+    : world_(world), timeout_(timeout) {
+  if (several()) channel_ = std::make_unique<mpi::FailureChannel>();
+}
+
+std::string ProcessGroup::prefix() const {
+  if (!several()) return "";
+  return detail::concat("process ", world_->rank(), " of ", world_->size(), " on ",
+                        world_->host_name(), ": ");
+}
+
+std::optional<mpi::FailureNotice> ProcessGroup::notice() {
+  return channel_ ? channel_->notice() : std::nullopt;
+}
+
+void ProcessGroup::post(ErrorKind kind, const std::string& message) {
+  if (channel_) channel_->post(kind, message);
+}
+
+std::string ProcessGroup::on_process_zero(const std::function<std::string()>& commit,
+                                          const char* what, const std::string& who) {
+  if (!several()) return commit();
+  // The outcome travels as one string: "0" + the result, or the error's kind (3 digits after a
+  // '1') + its message.
+  std::string outcome;
+  if (world_->rank() == 0) {
+    try {
+      outcome = commit();
+      outcome.insert(outcome.begin(), '0');
+    } catch (...) {
+      outcome = std::to_string(1000 + static_cast<int>(error_kind_of(std::current_exception()))) +
+                describe_exception(std::current_exception());
+    }
+  }
+  outcome = mpi::broadcast_string(outcome, 0, timeout_, what, channel_.get());
+  if (outcome.front() == '0') return outcome.substr(1);
+  const auto kind = static_cast<ErrorKind>(std::stoi(outcome.substr(0, 4)) - 1000);
+  LS_THROW_AS(kind, world_->rank() == 0 ? std::string() : who, outcome.substr(4));
+}
+
+}  // namespace ls
