@@ -297,11 +297,8 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
       ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay});
   // The trainer's threads are joined when it goes out of scope, before the summary is printed.
   const ls::World& world = ls::World::current();
-  if (o.pipeline > 0) {
-    LS_CHECK(world.size() == 1, "--pipeline runs in one process; across ", world.size(),
-             " processes use data parallelism (leave out --pipeline), or start one process "
-             "with every device");
-    ls::Pipeline trainer(devices, work.model, optimizer, pipeline_options(o));
+  if (o.pipeline > 0) {  // under mpirun: whole pipelines in every process
+    ls::Pipeline trainer(world, work.model, optimizer, pipeline_options(o));
     return train_with(o, devices, work, trainer, stop);
   }
   ls::DataParallel trainer(world, work.model, optimizer, data_parallel_options(o));

@@ -89,11 +89,10 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
   }
   if (sharded && multiprocess()) gather_optimizer_ranges(state, shard_size);
   // Process 0 writes; every process then returns its result or raises its error.
-  return between_processes<std::string>([&] {
-    return processes_->on_process_zero([&] { return commit(dir, position, retention, state); },
-                                       "save: process 0's checkpoint result",
-                                       "process 0 could not save the checkpoint: ");
-  });
+  return processes_->on_process_zero([&] { return commit(dir, position, retention, state); },
+                                     "save: process 0's checkpoint result",
+                                     "process 0 could not save the checkpoint: ", failure_,
+                                     failure_kind_);
 }
 
 // Sharded, several processes: process p holds the ranges of replicas first_replica(p).. (one
@@ -161,20 +160,7 @@ TrainingPosition DataParallel::Impl::load(const std::string& dir) {
   } catch (...) {
     read_error = std::current_exception();
   }
-  if (multiprocess()) {
-    const std::vector<int> failed = between_processes<std::vector<int>>([&] {
-      return mpi::allgather_int(read_error ? 1 : 0, options_.collective_timeout,
-                                "load: whether every process could read the checkpoint",
-                                processes_->channel());
-    });
-    for (size_t p = 0; p < failed.size() && !read_error; ++p) {
-      LS_CHECK_AS(ErrorKind::kIo, failed[p] == 0, "load: process ", p,
-                  " could not read the checkpoint ", dir,
-                  " (its own error says why); every process reads it, so it must be on a file "
-                  "system all of them see");
-    }
-  }
-  if (read_error) std::rethrow_exception(read_error);
+  processes_->all_read(read_error, dir, failure_, failure_kind_);
   HostState state = run_on<HostState>(0, [](Replica& r) {
     HostState s;
     s.parameters = r.store().parameters();

@@ -89,19 +89,10 @@ class DataParallel::Impl {
   }
   void check_replica(int replica) const;
   bool multiprocess() const { return processes_->several(); }
-  // Runs an exchange between the processes (mpi::allgather_doubles, ...); when it throws (a
-  // timeout, or another process's failure notice) the run is failed like a replica failure:
-  // every later call raises it, and the other processes are notified.
+  // An exchange between the processes that fails the run when it throws (ProcessGroup).
   template <typename T>
   T between_processes(const std::function<T()>& exchange) {
-    try {
-      return exchange();
-    } catch (...) {
-      failure_ = describe_exception(std::current_exception());
-      failure_kind_ = error_kind_of(std::current_exception());
-      notify_other_processes();
-      throw;
-    }
+    return processes_->failing_run(exchange, failure_, failure_kind_);
   }
   void notify_other_processes() { processes_->post(failure_kind_, failure_); }
   // Checkpoints (parallel/checkpointing.cpp).

@@ -1,8 +1,7 @@
 // Pipeline (see parallel/pipeline.h): building the stages, running a job on every stage with
 // failure and stall handling, and the step.
-#include "parallel/pipeline_impl.h"
-
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <future>
@@ -12,19 +11,32 @@
 
 #include "engine/core/runtime.h"
 #include "ops/softmax_xent.h"
+#include "parallel/pipeline_impl.h"
 #include "parallel/step_common.h"
+#include "parallel/world_communicators.h"
 
 namespace ls {
 
 // ---- construction ----------------------------------------------------------------------------
 
-Pipeline::Impl::Impl(std::vector<Device> devices, const ModelFactory& model,
+Pipeline::Impl::Impl(const World* world, std::vector<Device> devices, const ModelFactory& model,
                      const OptimizerFactory& optimizer, PipelineOptions options)
-    : devices_(std::move(devices)), options_(options) {
+    : world_(world), devices_(std::move(devices)), options_(options) {
   const int d = static_cast<int>(devices_.size());
   LS_CHECK(model != nullptr && optimizer != nullptr,
            "Pipeline needs a model and an optimizer factory");
   LS_CHECK(options_.stages >= 1, "pipeline stages must be at least 1, got ", options_.stages);
+  if (world_ != nullptr &&
+      world_->size() > 1) {  // whole pipelines in every process (checked alike)
+    for (int q = 0; q < world_->size(); ++q) {
+      LS_CHECK(world_->local_device_count(q) % options_.stages == 0, "pipeline of ",
+               options_.stages, " stages across processes: process ", q, " on ",
+               world_->host_name(q), " drives ", world_->local_device_count(q),
+               " device(s), not a multiple of the stages; a stage never spans processes, so "
+               "give every process a multiple of ",
+               options_.stages, " devices");
+    }
+  }
   LS_CHECK(d >= options_.stages && d % options_.stages == 0, "pipeline of ", options_.stages,
            " stages on ", d, " device(s): the device count must be a multiple of the stages; use ",
            options_.stages, ", ", 2 * options_.stages, ", ... devices or --pipeline dividing ", d);
@@ -32,6 +44,12 @@ Pipeline::Impl::Impl(std::vector<Device> devices, const ModelFactory& model,
            options_.micro_batches);
   LS_CHECK(options_.timeout.count() > 0, "pipeline timeout must be positive, got ",
            options_.timeout.count(), " ms");
+  pipelines_total_ = d / options_.stages;
+  if (world_ != nullptr) {
+    first_pipeline_ = world_->first_replica(world_->rank()) / options_.stages;
+    pipelines_total_ = world_->replicas() / options_.stages;
+  }
+  processes_ = std::make_unique<ProcessGroup>(world_, options_.timeout);
   plan(model);
   schedule_ = pipeline_schedule(options_.stages, options_.micro_batches, options_.schedule);
   build_stages(model, optimizer);
@@ -71,16 +89,21 @@ void Pipeline::Impl::plan(const ModelFactory& model) {
 }
 
 void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFactory& optimizer) {
-  const int p = options_.stages, n = pipelines();
-  // Stage s of every pipeline all-reduces its gradients with the others: one clique per stage.
+  const int p = options_.stages, n = local_pipelines();
+  // Stage s of every pipeline all-reduces its gradients with the others: one clique per stage
+  // (across processes: over the stage-s devices of every process).
   std::vector<std::vector<std::unique_ptr<Communicator>>> comms(static_cast<size_t>(p));
-  if (n > 1) {
+  const bool data_parallel = pipelines() > 1;
+  if (data_parallel) {
     CommunicatorOptions comm_options;
     comm_options.timeout = 2 * options_.timeout + std::chrono::seconds(1);
     for (int s = 0; s < p; ++s) {
       std::vector<Device> group;
       for (int r = 0; r < n; ++r) group.push_back(devices_[static_cast<size_t>(r * p + s)]);
-      comms[static_cast<size_t>(s)] = make_communicators(group, comm_options);
+      comms[static_cast<size_t>(s)] =
+          world_ != nullptr
+              ? make_world_communicators(*world_->with_local_devices(group), comm_options)
+              : make_communicators(group, comm_options);
     }
   }
   stages_.resize(devices_.size());
@@ -97,7 +120,7 @@ void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFact
                        options_.seed,
                        options_.timeout};
     std::unique_ptr<Communicator> comm =
-        n > 1 ? std::move(comms[static_cast<size_t>(s)][static_cast<size_t>(r)]) : nullptr;
+        data_parallel ? std::move(comms[static_cast<size_t>(s)][static_cast<size_t>(r)]) : nullptr;
     stages_[i] =
         std::make_unique<PipelineStage>(config, devices_[i], model, optimizer, std::move(comm));
   });
@@ -127,7 +150,7 @@ void Pipeline::Impl::destroy_stages() {
 std::string Pipeline::Impl::where(int index) const {
   const int p = options_.stages;
   std::string out = "stage " + std::to_string(index % p);
-  if (pipelines() > 1) out += " of pipeline " + std::to_string(index / p);
+  if (pipelines() > 1) out += " of pipeline " + std::to_string(first_pipeline_ + index / p);
   return out + " on " + devices_[static_cast<size_t>(index)].str();
 }
 
@@ -184,7 +207,8 @@ std::string Pipeline::Impl::watch(std::vector<std::future<void>>& jobs,
   for (auto& job : jobs) {
     while (job.wait_for(kPoll) != std::future_status::ready) {
       if (aborted) continue;
-      if (failed) {
+      // A failure in another process: end this process's stages now, not at a timeout.
+      if (failed || (processes_->several() && processes_->notice())) {
         abort_all();
         aborted = true;
         continue;
@@ -257,17 +281,25 @@ std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) const 
 }
 
 void Pipeline::Impl::fail(const Failure& first, const std::string& stuck, const char* what) {
+  // Another process failed first: every process ends with its error, word for word.
+  if (std::optional<mpi::FailureNotice> notice = processes_->notice()) {
+    failure_ = notice->message;
+    failure_kind_ = notice->kind;
+    LS_THROW_AS(failure_kind_, failure_);
+  }
   if (!stuck.empty()) {
-    failure_ = std::string("pipeline ") + what + " " + std::to_string(steps_ + 1) + ": " + stuck;
+    failure_ =
+        processes_->prefix() + "pipeline " + what + " " + std::to_string(steps_ + 1) + ": " + stuck;
     failure_kind_ = ErrorKind::kTimeout;
   } else {
     std::string position = stage_phase_name(first.phase);
     if (first.micro_batch >= 0) position += " of micro-batch " + std::to_string(first.micro_batch);
-    failure_ = where(first.stage) + " failed in pipeline " + what + " " +
+    failure_ = processes_->prefix() + where(first.stage) + " failed in pipeline " + what + " " +
                std::to_string(steps_ + 1) + " (" + position +
                "): " + describe_exception(first.error);
     failure_kind_ = error_kind_of(first.error);
   }
+  processes_->post(failure_kind_, failure_);
   LS_THROW_AS(failure_kind_, failure_);
 }
 
@@ -277,7 +309,7 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   const int64_t features = check_batch(batch);
   const int64_t n = pipelines(), m = options_.micro_batches;
   LS_CHECK(batch.size % n == 0, "global batch ", batch.size, " does not divide by the ", n,
-           " pipelines (", devices_.size(), " devices / ", options_.stages,
+           " pipelines (", n * options_.stages, " devices / ", options_.stages,
            " stages); use a multiple of ", n);
   LS_CHECK(batch.size / n >= m, "micro-batches ", m, " exceed the ", batch.size / n,
            " rows each pipeline gets of the batch of ", batch.size,
@@ -292,7 +324,7 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
       [&](PipelineStage& stage) {
         int index = 0;
         while (stages_[static_cast<size_t>(index)].get() != &stage) ++index;
-        const int64_t r = index / p, rows = batch.size / n;
+        const int64_t r = first_pipeline_ + index / p, rows = batch.size / n;
         const Shard shard = shard_of(batch, features, r * rows, (r + 1) * rows);
         outcomes[static_cast<size_t>(index)] =
             stage.run(shard, global_labels, schedule_[static_cast<size_t>(stage.stage())], steps_,
@@ -306,6 +338,18 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   for (size_t i = 0; i < stages_.size(); ++i) {
     if (static_cast<int>(i) % p == p - 1) loss_sum += outcomes[i].loss_sum;
     nonfinite = nonfinite || outcomes[i].nonfinite != 0;
+  }
+  if (processes_->several()) {  // every process's last stages, in process order
+    const std::array<double, 2> mine{loss_sum, nonfinite ? 1.0 : 0.0};
+    const std::vector<double> all = between_processes([&] {
+      return mpi::allgather_doubles(mine, options_.timeout, "step: combining the processes' losses",
+                                    processes_->channel());
+    });
+    loss_sum = 0;
+    for (size_t q = 0; q < all.size(); q += 2) {
+      loss_sum += all[q];
+      nonfinite = nonfinite || all[q + 1] != 0;
+    }
   }
   const float loss = static_cast<float>(loss_sum / static_cast<double>(global_labels));
   const bool skipped = nonfinite || !std::isfinite(loss);
@@ -328,26 +372,41 @@ EvalResult Pipeline::Impl::evaluate(const data::Dataset& dataset, int64_t batch_
   LS_CHECK(batch_size > 0, "evaluate: batch size must be positive, got ", batch_size);
   LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
   data::check_dataset(dataset);
-  const int p = options_.stages, n = pipelines();
+  const int p = options_.stages, n = pipelines(), local = local_pipelines();
   std::vector<EvalCounts> counts(stages_.size());
   run_on_stages(
       [&](PipelineStage& stage) {
         int index = 0;
         while (stages_[static_cast<size_t>(index)].get() != &stage) ++index;
-        const int64_t r = index / p;
+        const int64_t r = first_pipeline_ + index / p;
         const int64_t begin = dataset.count * r / n, end = dataset.count * (r + 1) / n;
         const Shard rows = shard_of(dataset, dataset.features, begin, end);
         if (rows.rows > 0) counts[static_cast<size_t>(index)] = stage.evaluate(rows, batch_size);
       },
       "evaluate");
+  // The last stages' counts in pipeline order, then every process's in process order.
+  std::array<double, 3> mine{};
+  for (int r = 0; r < local; ++r) {
+    const EvalCounts& c = counts[static_cast<size_t>(r * p + p - 1)];
+    mine[0] += c.loss_sum;
+    mine[1] += static_cast<double>(c.correct);
+    mine[2] += static_cast<double>(c.rows);
+  }
+  std::vector<double> all(mine.begin(), mine.end());
+  if (processes_->several()) {
+    all = between_processes([&] {
+      return mpi::allgather_doubles(mine, options_.timeout,
+                                    "evaluate: combining the processes' counts",
+                                    processes_->channel());
+    });
+  }
   EvalResult result;
   double loss_sum = 0;
   int64_t correct = 0;
-  for (int r = 0; r < n; ++r) {
-    const EvalCounts& c = counts[static_cast<size_t>(r * p + p - 1)];  // the last stages'
-    loss_sum += c.loss_sum;
-    correct += c.correct;
-    result.examples += c.rows;
+  for (size_t q = 0; q < all.size(); q += 3) {
+    loss_sum += all[q];
+    correct += static_cast<int64_t>(all[q + 1]);
+    result.examples += static_cast<int64_t>(all[q + 2]);
   }
   LS_CHECK(result.examples > 0, "evaluate: every label of '", dataset.name,
            "' is kIgnoreLabel; there is nothing to evaluate");
@@ -372,9 +431,11 @@ std::vector<DataParallel::NamedParameter> Pipeline::Impl::named_parameters() {
 std::vector<DataParallel::NamedParameter> Pipeline::Impl::stage_parameters(int pipeline,
                                                                            int stage) {
   LS_CHECK(failure_.empty(), "cannot read parameters: a stage failed earlier (", failure_, ")");
-  LS_CHECK(pipeline >= 0 && pipeline < pipelines() && stage >= 0 && stage < options_.stages,
-           "stage_parameters: pipeline ", pipeline, " stage ", stage, " does not exist; there are ",
-           pipelines(), " pipeline(s) of ", options_.stages, " stages");
+  LS_CHECK(pipeline >= 0 && pipeline < local_pipelines() && stage >= 0 && stage < options_.stages,
+           "stage_parameters: pipeline ", pipeline, " stage ", stage,
+           " does not exist; this "
+           "process has ",
+           local_pipelines(), " pipeline(s) of ", options_.stages, " stages");
   std::vector<DataParallel::NamedParameter> out;
   run_on(pipeline * options_.stages + stage, [&](PipelineStage& s) {
     const std::vector<float> flat = s.store().values_to_host(s.compute_stream());
@@ -393,7 +454,10 @@ std::vector<DataParallel::NamedParameter> Pipeline::Impl::stage_parameters(int p
 
 Pipeline::Pipeline(std::vector<Device> devices, ModelFactory model, OptimizerFactory optimizer,
                    PipelineOptions options)
-    : impl_(std::make_unique<Impl>(std::move(devices), model, optimizer, options)) {}
+    : impl_(std::make_unique<Impl>(nullptr, std::move(devices), model, optimizer, options)) {}
+Pipeline::Pipeline(const World& world, ModelFactory model, OptimizerFactory optimizer,
+                   PipelineOptions options)
+    : impl_(std::make_unique<Impl>(&world, world.local_devices(), model, optimizer, options)) {}
 Pipeline::~Pipeline() = default;
 StepResult Pipeline::step(const data::Batch& batch) { return impl_->step(batch); }
 EvalResult Pipeline::evaluate(const data::Dataset& dataset, int64_t batch_size) {
@@ -401,6 +465,7 @@ EvalResult Pipeline::evaluate(const data::Dataset& dataset, int64_t batch_size) 
 }
 int Pipeline::stages() const { return impl_->stages(); }
 int Pipeline::pipelines() const { return impl_->pipelines(); }
+int Pipeline::local_pipelines() const { return impl_->local_pipelines(); }
 const std::vector<Device>& Pipeline::devices() const { return impl_->devices(); }
 int64_t Pipeline::steps_taken() const { return impl_->steps_taken(); }
 int64_t Pipeline::skipped_steps() const { return impl_->skipped_steps(); }

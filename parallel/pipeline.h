@@ -17,6 +17,12 @@
 // Failure: when a stage throws, or no stage makes progress for `timeout`, every stage is aborted
 // and step() throws one ls::Error naming the stage, its device, the step, the micro-batch and the
 // phase or transfer it was in, with the original message; the object is unusable afterwards.
+// Several processes (parallel/world.h): built from a World, every process drives whole pipelines
+// on its own devices (each process's device count a multiple of the stages), pipelines numbered
+// process-major, and stage s of every pipeline of every process all-reduces with the others;
+// the batch, loss, evaluation, checkpoints and failures are shared as DataParallel shares them
+// (the same global batch on every process; process 0 writes; a failure anywhere ends every
+// process with the original error). Stages never span processes.
 // Thread-safety: call from one thread at a time.
 #pragma once
 
@@ -54,6 +60,9 @@ class Pipeline {
  public:
   Pipeline(std::vector<Device> devices, ModelFactory model, OptimizerFactory optimizer,
            PipelineOptions options = {});
+  // The local devices of every process of `world` (see above); collective over the processes.
+  Pipeline(const World& world, ModelFactory model, OptimizerFactory optimizer,
+           PipelineOptions options = {});
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -65,7 +74,8 @@ class Pipeline {
   EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
 
   int stages() const;
-  int pipelines() const;  // devices / stages
+  int pipelines() const;        // over every process: devices / stages
+  int local_pipelines() const;  // this process's (stage_parameters' `pipeline` counts these)
   const std::vector<Device>& devices() const;
   int64_t steps_taken() const;
   int64_t skipped_steps() const;  // non-finite loss or gradients: the optimizer did not step

@@ -39,6 +39,15 @@ std::span<const std::byte> bytes_of(const std::vector<float>& v) {
 std::string Pipeline::Impl::save(const std::string& dir, const TrainingPosition& position,
                                  const CheckpointRetention& retention) {
   LS_CHECK(failure_.empty(), "cannot save: a stage failed earlier (", failure_, ")");
+  // Process 0 writes (its first pipeline holds the whole model); every process returns its
+  // result or raises its error.
+  return processes_->on_process_zero(
+      [&] { return commit(dir, position, retention); }, "save: process 0's checkpoint result",
+      "process 0 could not save the checkpoint: ", failure_, failure_kind_);
+}
+
+std::string Pipeline::Impl::commit(const std::string& dir, const TrainingPosition& position,
+                                   const CheckpointRetention& retention) {
   const size_t count = parameter_names_.size();
   WholeState whole;
   whole.values.resize(count);
@@ -86,13 +95,22 @@ std::string Pipeline::Impl::save(const std::string& dir, const TrainingPosition&
   meta.optimizer = whole.optimizer;
   meta.optimizer_steps = whole.optimizer_steps;
   meta.extra["devices"] = devices_str(devices_);
+  if (processes_->several()) meta.extra["world"] = world_->describe();
   meta.extra["pipeline_stages"] = std::to_string(options_.stages);
   return checkpoint::commit_checkpoint(dir, meta, model, optimizer, retention);
 }
 
 TrainingPosition Pipeline::Impl::load(const std::string& dir) {
   LS_CHECK(failure_.empty(), "cannot load: a stage failed earlier (", failure_, ")");
-  const checkpoint::LoadedCheckpoint loaded = checkpoint::load_checkpoint(dir);
+  // Every process reads DIR itself; all load, or none.
+  checkpoint::LoadedCheckpoint loaded;
+  std::exception_ptr read_error;
+  try {
+    loaded = checkpoint::load_checkpoint(dir);
+  } catch (...) {
+    read_error = std::current_exception();
+  }
+  processes_->all_read(read_error, dir, failure_, failure_kind_);
   std::string optimizer;
   size_t states = 0;
   run_on(0, [&](PipelineStage& stage) {

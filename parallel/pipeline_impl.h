@@ -15,14 +15,16 @@
 
 #include "parallel/pipeline.h"
 #include "parallel/pipeline_stage.h"
+#include "parallel/process_group.h"
 #include "parallel/worker_thread.h"
 
 namespace ls {
 
 class Pipeline::Impl {
  public:
-  Impl(std::vector<Device> devices, const ModelFactory& model, const OptimizerFactory& optimizer,
-       PipelineOptions options);
+  // `world` null: one process driving `devices`; else world->local_devices() of every process.
+  Impl(const World* world, std::vector<Device> devices, const ModelFactory& model,
+       const OptimizerFactory& optimizer, PipelineOptions options);
   ~Impl() { destroy_stages(); }
 
   StepResult step(const data::Batch& batch);
@@ -34,7 +36,8 @@ class Pipeline::Impl {
   TrainingPosition load(const std::string& dir);
 
   int stages() const { return options_.stages; }
-  int pipelines() const { return static_cast<int>(devices_.size()) / options_.stages; }
+  int pipelines() const { return pipelines_total_; }
+  int local_pipelines() const { return static_cast<int>(devices_.size()) / options_.stages; }
   const std::vector<Device>& devices() const { return devices_; }
   int64_t steps_taken() const { return steps_; }
   int64_t skipped_steps() const { return skipped_total_; }
@@ -50,6 +53,9 @@ class Pipeline::Impl {
     int micro_batch = -1;
   };
   void plan(const ModelFactory& model);
+  // Writes the checkpoint from this process's first pipeline (process 0's save).
+  std::string commit(const std::string& dir, const TrainingPosition& position,
+                     const CheckpointRetention& retention);
   void build_stages(const ModelFactory& model, const OptimizerFactory& optimizer);
   void run_on_stages(const std::function<void(PipelineStage&)>& job, const char* what);
   std::string watch(std::vector<std::future<void>>& jobs, const std::atomic<bool>& failed);
@@ -61,13 +67,22 @@ class Pipeline::Impl {
   void drain_all();
   void destroy_stages();
   std::string where(int index) const;  // "stage 1 on host:1" (with "of pipeline r" if several)
+  // An exchange between the processes that fails the run when it throws (ProcessGroup).
+  template <typename F>
+  auto between_processes(F&& exchange) -> decltype(exchange()) {
+    return processes_->failing_run(std::forward<F>(exchange), failure_, failure_kind_);
+  }
   // Runs job on stage `index`'s thread and waits (reads and checkpoints; errors propagate).
   void run_on(int index, const std::function<void(PipelineStage&)>& job) {
     threads_[static_cast<size_t>(index)]->post([&] { job(*stages_[static_cast<size_t>(index)]); }).get();
   }
 
-  std::vector<Device> devices_;
+  const World* world_ = nullptr;  // null: one process
+  std::vector<Device> devices_;   // this process's
   PipelineOptions options_;
+  int first_pipeline_ = 0;   // global index of this process's first pipeline
+  int pipelines_total_ = 0;  // over every process
+  std::unique_ptr<ProcessGroup> processes_;
   std::vector<std::pair<int, int>> ranges_;  // layers of each stage
   std::vector<std::vector<std::string>> stage_layer_names_;
   std::vector<std::string> parameter_names_;  // the whole model's, registration order

@@ -2,6 +2,7 @@
 #include "parallel/process_group.h"
 
 #include <string>
+#include <vector>
 
 #include "parallel/step_common.h"
 
@@ -26,8 +27,34 @@ void ProcessGroup::post(ErrorKind kind, const std::string& message) {
   if (channel_) channel_->post(kind, message);
 }
 
+std::string ProcessGroup::describe(const std::exception_ptr& error) {
+  return describe_exception(error);
+}
+ErrorKind ProcessGroup::kind_of(const std::exception_ptr& error) { return error_kind_of(error); }
+
+void ProcessGroup::all_read(const std::exception_ptr& read_error, const std::string& dir,
+                            std::string& failure, ErrorKind& kind) {
+  if (several()) {
+    const std::vector<int> failed = failing_run(
+        [&] {
+          return mpi::allgather_int(read_error ? 1 : 0, timeout_,
+                                    "load: whether every process could read the checkpoint",
+                                    channel());
+        },
+        failure, kind);
+    for (size_t p = 0; p < failed.size() && !read_error; ++p) {
+      LS_CHECK_AS(ErrorKind::kIo, failed[p] == 0, "load: process ", p,
+                  " could not read the checkpoint ", dir,
+                  " (its own error says why); every process reads it, so it must be on a file "
+                  "system all of them see");
+    }
+  }
+  if (read_error) std::rethrow_exception(read_error);
+}
+
 std::string ProcessGroup::on_process_zero(const std::function<std::string()>& commit,
-                                          const char* what, const std::string& who) {
+                                          const char* what, const std::string& who,
+                                          std::string& failure, ErrorKind& kind) {
   if (!several()) return commit();
   // The outcome travels as one string: "0" + the result, or the error's kind (3 digits after a
   // '1') + its message.
@@ -41,10 +68,12 @@ std::string ProcessGroup::on_process_zero(const std::function<std::string()>& co
                 describe_exception(std::current_exception());
     }
   }
-  outcome = mpi::broadcast_string(outcome, 0, timeout_, what, channel_.get());
+  outcome =
+      failing_run([&] { return mpi::broadcast_string(outcome, 0, timeout_, what, channel_.get()); },
+                  failure, kind);
   if (outcome.front() == '0') return outcome.substr(1);
-  const auto kind = static_cast<ErrorKind>(std::stoi(outcome.substr(0, 4)) - 1000);
-  LS_THROW_AS(kind, world_->rank() == 0 ? std::string() : who, outcome.substr(4));
+  const auto commit_kind = static_cast<ErrorKind>(std::stoi(outcome.substr(0, 4)) - 1000);
+  LS_THROW_AS(commit_kind, world_->rank() == 0 ? std::string() : who, outcome.substr(4));
 }
 
 }  // namespace ls

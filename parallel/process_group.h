@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -44,11 +45,36 @@ class ProcessGroup {
   void post(ErrorKind kind, const std::string& message);
 
   // Process 0 runs `commit`; every process returns its result, or raises its error (kind
-  // kept) prefixed on the others with `who` ("process 0 could not save the checkpoint: ").
+  // kept) prefixed on the others with `who` ("process 0 could not save the checkpoint: "). A
+  // commit error leaves the run usable; an exchange that cannot complete fails it (failing_run).
   std::string on_process_zero(const std::function<std::string()>& commit, const char* what,
-                              const std::string& who);
+                              const std::string& who, std::string& failure, ErrorKind& kind);
+  // After each process tried to read checkpoint `dir` (`read_error`: its failure, or null):
+  // returns when every process read it, else raises this process's own error or one naming
+  // the process that could not (kind io). All processes load, or none. The exchange fails the
+  // run (see failing_run) only if it cannot complete; a read error leaves the run usable.
+  void all_read(const std::exception_ptr& read_error, const std::string& dir, std::string& failure,
+                ErrorKind& kind);
+
+  // Runs `exchange` (a call between the processes); when it throws (a timeout, another
+  // process's notice), the run's `failure` and `kind` record it, the other processes are told,
+  // and it is rethrown: the run is failed as by a replica's error.
+  template <typename F>
+  auto failing_run(F&& exchange, std::string& failure, ErrorKind& kind) -> decltype(exchange()) {
+    try {
+      return exchange();
+    } catch (...) {
+      failure = describe(std::current_exception());
+      kind = kind_of(std::current_exception());
+      post(kind, failure);
+      throw;
+    }
+  }
 
  private:
+  static std::string describe(const std::exception_ptr& error);
+  static ErrorKind kind_of(const std::exception_ptr& error);
+
   const World* world_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<mpi::FailureChannel> channel_;

@@ -19,6 +19,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/fault_injection.h"
 #include "parallel/mpi/mpi_runtime.h"
+#include "parallel/pipeline.h"
 #include "parallel/random_batch.h"
 #include "parallel/training_helpers.h"
 
@@ -198,6 +199,74 @@ TEST(MpiTraining, ShardedCheckpointLoadsIntoAnyWorldShape) {
     EXPECT_EQ(read_file(again + "/model.safetensors"), read_file(saved + "/model.safetensors"));
     std::filesystem::remove_all(dir);
   }
+}
+
+// Pipelines across processes: every process holds whole 2-stage pipelines, stage s all-reduces
+// over every process; equal to one process driving every device the same way (same pipeline
+// numbering, so the same shards), and its checkpoint written by process 0 alone.
+TEST(MpiPipeline, MatchesOneProcessDrivingEveryDevice) {
+  barrier();
+  const World& world = World::current();
+  PipelineOptions options;
+  options.stages = 2;
+  options.micro_batches = 2;
+  bool divisible = true;
+  for (int q = 0; q < world.size(); ++q)
+    divisible = divisible && world.local_device_count(q) % 2 == 0;
+  if (!divisible) {  // a stage cannot span processes: refused alike in every process
+    try {
+      Pipeline refused(world, transformer_factory(testing::tiny_gpt_config()),
+                       testing::momentum_sgd(), options);
+      ADD_FAILURE() << "a pipeline over processes with odd device counts was built";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not a multiple of the stages"), std::string::npos)
+          << e.what();
+    }
+    return;
+  }
+  Pipeline across(world, transformer_factory(testing::tiny_gpt_config()), testing::momentum_sgd(),
+                  options);
+  ASSERT_EQ(across.pipelines(), world.replicas() / 2);
+  Pipeline alone(testing::hosts(world.replicas()), transformer_factory(testing::tiny_gpt_config()),
+                 testing::momentum_sgd(), options);
+  for (int s = 0; s < 10; ++s) {
+    const data::Batch batch = token_batch(kBatch, 300 + static_cast<uint32_t>(s));
+    const float a = across.step(batch).loss, b = alone.step(batch).loss;
+    EXPECT_LE(std::abs(a - b) / std::max(1e-6f, std::abs(b)), 1e-5) << "step " << s + 1;
+  }
+  EXPECT_LE(testing::max_relative_difference(across.named_parameters(), alone.named_parameters()),
+            1e-4);
+  std::vector<float> flat;
+  for (const auto& p : across.named_parameters())
+    flat.insert(flat.end(), p.values.begin(), p.values.end());
+  EXPECT_TRUE(same_on_every_process(flat)) << "pipelines drifted apart";
+  const data::Batch rows = token_batch(29, 9);
+  data::Dataset dataset;
+  dataset.name = "tokens";
+  dataset.count = rows.size;
+  dataset.features = rows.features;
+  dataset.label_width = rows.label_width;
+  dataset.classes = testing::tiny_gpt_config().vocab;
+  dataset.tokens = rows.tokens;
+  dataset.labels = rows.labels;
+  const EvalResult e1 = across.evaluate(dataset, 4), e2 = alone.evaluate(dataset, 4);
+  EXPECT_EQ(e1.examples, e2.examples);
+  EXPECT_NEAR(e1.loss, e2.loss, 1e-5 * e2.loss);
+  // Process 0 writes; a one-device DataParallel loads it and holds the same parameters.
+  std::string dir;
+  if (world.rank() == 0) {
+    char name[] = "/tmp/lockstep-mpi-pipeline-XXXXXX";
+    ASSERT_NE(mkdtemp(name), nullptr);
+    dir = name;
+  }
+  dir = mpi::broadcast_string(dir, 0, std::chrono::seconds(30), "test: checkpoint directory");
+  const std::string saved = across.save(dir, {0, 10});
+  DataParallel one = one_process_run(1);
+  EXPECT_EQ(one.load(saved).batch_index, 10);
+  EXPECT_EQ(testing::max_relative_difference(one.named_parameters(0), across.named_parameters()),
+            0.0);
+  barrier();
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
 }
 
 // A fault in process 1's first replica; every process's step must end with the same error,
