@@ -129,7 +129,15 @@ void observe_step(const ls::Pipeline& t, RunSummary& s) {
 template <typename Trainer>
 int64_t resume_if_asked(const TrainOptions& o, Trainer& trainer, ls::data::Prefetcher& batches) {
   if (!o.resume) return 1;
-  if (!ls::latest_checkpoint(o.checkpoint_dir)) {
+  // Every process decides alike: one that loads while another starts fresh would pair
+  // different collectives. Each reads the directory itself, so all must see the same one.
+  const ls::World& world = ls::World::current();
+  const bool found = ls::latest_checkpoint(o.checkpoint_dir).has_value();
+  LS_CHECK_AS(ls::ErrorKind::kIo, world.any_process(found) == !world.any_process(!found),
+              "--resume: some processes see a checkpoint in ", o.checkpoint_dir,
+              " and some do not; every process reads it, so --checkpoint-dir must be on a file "
+              "system all of them see");
+  if (!found) {
     std::printf("no checkpoint in %s yet: starting from step 1\n", o.checkpoint_dir.c_str());
     return 1;
   }
@@ -389,15 +397,17 @@ int main(int argc, char** argv) {
     return 0;
   }
   const Clock::time_point start = Clock::now();
+  std::optional<ls::WorldScope> world;
   try {
     // Under mpirun this joins the other processes (MPI); otherwise a world of one process.
-    const ls::WorldScope world(devices);
+    world.emplace(devices);
     // Process 0 reports; the others' output would repeat it (their errors still go to stderr).
-    if (world->rank() > 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
-      std::fprintf(stderr, "lockstep-train: process %d cannot silence its stdout\n", world->rank());
+    if ((*world)->rank() > 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
+      std::fprintf(stderr, "lockstep-train: process %d cannot silence its stdout\n",
+                   (*world)->rank());
     }
     if (options.strategy == "auto") {
-      LS_CHECK(world->size() == 1,
+      LS_CHECK((*world)->size() == 1,
                "--strategy auto plans for one process; under mpirun "
                "choose --shard yourself");
       apply_auto_strategy(options, workload_options(options), devices);
@@ -421,12 +431,14 @@ int main(int argc, char** argv) {
                   summary.bubble->theory);
     }
     std::printf(", %.1f s\n", wall_s);
-    if (!options.json_path.empty() && world->rank() == 0) {
+    if (!options.json_path.empty() && (*world)->rank() == 0) {
       write_json(options, devices, summary, wall_s);
       std::printf("results written to %s\n", options.json_path.c_str());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lockstep-train: error: %s\n", e.what());
+    // The other processes must not wait for this one (MPI_Finalize waits for every process).
+    if (world && (*world)->size() > 1) ls::World::abort_job(1);
     return 1;
   }
   return 0;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -117,6 +118,13 @@ World& World::current() {
            "World::current() before World::init(); call World::init(devices) (or "
            "make a WorldScope) at the start of main");
   return *the_world();
+}
+
+void World::abort_job(int exit_code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (the_world() && the_world()->uses_mpi()) mpi::abort(exit_code);
+  std::exit(exit_code);
 }
 
 void World::finalize() {

@@ -30,6 +30,11 @@ class World {
   static World& init(std::vector<Device> local_devices, const WorldOptions& options = {});
   static bool initialized();
   static World& current();  // throws before init()
+  // Ends every process of the job now (MPI_Abort with `exit_code`; one process: exit), for a
+  // program that failed: after printing its error, so that the other processes do not wait
+  // for their timeouts (or in MPI_Finalize, which waits for every process). DataParallel and
+  // Pipeline already end the others' runs with the original error; this ends the rest.
+  [[noreturn]] static void abort_job(int exit_code);
   // Ends MPI (MPI_Finalize) when it was started; a no-op otherwise and when called again.
   // Communicators spanning processes must be destroyed before.
   static void finalize();

@@ -91,11 +91,8 @@ std::optional<ScalePoint> run_alone(const ScaleOptions& o, const Workload& work,
   return point;
 }
 
-int run(const ScaleOptions& o, const StopSignals& stop) {
-  const DevicePlan plan = resolve_device_counts(o);  // may throw UsageError
-  ls::set_host_threads_per_device(o.host_threads);
-  // Under mpirun this joins the other processes (each drives up to the largest count).
-  const ls::WorldScope world(first_devices(plan.kind, plan.counts.back()));
+int run(const ScaleOptions& o, const DevicePlan& plan, const ls::WorldScope& world,
+        const StopSignals& stop) {
   // Process 0 reports; the others' output would repeat it (their errors still go to stderr).
   if (world->rank() > 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
     std::fprintf(stderr, "lockstep-scale: process %d cannot silence its stdout\n", world->rank());
@@ -175,18 +172,28 @@ int run(const ScaleOptions& o, const StopSignals& stop) {
 int main(int argc, char** argv) {
   const StopSignals stop;  // first: every thread started later inherits its signal mask
   ScaleOptions options;
+  std::optional<ls::WorldScope> world;
+  // A process that fails must not leave the others waiting (MPI_Finalize waits for all).
+  const auto end_job = [&](int code) {
+    if (world && (*world)->size() > 1) ls::World::abort_job(code);
+    return code;
+  };
   try {
     options = parse_scale_options(argc, argv);
     if (options.help) {
       std::printf("%s", scale_usage());
       return 0;
     }
-    return run(options, stop);
+    const DevicePlan plan = resolve_device_counts(options);  // may throw UsageError
+    ls::set_host_threads_per_device(options.host_threads);
+    // Under mpirun this joins the other processes (each drives up to the largest count).
+    world.emplace(first_devices(plan.kind, plan.counts.back()));
+    return run(options, plan, *world, stop);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "lockstep-scale: %s\n\n%s", e.what(), scale_usage());
-    return 2;
+    return end_job(2);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lockstep-scale: error: %s\n", e.what());
-    return 1;
+    return end_job(1);
   }
 }

@@ -17,6 +17,7 @@
 #include "parallel/host/host_clique.h"
 #include "parallel/host/host_reduce.h"
 #include "parallel/mpi/mpi_runtime.h"
+#include "parallel/mpi/mpi_state.h"
 #include "parallel/mpi/mpi_wait.h"
 
 namespace ls {
@@ -151,7 +152,8 @@ class ProcessClique {
   std::vector<float> partial_;   // reductions: this process's f32 partial
   std::vector<float> gathered_;  // reductions: every process's partial, process-major
   std::vector<unsigned char> bytes_;  // all_gather and broadcast staging
-  Header header_out_{};
+  std::vector<int> sizes_, displs_;   // all_gather's per-process byte counts and offsets
+  std::shared_ptr<Header> header_out_ = std::make_shared<Header>();  // heap: may be buried
   std::vector<Header> headers_;
   std::vector<MPI_Request> requests_;
   std::vector<std::string> host_names_;  // of every process
@@ -189,8 +191,26 @@ ProcessClique::ProcessClique(const World& world, const CommunicatorOptions& opti
 }
 
 ProcessClique::~ProcessClique() {
+  if (mpi::finalized()) return;
   std::lock_guard lock(mpi::mpi_mutex());
-  if (comm_ != MPI_COMM_NULL && !poisoned_ && !mpi::finalized()) MPI_Comm_free(&comm_);
+  if (!poisoned_) {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    return;
+  }
+  // A given-up exchange may still write into (or read from) these buffers: they go to the
+  // graveyard with their requests, kept until MPI_Finalize (mpi_state.h). Moving a vector keeps
+  // its heap buffer where it is.
+  struct Abandoned {
+    std::vector<float> partial, gathered;
+    std::vector<unsigned char> bytes;
+    std::vector<int> sizes, displs;
+    std::shared_ptr<Header> header_out;
+    std::vector<Header> headers;
+    std::vector<MPI_Request> requests;
+  };
+  mpi::bury(std::make_shared<Abandoned>(Abandoned{
+      std::move(partial_), std::move(gathered_), std::move(bytes_), std::move(sizes_),
+      std::move(displs_), std::move(header_out_), std::move(headers_), std::move(requests_)}));
 }
 
 // Local rank 0, before its arrive(): no other rank touches the buffers until arrive() releases
@@ -278,8 +298,8 @@ void ProcessClique::note_missing_headers() {
 }
 
 bool ProcessClique::exchange_headers(const CollectiveDesc& desc, mpi::Clock::time_point deadline) {
-  header_out_ = header_of(desc);  // a member: a send given up on may still read it
-  const Header& mine = header_out_;
+  *header_out_ = header_of(desc);  // kept past this call: a send given up on may still read it
+  const Header& mine = *header_out_;
   headers_[static_cast<size_t>(process_)] = mine;
   requests_.assign(2 * static_cast<size_t>(processes_ - 1), MPI_REQUEST_NULL);
   {
@@ -365,13 +385,16 @@ void ProcessClique::exchange(const CollectiveDesc& desc) {
                                 static_cast<int>(m), MPI_FLOAT, comm_, &request),
                  "MPI_Iallgather");
     } else if (desc.kind == CollectiveKind::kAllGather) {
-      std::vector<int> sizes, displs;  // bytes of each process's blocks, and where they go
+      // Bytes of each process's blocks, and where they go: members, as MPI may read them until
+      // the collective completes.
+      sizes_.clear();
+      displs_.clear();
       for (int p = 0; p < processes_; ++p) {
-        sizes.push_back(static_cast<int>(desc.bytes() * static_cast<size_t>(counts_[p])));
-        displs.push_back(static_cast<int>(desc.bytes() * static_cast<size_t>(firsts_[p])));
+        sizes_.push_back(static_cast<int>(desc.bytes() * static_cast<size_t>(counts_[p])));
+        displs_.push_back(static_cast<int>(desc.bytes() * static_cast<size_t>(firsts_[p])));
       }
-      mpi::check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bytes_.data(), sizes.data(),
-                                 displs.data(), MPI_BYTE, comm_, &request),
+      mpi::check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bytes_.data(), sizes_.data(),
+                                 displs_.data(), MPI_BYTE, comm_, &request),
                  "MPI_Iallgatherv");
     } else {
       int root_process = 0;

@@ -27,11 +27,16 @@ struct Launch {
 };
 // MPI_Init_thread (once per process) and this process's rank and size in MPI_COMM_WORLD.
 Launch init();
-// Collectives between the processes for World and DataParallel (not the replicas' collectives,
-// which are Communicators). Each is non-blocking MPI polled until `timeout`, or until a failure
-// notice arrives on `notices` (below); either ends it with an ls::Error naming `what` (kind timeout, or the
-// notice's kind and message). Every process calls each, in the same order. With one process
-// they return the caller's own values.
+// Exchanges between the processes for World, DataParallel and Pipeline (not the replicas'
+// collectives, which are Communicators), on a communicator of their own
+// (parallel/mpi/process_exchange.cpp). Every process calls each, in the same order, with the
+// same `what`: each starts by comparing a hash of `what` across the processes, so processes at
+// different exchanges get a `desync` error naming this one instead of mismatched data. Each step
+// is non-blocking MPI polled until `timeout` or a failure notice on `notices` (below); either
+// ends it with an ls::Error (kind timeout naming `what`, or the notice's kind and message). An
+// exchange given up on cannot be cancelled: its buffers are kept until finalize() and every
+// later exchange fails at once (kind aborted), since the processes are then out of step. With
+// one process (MPI not started) each returns the caller's own values.
 // Every process's `value`, in process order.
 class FailureChannel;
 std::vector<int> allgather_int(int value, std::chrono::milliseconds timeout,
@@ -72,7 +77,7 @@ class FailureChannel {
   FailureChannel(const FailureChannel&) = delete;
   FailureChannel& operator=(const FailureChannel&) = delete;
   void post(ErrorKind kind, const std::string& message);
-  std::optional<FailureNotice> notice();
+  std::optional<FailureNotice> notice() noexcept;
 
  private:
   struct State;  // MPI requests and buffers (mpi_runtime.cpp)
@@ -80,6 +85,7 @@ class FailureChannel {
 };
 bool finalized();
 void finalize();  // MPI_Finalize; a no-op when MPI was never started or is finalized
+void abort(int exit_code);  // MPI_Abort on MPI_COMM_WORLD; returns only if MPI is not running
 std::mutex& mpi_mutex();
 
 }  // namespace ls::mpi

@@ -41,9 +41,10 @@ struct FailureChannel::State {};
 FailureChannel::FailureChannel() = default;
 FailureChannel::~FailureChannel() = default;
 void FailureChannel::post(ErrorKind, const std::string&) {}
-std::optional<FailureNotice> FailureChannel::notice() { return std::nullopt; }
+std::optional<FailureNotice> FailureChannel::notice() noexcept { return std::nullopt; }
 bool finalized() { return false; }
 void finalize() {}
+void abort(int) {}
 std::mutex& mpi_mutex() {
   static std::mutex mutex;
   return mutex;
