@@ -283,13 +283,7 @@ std::string DataParallel::Impl::watch(std::vector<std::future<void>>& jobs,
 void DataParallel::Impl::fail(const Failure& first, const std::string& stuck, const char* what) {
   // Another process failed first: every process ends with that process's error, word for word
   // (this process's replicas then only saw their collectives aborted).
-  if (multiprocess()) {
-    if (std::optional<mpi::FailureNotice> notice = processes_->notice()) {
-      failure_ = notice->message;
-      failure_kind_ = notice->kind;
-      LS_THROW_AS(failure_kind_, failure_);
-    }
-  }
+  processes_->raise_notice_if_any(failure_, failure_kind_);
   if (!stuck.empty()) {
     failure_ = processes_->prefix() + what + " " + std::to_string(steps_ + 1) + ": " + stuck;
     failure_kind_ = ErrorKind::kTimeout;
@@ -379,29 +373,19 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
       },
       "evaluate");
   // This process's counts in replica order, then every process's in process order: the same
-  // sum on every process. Counts below 2^53 are exact in a double.
+  // sums in every process. Counts below 2^53 are exact in a double.
   std::array<double, 3> mine{};
   for (const EvalCounts& c : counts) {
     mine[0] += c.loss_sum;
     mine[1] += static_cast<double>(c.correct);
     mine[2] += static_cast<double>(c.rows);
   }
-  std::vector<double> all(mine.begin(), mine.end());
-  if (multiprocess()) {
-    all = between_processes<std::vector<double>>([&] {
-      return mpi::allgather_doubles(mine, options_.collective_timeout,
-                                    "evaluate: combining the processes' counts",
-                                    processes_->channel());
-    });
-  }
+  const std::vector<double> sums = processes_->sum_over_processes(
+      mine, "evaluate: combining the processes' counts", failure_, failure_kind_);
   EvalResult result;
-  double loss_sum = 0;
-  int64_t correct = 0;
-  for (size_t p = 0; p < all.size(); p += 3) {
-    loss_sum += all[p];
-    correct += static_cast<int64_t>(all[p + 1]);
-    result.examples += static_cast<int64_t>(all[p + 2]);
-  }
+  const double loss_sum = sums[0];
+  const auto correct = static_cast<int64_t>(sums[1]);
+  result.examples = static_cast<int64_t>(sums[2]);
   result.loss = loss_sum / static_cast<double>(result.examples);
   result.accuracy = static_cast<double>(correct) / static_cast<double>(result.examples);
   return result;

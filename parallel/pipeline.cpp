@@ -282,11 +282,7 @@ std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) const 
 
 void Pipeline::Impl::fail(const Failure& first, const std::string& stuck, const char* what) {
   // Another process failed first: every process ends with its error, word for word.
-  if (std::optional<mpi::FailureNotice> notice = processes_->notice()) {
-    failure_ = notice->message;
-    failure_kind_ = notice->kind;
-    LS_THROW_AS(failure_kind_, failure_);
-  }
+  processes_->raise_notice_if_any(failure_, failure_kind_);
   if (!stuck.empty()) {
     failure_ =
         processes_->prefix() + "pipeline " + what + " " + std::to_string(steps_ + 1) + ": " + stuck;
@@ -339,18 +335,12 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
     if (static_cast<int>(i) % p == p - 1) loss_sum += outcomes[i].loss_sum;
     nonfinite = nonfinite || outcomes[i].nonfinite != 0;
   }
-  if (processes_->several()) {  // every process's last stages, in process order
-    const std::array<double, 2> mine{loss_sum, nonfinite ? 1.0 : 0.0};
-    const std::vector<double> all = between_processes([&] {
-      return mpi::allgather_doubles(mine, options_.timeout, "step: combining the processes' losses",
-                                    processes_->channel());
-    });
-    loss_sum = 0;
-    for (size_t q = 0; q < all.size(); q += 2) {
-      loss_sum += all[q];
-      nonfinite = nonfinite || all[q + 1] != 0;
-    }
-  }
+  // Every process's last stages, in process order; any non-finite stage skips everywhere.
+  const std::array<double, 2> mine{loss_sum, nonfinite ? 1.0 : 0.0};
+  const std::vector<double> sums = processes_->sum_over_processes(
+      mine, "step: combining the processes' losses", failure_, failure_kind_);
+  loss_sum = sums[0];
+  nonfinite = sums[1] > 0;
   const float loss = static_cast<float>(loss_sum / static_cast<double>(global_labels));
   const bool skipped = nonfinite || !std::isfinite(loss);
   run_on_stages([skipped](PipelineStage& stage) { stage.step(!skipped); }, "optimizer step");
@@ -392,22 +382,12 @@ EvalResult Pipeline::Impl::evaluate(const data::Dataset& dataset, int64_t batch_
     mine[1] += static_cast<double>(c.correct);
     mine[2] += static_cast<double>(c.rows);
   }
-  std::vector<double> all(mine.begin(), mine.end());
-  if (processes_->several()) {
-    all = between_processes([&] {
-      return mpi::allgather_doubles(mine, options_.timeout,
-                                    "evaluate: combining the processes' counts",
-                                    processes_->channel());
-    });
-  }
+  const std::vector<double> sums = processes_->sum_over_processes(
+      mine, "evaluate: combining the processes' counts", failure_, failure_kind_);
   EvalResult result;
-  double loss_sum = 0;
-  int64_t correct = 0;
-  for (size_t q = 0; q < all.size(); q += 3) {
-    loss_sum += all[q];
-    correct += static_cast<int64_t>(all[q + 1]);
-    result.examples += static_cast<int64_t>(all[q + 2]);
-  }
+  const double loss_sum = sums[0];
+  const auto correct = static_cast<int64_t>(sums[1]);
+  result.examples = static_cast<int64_t>(sums[2]);
   LS_CHECK(result.examples > 0, "evaluate: every label of '", dataset.name,
            "' is kIgnoreLabel; there is nothing to evaluate");
   result.loss = loss_sum / static_cast<double>(result.examples);

@@ -67,11 +67,6 @@ class Pipeline::Impl {
   void drain_all();
   void destroy_stages();
   std::string where(int index) const;  // "stage 1 on host:1" (with "of pipeline r" if several)
-  // An exchange between the processes that fails the run when it throws (ProcessGroup).
-  template <typename F>
-  auto between_processes(F&& exchange) -> decltype(exchange()) {
-    return processes_->failing_run(std::forward<F>(exchange), failure_, failure_kind_);
-  }
   // Runs job on stage `index`'s thread and waits (reads and checkpoints; errors propagate).
   void run_on(int index, const std::function<void(PipelineStage&)>& job) {
     threads_[static_cast<size_t>(index)]->post([&] { job(*stages_[static_cast<size_t>(index)]); }).get();

@@ -27,6 +27,24 @@ void ProcessGroup::post(ErrorKind kind, const std::string& message) {
   if (channel_) channel_->post(kind, message);
 }
 
+std::vector<double> ProcessGroup::sum_over_processes(std::span<const double> mine, const char* what,
+                                                     std::string& failure, ErrorKind& kind) {
+  if (!several()) return {mine.begin(), mine.end()};
+  const std::vector<double> all = failing_run(
+      [&] { return mpi::allgather_doubles(mine, timeout_, what, channel()); }, failure, kind);
+  std::vector<double> sums(mine.size(), 0.0);
+  for (size_t i = 0; i < all.size(); ++i) sums[i % mine.size()] += all[i];
+  return sums;
+}
+
+void ProcessGroup::raise_notice_if_any(std::string& failure, ErrorKind& kind) {
+  if (std::optional<mpi::FailureNotice> n = notice()) {
+    failure = n->message;
+    kind = n->kind;
+    LS_THROW_AS(kind, failure);
+  }
+}
+
 std::string ProcessGroup::describe(const std::exception_ptr& error) {
   return describe_exception(error);
 }

@@ -17,7 +17,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "parallel/mpi/mpi_runtime.h"
@@ -55,6 +57,14 @@ class ProcessGroup {
   // run (see failing_run) only if it cannot complete; a read error leaves the run usable.
   void all_read(const std::exception_ptr& read_error, const std::string& dir, std::string& failure,
                 ErrorKind& kind);
+
+  // Each process's values added element-wise, in process order (the same sums in every process,
+  // bitwise); one process: `mine`. Fails the run like failing_run when the exchange cannot end.
+  std::vector<double> sum_over_processes(std::span<const double> mine, const char* what,
+                                         std::string& failure, ErrorKind& kind);
+  // When another process's failure notice has arrived: makes it the run's failure (`failure`,
+  // `kind`) and raises it, word for word. Returns otherwise.
+  void raise_notice_if_any(std::string& failure, ErrorKind& kind);
 
   // Runs `exchange` (a call between the processes); when it throws (a timeout, another
   // process's notice), the run's `failure` and `kind` record it, the other processes are told,

@@ -1,7 +1,8 @@
 // The scaling test's outputs: efficiencies, the table on stdout and the JSON document.
 //
-// compute_efficiency needs the 1-device run (resolve_device_counts guarantees it) and fills
-// each point's efficiency = samples_per_s(N) / (N * samples_per_s(1)).
+// compute_efficiency fills
+// each point's efficiency = per-device samples/s over the smallest run's (fewest devices, then
+// fewest processes; the 1-device run unless every run spans processes).
 // JSON schema (shared with bench/peers/pytorch_ddp.py): {"mode", "model", "backend", ...,
 // "runs": [{"devices", "samples_per_s", "per_device_samples_per_s", "efficiency",
 // "step_ms_median", "comm_exposed_ms", "final_loss", ...}]}.

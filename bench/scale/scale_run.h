@@ -42,7 +42,7 @@ struct ScalePoint {
   double wall_s = 0;           // the whole run, construction and warm-up included
   ls::DataParallel::StateBytes state_bytes;  // replica 0's parameters, gradients, optimizer state
   int64_t peak_bytes = 0;      // replica 0's allocator peak over the run
-  double efficiency = 0;       // filled by the report: samples_per_s / (N * samples_per_s(1))
+  double efficiency = 0;       // filled by the report: per-device rate / the smallest run's
 };
 
 // `world`: every process of it trains together on its local devices (every process calls

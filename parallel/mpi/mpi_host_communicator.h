@@ -35,7 +35,8 @@ class MpiHostCommunicator final : public DescribedCommunicator {
   void group_start() override { ++group_depth_; }
   void group_end() override;
   // Fails this process's clique: blocked and later collectives here throw "aborted". The other
-  // processes see a timeout (world-wide failure propagation is not built yet).
+  // processes see a timeout unless told otherwise (DataParallel and Pipeline post a failure
+  // notice to them: parallel/process_group.h).
   void abort() override;
   std::string waiting_for() const override;
 

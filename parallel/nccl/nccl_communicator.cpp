@@ -41,8 +41,13 @@
 // all of them (bounded), then ncclCommDestroy each. On error or timeout, and after an abort, the
 // remaining communicators are aborted instead (ncclCommDestroy could block on stuck work).
 // Across processes the clique is still this process's ranks: NCCL reclaims the communicators of
-// one process together (src/init.cc, commReclaim counts intraRanks, the ranks in this process)
-// and waits for no other process, so teardown stays per process.
+// one process together (src/init.cc, commReclaim counts intraRanks, the ranks in this process).
+// But NCCL's maintainers say recent versions may need every rank of a NODE to abort before any
+// abort returns (NVIDIA/nccl#863; PyTorch re-added aborting every intra-node rank for NCCL >
+// 2.19, pytorch#118692): with several processes on one node, an abort can wait for the other
+// processes' ranks. lockstep's failure notices make every process abort together, and the
+// programs end the job (MPI_Abort) on an error; a node-mate that is dead is the untested case
+// (compiled, not run on a GPU).
 #include "parallel/nccl/nccl_communicator.h"
 
 #include <nccl.h>

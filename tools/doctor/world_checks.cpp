@@ -219,13 +219,8 @@ std::chrono::milliseconds local_checks_limit(int gpus, std::chrono::milliseconds
 std::vector<std::string> exchange_strings(const World& world, const std::string& mine,
                                           std::chrono::milliseconds timeout,
                                           const std::string& what) {
-  std::vector<std::string> all;
-  for (int p = 0; p < world.size(); ++p) {
-    const std::string step = what + " (process " + to_string(p) + "'s part)";
-    all.push_back(
-        mpi::broadcast_string(p == world.rank() ? mine : std::string(), p, timeout, step.c_str()));
-  }
-  return all;
+  if (world.size() == 1) return {mine};
+  return mpi::allgather_string(mine, timeout, what.c_str());
 }
 
 std::string encode_facts(const ProcessFacts& facts) {

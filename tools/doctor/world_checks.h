@@ -55,8 +55,8 @@ Finding known_answer_world_all_reduce(const World& world, std::chrono::milliseco
 // bounded waits they are made of, added up, plus a minute for NVML, sysfs and the kernel log.
 std::chrono::milliseconds local_checks_limit(int gpus, std::chrono::milliseconds timeout);
 
-// Every process's `mine`, in process order: one mpi::broadcast_string per process, each bounded
-// by `timeout`. Collective; `what` names it in a timeout's message.
+// Every process's `mine`, in process order (mpi::allgather_string), bounded by `timeout`.
+// Collective; `what` names it in a timeout's message.
 std::vector<std::string> exchange_strings(const World& world, const std::string& mine,
                                           std::chrono::milliseconds timeout,
                                           const std::string& what);
