@@ -90,7 +90,7 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
   if (sharded && multiprocess()) gather_optimizer_ranges(state, shard_size);
   // Process 0 writes; every process then returns its result or raises its error.
   return processes_->on_process_zero([&] { return commit(dir, position, retention, state); },
-                                     "save: process 0's checkpoint result",
+                                     "save: waiting for process 0 to write the checkpoint (a slow disk needs a longer collective timeout)",
                                      "process 0 could not save the checkpoint: ", failure_,
                                      failure_kind_);
 }

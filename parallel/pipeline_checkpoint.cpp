@@ -42,7 +42,7 @@ std::string Pipeline::Impl::save(const std::string& dir, const TrainingPosition&
   // Process 0 writes (its first pipeline holds the whole model); every process returns its
   // result or raises its error.
   return processes_->on_process_zero(
-      [&] { return commit(dir, position, retention); }, "save: process 0's checkpoint result",
+      [&] { return commit(dir, position, retention); }, "save: waiting for process 0 to write the checkpoint (a slow disk needs a longer collective timeout)",
       "process 0 could not save the checkpoint: ", failure_, failure_kind_);
 }
 
