@@ -151,16 +151,9 @@ std::string DataParallel::Impl::commit(const std::string& dir, const TrainingPos
 
 TrainingPosition DataParallel::Impl::load(const std::string& dir) {
   check_usable("load");
-  // Every process reads DIR itself; all of them load, or none does (a process that cannot read
-  // it raises its own error, the others name it).
-  checkpoint::LoadedCheckpoint loaded;
-  std::exception_ptr read_error;
-  try {
-    loaded = checkpoint::load_checkpoint(dir);
-  } catch (...) {
-    read_error = std::current_exception();
-  }
-  processes_->all_read(read_error, dir, failure_, failure_kind_);
+  // Every process reads DIR itself; all load, or none.
+  const checkpoint::LoadedCheckpoint loaded =
+      processes_->read_checkpoint(dir, failure_, failure_kind_);
   HostState state = run_on<HostState>(0, [](Replica& r) {
     HostState s;
     s.parameters = r.store().parameters();

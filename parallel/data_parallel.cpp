@@ -372,23 +372,7 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
             replica.evaluate(rows, batch_size);
       },
       "evaluate");
-  // This process's counts in replica order, then every process's in process order: the same
-  // sums in every process. Counts below 2^53 are exact in a double.
-  std::array<double, 3> mine{};
-  for (const EvalCounts& c : counts) {
-    mine[0] += c.loss_sum;
-    mine[1] += static_cast<double>(c.correct);
-    mine[2] += static_cast<double>(c.rows);
-  }
-  const std::vector<double> sums = processes_->sum_over_processes(
-      mine, "evaluate: combining the processes' counts", failure_, failure_kind_);
-  EvalResult result;
-  const double loss_sum = sums[0];
-  const auto correct = static_cast<int64_t>(sums[1]);
-  result.examples = static_cast<int64_t>(sums[2]);
-  result.loss = loss_sum / static_cast<double>(result.examples);
-  result.accuracy = static_cast<double>(correct) / static_cast<double>(result.examples);
-  return result;
+  return combine_eval_counts(counts, *processes_, failure_, failure_kind_);
 }
 
 std::vector<float> DataParallel::Impl::parameters(int replica) {

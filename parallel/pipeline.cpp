@@ -374,24 +374,11 @@ EvalResult Pipeline::Impl::evaluate(const data::Dataset& dataset, int64_t batch_
         if (rows.rows > 0) counts[static_cast<size_t>(index)] = stage.evaluate(rows, batch_size);
       },
       "evaluate");
-  // The last stages' counts in pipeline order, then every process's in process order.
-  std::array<double, 3> mine{};
-  for (int r = 0; r < local; ++r) {
-    const EvalCounts& c = counts[static_cast<size_t>(r * p + p - 1)];
-    mine[0] += c.loss_sum;
-    mine[1] += static_cast<double>(c.correct);
-    mine[2] += static_cast<double>(c.rows);
-  }
-  const std::vector<double> sums = processes_->sum_over_processes(
-      mine, "evaluate: combining the processes' counts", failure_, failure_kind_);
-  EvalResult result;
-  const double loss_sum = sums[0];
-  const auto correct = static_cast<int64_t>(sums[1]);
-  result.examples = static_cast<int64_t>(sums[2]);
+  std::vector<EvalCounts> last_stages;  // in pipeline order
+  for (int r = 0; r < local; ++r) last_stages.push_back(counts[static_cast<size_t>(r * p + p - 1)]);
+  const EvalResult result = combine_eval_counts(last_stages, *processes_, failure_, failure_kind_);
   LS_CHECK(result.examples > 0, "evaluate: every label of '", dataset.name,
            "' is kIgnoreLabel; there is nothing to evaluate");
-  result.loss = loss_sum / static_cast<double>(result.examples);
-  result.accuracy = static_cast<double>(correct) / static_cast<double>(result.examples);
   return result;
 }
 

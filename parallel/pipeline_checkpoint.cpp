@@ -103,14 +103,8 @@ std::string Pipeline::Impl::commit(const std::string& dir, const TrainingPositio
 TrainingPosition Pipeline::Impl::load(const std::string& dir) {
   LS_CHECK(failure_.empty(), "cannot load: a stage failed earlier (", failure_, ")");
   // Every process reads DIR itself; all load, or none.
-  checkpoint::LoadedCheckpoint loaded;
-  std::exception_ptr read_error;
-  try {
-    loaded = checkpoint::load_checkpoint(dir);
-  } catch (...) {
-    read_error = std::current_exception();
-  }
-  processes_->all_read(read_error, dir, failure_, failure_kind_);
+  const checkpoint::LoadedCheckpoint loaded =
+      processes_->read_checkpoint(dir, failure_, failure_kind_);
   std::string optimizer;
   size_t states = 0;
   run_on(0, [&](PipelineStage& stage) {

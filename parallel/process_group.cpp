@@ -50,8 +50,15 @@ std::string ProcessGroup::describe(const std::exception_ptr& error) {
 }
 ErrorKind ProcessGroup::kind_of(const std::exception_ptr& error) { return error_kind_of(error); }
 
-void ProcessGroup::all_read(const std::exception_ptr& read_error, const std::string& dir,
-                            std::string& failure, ErrorKind& kind) {
+checkpoint::LoadedCheckpoint ProcessGroup::read_checkpoint(const std::string& dir,
+                                                           std::string& failure, ErrorKind& kind) {
+  checkpoint::LoadedCheckpoint loaded;
+  std::exception_ptr read_error;
+  try {
+    loaded = checkpoint::load_checkpoint(dir);
+  } catch (...) {
+    read_error = std::current_exception();
+  }
   if (several()) {
     const std::vector<int> failed = failing_run(
         [&] {
@@ -68,6 +75,7 @@ void ProcessGroup::all_read(const std::exception_ptr& read_error, const std::str
     }
   }
   if (read_error) std::rethrow_exception(read_error);
+  return loaded;
 }
 
 std::string ProcessGroup::on_process_zero(const std::function<std::string()>& commit,

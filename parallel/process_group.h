@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/model/checkpoint/checkpoint.h"
 #include "parallel/mpi/mpi_runtime.h"
 #include "parallel/world.h"
 
@@ -51,12 +52,12 @@ class ProcessGroup {
   // commit error leaves the run usable; an exchange that cannot complete fails it (failing_run).
   std::string on_process_zero(const std::function<std::string()>& commit, const char* what,
                               const std::string& who, std::string& failure, ErrorKind& kind);
-  // After each process tried to read checkpoint `dir` (`read_error`: its failure, or null):
-  // returns when every process read it, else raises this process's own error or one naming
-  // the process that could not (kind io). All processes load, or none. The exchange fails the
-  // run (see failing_run) only if it cannot complete; a read error leaves the run usable.
-  void all_read(const std::exception_ptr& read_error, const std::string& dir, std::string& failure,
-                ErrorKind& kind);
+  // Checkpoint `dir` read by every process itself: returns it when every process could read it,
+  // else raises this process's own error or one naming the process that could not (kind io):
+  // all processes load, or none. An exchange that cannot complete fails the run (failing_run);
+  // a read error leaves it usable.
+  checkpoint::LoadedCheckpoint read_checkpoint(const std::string& dir, std::string& failure,
+                                               ErrorKind& kind);
 
   // Each process's values added element-wise, in process order (the same sums in every process,
   // bitwise); one process: `mine`. Fails the run like failing_run when the exchange cannot end.

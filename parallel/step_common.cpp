@@ -1,7 +1,28 @@
 // Shared step helpers (see parallel/step_common.h).
 #include "parallel/step_common.h"
 
+#include <array>
+
+#include "parallel/process_group.h"
+
 namespace ls {
+
+EvalResult combine_eval_counts(const std::vector<EvalCounts>& counts, ProcessGroup& processes,
+                               std::string& failure, ErrorKind& kind) {
+  std::array<double, 3> mine{};
+  for (const EvalCounts& c : counts) {
+    mine[0] += c.loss_sum;
+    mine[1] += static_cast<double>(c.correct);
+    mine[2] += static_cast<double>(c.rows);
+  }
+  const std::vector<double> sums = processes.sum_over_processes(
+      mine, "evaluate: combining the processes' counts", failure, kind);
+  EvalResult result;
+  result.examples = static_cast<int64_t>(sums[2]);
+  result.loss = sums[0] / static_cast<double>(result.examples);
+  result.accuracy = sums[1] / static_cast<double>(result.examples);
+  return result;
+}
 
 std::string describe_exception(const std::exception_ptr& error) {
   try {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "engine/model/data/dataset.h"
@@ -18,6 +19,15 @@ std::string describe_exception(const std::exception_ptr& error);
 // The kind of a worker's error; anything not an ls::Error came from user code (a model or a
 // factory) and is reported as internal.
 ErrorKind error_kind_of(const std::exception_ptr& error);
+
+class ProcessGroup;  // parallel/process_group.h
+
+// The evaluation result from this process's counts (in order) and, across processes, every
+// process's sums added in process order: the same result in every process. Counts stay exact
+// in doubles below 2^53. Throws (failing the run through `failure`, `kind`) if the exchange
+// cannot complete.
+EvalResult combine_eval_counts(const std::vector<EvalCounts>& counts, ProcessGroup& processes,
+                               std::string& failure, ErrorKind& kind);
 
 // A batch's arrays must agree with its size, features and label width before any worker reads
 // them. Returns the features per example (features == 0: inferred from the inputs).

@@ -56,6 +56,19 @@ data::Batch token_batch(int64_t size, uint32_t seed) {
   return b;
 }
 
+// A batch's rows as a data set (for evaluate).
+data::Dataset dataset_of(const data::Batch& rows) {
+  data::Dataset dataset;
+  dataset.name = "tokens";
+  dataset.count = rows.size;
+  dataset.features = rows.features;
+  dataset.label_width = rows.label_width;
+  dataset.classes = testing::tiny_gpt_config().vocab;
+  dataset.tokens = rows.tokens;
+  dataset.labels = rows.labels;
+  return dataset;
+}
+
 // 24 rows: divides by every replica count the registered shapes give (2, 3, 4, 6).
 constexpr int64_t kBatch = 24;
 
@@ -150,14 +163,7 @@ TEST(MpiTraining, SameWorldShapeIsBitwiseRepeatable) {
 TEST(MpiTraining, EvaluationCountsEveryExampleOnce) {
   barrier();
   const data::Batch rows = token_batch(37, 7);  // not a multiple of the replica count
-  data::Dataset dataset;
-  dataset.name = "tokens";
-  dataset.count = rows.size;
-  dataset.features = rows.features;
-  dataset.label_width = rows.label_width;
-  dataset.classes = testing::tiny_gpt_config().vocab;
-  dataset.tokens = rows.tokens;
-  dataset.labels = rows.labels;
+  const data::Dataset dataset = dataset_of(rows);
   DataParallel across = world_run();
   train(across, 2);
   const EvalResult world = across.evaluate(dataset, 4);
@@ -246,14 +252,7 @@ TEST(MpiPipeline, MatchesOneProcessDrivingEveryDevice) {
     flat.insert(flat.end(), p.values.begin(), p.values.end());
   EXPECT_TRUE(same_on_every_process(flat)) << "pipelines drifted apart";
   const data::Batch rows = token_batch(29, 9);
-  data::Dataset dataset;
-  dataset.name = "tokens";
-  dataset.count = rows.size;
-  dataset.features = rows.features;
-  dataset.label_width = rows.label_width;
-  dataset.classes = testing::tiny_gpt_config().vocab;
-  dataset.tokens = rows.tokens;
-  dataset.labels = rows.labels;
+  const data::Dataset dataset = dataset_of(rows);
   const EvalResult e1 = across.evaluate(dataset, 4), e2 = alone.evaluate(dataset, 4);
   EXPECT_EQ(e1.examples, e2.examples);
   EXPECT_NEAR(e1.loss, e2.loss, 1e-5 * e2.loss);
