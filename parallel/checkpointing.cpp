@@ -90,9 +90,9 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
   if (sharded && multiprocess()) gather_optimizer_ranges(state, shard_size);
   // Process 0 writes; every process then returns its result or raises its error.
   return processes_->on_process_zero([&] { return commit(dir, position, retention, state); },
-                                     "save: waiting for process 0 to write the checkpoint (a slow disk needs a longer collective timeout)",
-                                     "process 0 could not save the checkpoint: ", failure_,
-                                     failure_kind_);
+                                     "save: waiting for process 0 to write the checkpoint (a slow "
+                                     "disk needs a longer collective timeout)",
+                                     "process 0 could not save the checkpoint: ");
 }
 
 // Sharded, several processes: process p holds the ranges of replicas first_replica(p).. (one
@@ -152,8 +152,7 @@ std::string DataParallel::Impl::commit(const std::string& dir, const TrainingPos
 TrainingPosition DataParallel::Impl::load(const std::string& dir) {
   check_usable("load");
   // Every process reads DIR itself; all load, or none.
-  const checkpoint::LoadedCheckpoint loaded =
-      processes_->read_checkpoint(dir, failure_, failure_kind_);
+  const checkpoint::LoadedCheckpoint loaded = processes_->read_checkpoint(dir);
   HostState state = run_on<HostState>(0, [](Replica& r) {
     HostState s;
     s.parameters = r.store().parameters();

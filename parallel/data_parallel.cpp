@@ -98,7 +98,7 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
   LS_CHECK(!devices_.empty(), "DataParallel needs at least one device");
   first_replica_ = world_ != nullptr ? world_->first_replica(world_->rank()) : 0;
   replicas_total_ = world_ != nullptr ? world_->replicas() : static_cast<int>(devices_.size());
-  processes_ = std::make_unique<ProcessGroup>(world_, options_.collective_timeout);
+  processes_ = std::make_unique<ProcessGroup>(world_, options_.collective_timeout, failure_);
   LS_CHECK(options_.accumulate >= 1, "accumulate must be >= 1 micro-batch, got ",
            options_.accumulate);
   LS_CHECK(model != nullptr && optimizer != nullptr,
@@ -197,7 +197,7 @@ std::vector<ReplicaProgress> DataParallel::Impl::progress() const {
 // ---- running a job on every replica ----------------------------------------------------------
 
 void DataParallel::Impl::check_usable(const char* what) const {
-  LS_CHECK(failure_.empty(), "cannot ", what, ": a replica failed earlier (", failure_,
+  LS_CHECK(!failure_.failed(), "cannot ", what, ": a replica failed earlier (", failure_.message,
            "); destroy this DataParallel and build a new one");
 }
 
@@ -283,19 +283,17 @@ std::string DataParallel::Impl::watch(std::vector<std::future<void>>& jobs,
 void DataParallel::Impl::fail(const Failure& first, const std::string& stuck, const char* what) {
   // Another process failed first: every process ends with that process's error, word for word
   // (this process's replicas then only saw their collectives aborted).
-  processes_->raise_notice_if_any(failure_, failure_kind_);
+  processes_->raise_notice_if_any();
   if (!stuck.empty()) {
-    failure_ = processes_->prefix() + what + " " + std::to_string(steps_ + 1) + ": " + stuck;
-    failure_kind_ = ErrorKind::kTimeout;
-  } else {
-    failure_ = processes_->prefix() + "replica " + std::to_string(first_replica_ + first.replica) +
-               " on " + devices_[static_cast<size_t>(first.replica)].str() + " failed in " + what +
-               " (step " + std::to_string(steps_ + 1) + ", " + phase_name(first.phase) +
-               "): " + describe_exception(first.error);
-    failure_kind_ = error_kind_of(first.error);
+    processes_->fail(ErrorKind::kTimeout,
+                     processes_->prefix() + what + " " + std::to_string(steps_ + 1) + ": " + stuck);
   }
-  notify_other_processes();
-  LS_THROW_AS(failure_kind_, failure_);
+  processes_->fail(error_kind_of(first.error),
+                   processes_->prefix() + "replica " +
+                       std::to_string(first_replica_ + first.replica) + " on " +
+                       devices_[static_cast<size_t>(first.replica)].str() + " failed in " + what +
+                       " (step " + std::to_string(steps_ + 1) + ", " + phase_name(first.phase) +
+                       "): " + describe_exception(first.error));
 }
 
 void DataParallel::Impl::check_replica(int replica) const {
@@ -347,12 +345,13 @@ StepResult DataParallel::Impl::step(const data::Batch& batch) {
   }
   ++skipped_total_;
   if (++consecutive_skips_ >= options_.max_consecutive_skips) {
-    failure_ = std::to_string(consecutive_skips_) + " steps in a row (up to step " +
-               std::to_string(steps_) + ") had non-finite loss or gradients (last: loss " +
-               std::to_string(result.loss) + ", " + std::to_string(outcome.nonfinite) +
-               " non-finite gradient values); lower the learning rate or check the data";
-    failure_kind_ = ErrorKind::kNonFinite;
-    LS_THROW_AS(failure_kind_, failure_);
+    // Every process takes this decision alike (the loss and counts are all-reduced).
+    processes_->fail(ErrorKind::kNonFinite,
+                     processes_->prefix() + std::to_string(consecutive_skips_) +
+                         " steps in a row (up to step " + std::to_string(steps_) +
+                         ") had non-finite loss or gradients (last: loss " +
+                         std::to_string(result.loss) + ", " + std::to_string(outcome.nonfinite) +
+                         " non-finite gradient values); lower the learning rate or check the data");
   }
   return result;
 }
@@ -372,7 +371,7 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
             replica.evaluate(rows, batch_size);
       },
       "evaluate");
-  return combine_eval_counts(counts, *processes_, failure_, failure_kind_);
+  return combine_eval_counts(counts, *processes_);
 }
 
 std::vector<float> DataParallel::Impl::parameters(int replica) {

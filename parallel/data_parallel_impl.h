@@ -92,9 +92,8 @@ class DataParallel::Impl {
   // An exchange between the processes that fails the run when it throws (ProcessGroup).
   template <typename T>
   T between_processes(const std::function<T()>& exchange) {
-    return processes_->failing_run(exchange, failure_, failure_kind_);
+    return processes_->failing_run(exchange);
   }
-  void notify_other_processes() { processes_->post(failure_kind_, failure_); }
   // Checkpoints (parallel/checkpointing.cpp).
   void gather_optimizer_ranges(HostState& state, int64_t shard_size);
   std::string commit(const std::string& dir, const TrainingPosition& position,
@@ -119,8 +118,7 @@ class DataParallel::Impl {
   int64_t steps_ = 0;
   int64_t skipped_total_ = 0;
   int consecutive_skips_ = 0;
-  std::string failure_;  // set once a replica has failed; every later call raises it
-  ErrorKind failure_kind_ = ErrorKind::kInternal;
+  RunFailure failure_;  // set once a replica has failed; every later call raises it
   std::unique_ptr<TelemetryRecorder> telemetry_;  // when options_.telemetry_path is set
   std::unique_ptr<ProcessGroup> processes_;       // the other processes of world_ (if any)
 };

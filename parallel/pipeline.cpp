@@ -49,7 +49,7 @@ Pipeline::Impl::Impl(const World* world, std::vector<Device> devices, const Mode
     first_pipeline_ = world_->first_replica(world_->rank()) / options_.stages;
     pipelines_total_ = world_->replicas() / options_.stages;
   }
-  processes_ = std::make_unique<ProcessGroup>(world_, options_.timeout);
+  processes_ = std::make_unique<ProcessGroup>(world_, options_.timeout, failure_);
   plan(model);
   schedule_ = pipeline_schedule(options_.stages, options_.micro_batches, options_.schedule);
   build_stages(model, optimizer);
@@ -168,7 +168,7 @@ void Pipeline::Impl::drain_all() {
 
 void Pipeline::Impl::run_on_stages(const std::function<void(PipelineStage&)>& job,
                                    const char* what) {
-  LS_CHECK(failure_.empty(), "cannot ", what, ": a stage failed earlier (", failure_,
+  LS_CHECK(!failure_.failed(), "cannot ", what, ": a stage failed earlier (", failure_.message,
            "); destroy this Pipeline and build a new one");
   std::mutex mutex;
   Failure first;
@@ -282,21 +282,17 @@ std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) const 
 
 void Pipeline::Impl::fail(const Failure& first, const std::string& stuck, const char* what) {
   // Another process failed first: every process ends with its error, word for word.
-  processes_->raise_notice_if_any(failure_, failure_kind_);
+  processes_->raise_notice_if_any();
   if (!stuck.empty()) {
-    failure_ =
-        processes_->prefix() + "pipeline " + what + " " + std::to_string(steps_ + 1) + ": " + stuck;
-    failure_kind_ = ErrorKind::kTimeout;
-  } else {
-    std::string position = stage_phase_name(first.phase);
-    if (first.micro_batch >= 0) position += " of micro-batch " + std::to_string(first.micro_batch);
-    failure_ = processes_->prefix() + where(first.stage) + " failed in pipeline " + what + " " +
-               std::to_string(steps_ + 1) + " (" + position +
-               "): " + describe_exception(first.error);
-    failure_kind_ = error_kind_of(first.error);
+    processes_->fail(ErrorKind::kTimeout, processes_->prefix() + "pipeline " + what + " " +
+                                              std::to_string(steps_ + 1) + ": " + stuck);
   }
-  processes_->post(failure_kind_, failure_);
-  LS_THROW_AS(failure_kind_, failure_);
+  std::string position = stage_phase_name(first.phase);
+  if (first.micro_batch >= 0) position += " of micro-batch " + std::to_string(first.micro_batch);
+  processes_->fail(error_kind_of(first.error), processes_->prefix() + where(first.stage) +
+                                                   " failed in pipeline " + what + " " +
+                                                   std::to_string(steps_ + 1) + " (" + position +
+                                                   "): " + describe_exception(first.error));
 }
 
 // ---- the step --------------------------------------------------------------------------------
@@ -337,8 +333,8 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   }
   // Every process's last stages, in process order; any non-finite stage skips everywhere.
   const std::array<double, 2> mine{loss_sum, nonfinite ? 1.0 : 0.0};
-  const std::vector<double> sums = processes_->sum_over_processes(
-      mine, "step: combining the processes' losses", failure_, failure_kind_);
+  const std::vector<double> sums =
+      processes_->sum_over_processes(mine, "step: combining the processes' losses");
   loss_sum = sums[0];
   nonfinite = sums[1] > 0;
   const float loss = static_cast<float>(loss_sum / static_cast<double>(global_labels));
@@ -376,7 +372,7 @@ EvalResult Pipeline::Impl::evaluate(const data::Dataset& dataset, int64_t batch_
       "evaluate");
   std::vector<EvalCounts> last_stages;  // in pipeline order
   for (int r = 0; r < local; ++r) last_stages.push_back(counts[static_cast<size_t>(r * p + p - 1)]);
-  const EvalResult result = combine_eval_counts(last_stages, *processes_, failure_, failure_kind_);
+  const EvalResult result = combine_eval_counts(last_stages, *processes_);
   LS_CHECK(result.examples > 0, "evaluate: every label of '", dataset.name,
            "' is kIgnoreLabel; there is nothing to evaluate");
   return result;
@@ -397,7 +393,8 @@ std::vector<DataParallel::NamedParameter> Pipeline::Impl::named_parameters() {
 
 std::vector<DataParallel::NamedParameter> Pipeline::Impl::stage_parameters(int pipeline,
                                                                            int stage) {
-  LS_CHECK(failure_.empty(), "cannot read parameters: a stage failed earlier (", failure_, ")");
+  LS_CHECK(!failure_.failed(), "cannot read parameters: a stage failed earlier (", failure_.message,
+           ")");
   LS_CHECK(pipeline >= 0 && pipeline < local_pipelines() && stage >= 0 && stage < options_.stages,
            "stage_parameters: pipeline ", pipeline, " stage ", stage,
            " does not exist; this "

@@ -38,12 +38,13 @@ std::span<const std::byte> bytes_of(const std::vector<float>& v) {
 
 std::string Pipeline::Impl::save(const std::string& dir, const TrainingPosition& position,
                                  const CheckpointRetention& retention) {
-  LS_CHECK(failure_.empty(), "cannot save: a stage failed earlier (", failure_, ")");
+  LS_CHECK(!failure_.failed(), "cannot save: a stage failed earlier (", failure_.message, ")");
   // Process 0 writes (its first pipeline holds the whole model); every process returns its
   // result or raises its error.
-  return processes_->on_process_zero(
-      [&] { return commit(dir, position, retention); }, "save: waiting for process 0 to write the checkpoint (a slow disk needs a longer collective timeout)",
-      "process 0 could not save the checkpoint: ", failure_, failure_kind_);
+  return processes_->on_process_zero([&] { return commit(dir, position, retention); },
+                                     "save: waiting for process 0 to write the checkpoint (a slow "
+                                     "disk needs a longer collective timeout)",
+                                     "process 0 could not save the checkpoint: ");
 }
 
 std::string Pipeline::Impl::commit(const std::string& dir, const TrainingPosition& position,
@@ -101,10 +102,9 @@ std::string Pipeline::Impl::commit(const std::string& dir, const TrainingPositio
 }
 
 TrainingPosition Pipeline::Impl::load(const std::string& dir) {
-  LS_CHECK(failure_.empty(), "cannot load: a stage failed earlier (", failure_, ")");
+  LS_CHECK(!failure_.failed(), "cannot load: a stage failed earlier (", failure_.message, ")");
   // Every process reads DIR itself; all load, or none.
-  const checkpoint::LoadedCheckpoint loaded =
-      processes_->read_checkpoint(dir, failure_, failure_kind_);
+  const checkpoint::LoadedCheckpoint loaded = processes_->read_checkpoint(dir);
   std::string optimizer;
   size_t states = 0;
   run_on(0, [&](PipelineStage& stage) {

@@ -90,8 +90,7 @@ class Pipeline::Impl {
   int64_t steps_ = 0;
   int64_t skipped_total_ = 0;
   PipelineStepStats stats_;
-  std::string failure_;
-  ErrorKind failure_kind_ = ErrorKind::kInternal;
+  RunFailure failure_;  // set once a stage has failed; every later call raises it
 };
 
 }  // namespace ls

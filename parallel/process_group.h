@@ -28,11 +28,19 @@
 
 namespace ls {
 
+// A run's failure: once set, the run is unusable and every later call raises it.
+struct RunFailure {
+  std::string message;  // "" while the run is usable
+  ErrorKind kind = ErrorKind::kInternal;
+  bool failed() const { return !message.empty(); }
+};
+
 class ProcessGroup {
  public:
   // Collective over the processes of `world` when it has several: every process makes its
-  // runs' groups in the same order (each takes the next failure-notice tag).
-  ProcessGroup(const World* world, std::chrono::milliseconds timeout);
+  // runs' groups in the same order (each takes the next failure-notice tag). `failure` is the
+  // run's, which the calls below set when the run fails; it must outlive this object.
+  ProcessGroup(const World* world, std::chrono::milliseconds timeout, RunFailure& failure);
 
   bool several() const { return world_ != nullptr && world_->size() > 1; }
   const World* world() const { return world_; }
@@ -44,51 +52,48 @@ class ProcessGroup {
   std::string prefix() const;
   // Another process's failure, once one has arrived (tests for it, non-blocking).
   std::optional<mpi::FailureNotice> notice();
-  // Sends this process's failure to the others (once; later calls do nothing).
-  void post(ErrorKind kind, const std::string& message);
+  // Fails the run: records (kind, message), tells the other processes (once) and raises it.
+  [[noreturn]] void fail(ErrorKind kind, std::string message);
 
   // Process 0 runs `commit`; every process returns its result, or raises its error (kind
   // kept) prefixed on the others with `who` ("process 0 could not save the checkpoint: "). A
   // commit error leaves the run usable; an exchange that cannot complete fails it (failing_run).
   std::string on_process_zero(const std::function<std::string()>& commit, const char* what,
-                              const std::string& who, std::string& failure, ErrorKind& kind);
+                              const std::string& who);
   // Checkpoint `dir` read by every process itself: returns it when every process could read it,
   // else raises this process's own error or one naming the process that could not (kind io):
   // all processes load, or none. An exchange that cannot complete fails the run (failing_run);
   // a read error leaves it usable.
-  checkpoint::LoadedCheckpoint read_checkpoint(const std::string& dir, std::string& failure,
-                                               ErrorKind& kind);
+  checkpoint::LoadedCheckpoint read_checkpoint(const std::string& dir);
 
   // Each process's values added element-wise, in process order (the same sums in every process,
   // bitwise); one process: `mine`. Fails the run like failing_run when the exchange cannot end.
-  std::vector<double> sum_over_processes(std::span<const double> mine, const char* what,
-                                         std::string& failure, ErrorKind& kind);
-  // When another process's failure notice has arrived: makes it the run's failure (`failure`,
-  // `kind`) and raises it, word for word. Returns otherwise.
-  void raise_notice_if_any(std::string& failure, ErrorKind& kind);
+  std::vector<double> sum_over_processes(std::span<const double> mine, const char* what);
+  // When another process's failure notice has arrived: makes it the run's failure and raises
+  // it, word for word. Returns otherwise.
+  void raise_notice_if_any();
 
   // Runs `exchange` (a call between the processes); when it throws (a timeout, another
-  // process's notice), the run's `failure` and `kind` record it, the other processes are told,
-  // and it is rethrown: the run is failed as by a replica's error.
+  // process's notice), the run fails with that error: recorded, told to the other processes
+  // and rethrown.
   template <typename F>
-  auto failing_run(F&& exchange, std::string& failure, ErrorKind& kind) -> decltype(exchange()) {
+  auto failing_run(F&& exchange) -> decltype(exchange()) {
     try {
       return exchange();
     } catch (...) {
-      failure = describe(std::current_exception());
-      kind = kind_of(std::current_exception());
-      post(kind, failure);
+      record(std::current_exception());
       throw;
     }
   }
 
  private:
-  static std::string describe(const std::exception_ptr& error);
-  static ErrorKind kind_of(const std::exception_ptr& error);
+  // Records `error` as the run's failure and tells the other processes.
+  void record(const std::exception_ptr& error);
 
   const World* world_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<mpi::FailureChannel> channel_;
+  RunFailure& failure_;
 };
 
 }  // namespace ls

@@ -7,16 +7,15 @@
 
 namespace ls {
 
-EvalResult combine_eval_counts(const std::vector<EvalCounts>& counts, ProcessGroup& processes,
-                               std::string& failure, ErrorKind& kind) {
+EvalResult combine_eval_counts(const std::vector<EvalCounts>& counts, ProcessGroup& processes) {
   std::array<double, 3> mine{};
   for (const EvalCounts& c : counts) {
     mine[0] += c.loss_sum;
     mine[1] += static_cast<double>(c.correct);
     mine[2] += static_cast<double>(c.rows);
   }
-  const std::vector<double> sums = processes.sum_over_processes(
-      mine, "evaluate: combining the processes' counts", failure, kind);
+  const std::vector<double> sums =
+      processes.sum_over_processes(mine, "evaluate: combining the processes' counts");
   EvalResult result;
   result.examples = static_cast<int64_t>(sums[2]);
   result.loss = sums[0] / static_cast<double>(result.examples);

@@ -24,10 +24,8 @@ class ProcessGroup;  // parallel/process_group.h
 
 // The evaluation result from this process's counts (in order) and, across processes, every
 // process's sums added in process order: the same result in every process. Counts stay exact
-// in doubles below 2^53. Throws (failing the run through `failure`, `kind`) if the exchange
-// cannot complete.
-EvalResult combine_eval_counts(const std::vector<EvalCounts>& counts, ProcessGroup& processes,
-                               std::string& failure, ErrorKind& kind);
+// in doubles below 2^53. Throws (failing the run) if the exchange cannot complete.
+EvalResult combine_eval_counts(const std::vector<EvalCounts>& counts, ProcessGroup& processes);
 
 // A batch's arrays must agree with its size, features and label width before any worker reads
 // them. Returns the features per example (features == 0: inferred from the inputs).
