@@ -133,20 +133,22 @@ void World::finalize() {
 }
 
 int World::local_device_count(int process) const {
-  LS_CHECK(process >= 0 && process < size_, "process ", process, " is not in this world of ", size_,
-           " processes (0..", size_ - 1, ")");
+  check_process(process);
   return counts_[static_cast<size_t>(process)];
 }
 
-const std::string& World::host_name(int process) const {
+void World::check_process(int process) const {
   LS_CHECK(process >= 0 && process < size_, "process ", process, " is not in this world of ", size_,
            " processes (0..", size_ - 1, ")");
+}
+
+const std::string& World::host_name(int process) const {
+  check_process(process);
   return host_names_[static_cast<size_t>(process)];
 }
 
 int World::first_replica(int process) const {
-  LS_CHECK(process >= 0 && process < size_, "process ", process, " is not in this world of ", size_,
-           " processes (0..", size_ - 1, ")");
+  check_process(process);
   return firsts_[static_cast<size_t>(process)];
 }
 

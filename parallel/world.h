@@ -72,6 +72,7 @@ class World {
  private:
   World() = default;
   void set_device_counts(std::vector<int> counts);
+  void check_process(int process) const;  // a usage error unless 0 <= process < size()
 
   int rank_ = 0;
   int size_ = 1;

@@ -31,6 +31,7 @@ struct Exchange {
   MPI_Request request = MPI_REQUEST_NULL;
   std::array<int64_t, 2> header{};  // {hash of what, value}
   std::vector<int64_t> headers;     // every process's
+  int rank = 0;                     // this process in the exchanges' communicator
   std::vector<char> send, recv;
   std::vector<int> counts, displacements;
 };
@@ -83,7 +84,7 @@ std::shared_ptr<Exchange> exchange_headers(int64_t value, std::chrono::milliseco
                                            const char* what, FailureChannel* notices) {
   auto x = std::make_shared<Exchange>();
   x->header = {static_cast<int64_t>(hash_of(what)), value};
-  int size = 1, rank = 0;
+  int size = 1;
   {
     std::lock_guard lock(mpi_mutex());
     LS_CHECK_AS(ErrorKind::kAborted, state().poisoned.empty(), what,
@@ -92,7 +93,7 @@ std::shared_ptr<Exchange> exchange_headers(int64_t value, std::chrono::milliseco
                 ") could not finish; this job cannot continue: end it and restart from the "
                 "last checkpoint");
     check(MPI_Comm_size(state().exchanges, &size), "MPI_Comm_size");
-    check(MPI_Comm_rank(state().exchanges, &rank), "MPI_Comm_rank");
+    check(MPI_Comm_rank(state().exchanges, &x->rank), "MPI_Comm_rank");
     x->headers.resize(2 * static_cast<size_t>(size));
     check(MPI_Iallgather(x->header.data(), 2, MPI_INT64_T, x->headers.data(), 2, MPI_INT64_T,
                          state().exchanges, &x->request),
@@ -101,7 +102,7 @@ std::shared_ptr<Exchange> exchange_headers(int64_t value, std::chrono::milliseco
   finish(x, timeout, what, notices);
   for (int p = 0; p < size; ++p) {
     LS_CHECK_AS(ErrorKind::kDesync, x->headers[2 * static_cast<size_t>(p)] == x->header[0],
-                "exchanges between processes out of step: process ", rank, " is at '", what,
+                "exchanges between processes out of step: process ", x->rank, " is at '", what,
                 "' but process ", p,
                 " is at another exchange; every process must make the same calls in the same "
                 "order (the same program, flags and data)");
@@ -113,16 +114,22 @@ int64_t value_of(const Exchange& x, int process) {
   return x.headers[2 * static_cast<size_t>(process) + 1];
 }
 
+// The v-collectives' layout from the headers' values (each process's element count): fills
+// x->counts and x->displacements, process-major, and returns the total.
+size_t layout_from_headers(Exchange& x, const char* what) {
+  size_t total = 0;
+  for (size_t p = 0; p < x.headers.size() / 2; ++p) {
+    x.displacements.push_back(checked_count(total, what));
+    x.counts.push_back(checked_count(static_cast<size_t>(value_of(x, static_cast<int>(p))), what));
+    total += static_cast<size_t>(x.counts.back());
+  }
+  return total;
+}
+
 // Every process's bytes (any count each, from the headers) into x->recv, process-major.
 void allgatherv_bytes(const std::shared_ptr<Exchange>& x, std::chrono::milliseconds timeout,
                       const char* what, FailureChannel* notices) {
-  const int size = static_cast<int>(x->headers.size() / 2);
-  size_t total = 0;
-  for (int p = 0; p < size; ++p) {
-    x->displacements.push_back(checked_count(total, what));
-    x->counts.push_back(checked_count(static_cast<size_t>(value_of(*x, p)), what));
-    total += static_cast<size_t>(x->counts.back());
-  }
+  const size_t total = layout_from_headers(*x, what);
   x->recv.assign(std::max<size_t>(total, 1), '\0');
   {
     std::lock_guard lock(mpi_mutex());
@@ -188,20 +195,10 @@ std::vector<std::vector<float>> gather_floats(std::span<const float> mine, int r
   const std::shared_ptr<Exchange> x =
       exchange_headers(checked_count(mine.size(), what), timeout, what, notices);
   const int size = static_cast<int>(x->headers.size() / 2);
-  int rank = 0;
-  {
-    std::lock_guard lock(mpi_mutex());
-    check(MPI_Comm_rank(state().exchanges, &rank), "MPI_Comm_rank");
-  }
   x->send.assign(reinterpret_cast<const char*>(mine.data()),
                  reinterpret_cast<const char*>(mine.data()) + mine.size_bytes());
-  size_t total = 0;
-  for (int p = 0; p < size; ++p) {
-    x->displacements.push_back(checked_count(total, what));
-    x->counts.push_back(static_cast<int>(value_of(*x, p)));
-    total += static_cast<size_t>(x->counts.back());
-  }
-  if (rank == root) x->recv.assign(std::max<size_t>(total, 1) * sizeof(float), '\0');
+  const size_t total = layout_from_headers(*x, what);
+  if (x->rank == root) x->recv.assign(std::max<size_t>(total, 1) * sizeof(float), '\0');
   {
     std::lock_guard lock(mpi_mutex());
     check(MPI_Igatherv(x->send.data(), static_cast<int>(mine.size()), MPI_FLOAT, x->recv.data(),
@@ -211,7 +208,7 @@ std::vector<std::vector<float>> gather_floats(std::span<const float> mine, int r
   }
   finish(x, timeout, what, notices);
   std::vector<std::vector<float>> out;
-  if (rank != root) return out;
+  if (x->rank != root) return out;
   const auto* all = reinterpret_cast<const float*>(x->recv.data());
   for (int p = 0; p < size; ++p) {
     out.emplace_back(
@@ -228,13 +225,8 @@ std::string broadcast_string(const std::string& text, int root, std::chrono::mil
   const std::shared_ptr<Exchange> x =
       exchange_headers(static_cast<int64_t>(text.size()), timeout, what, notices);
   const int length = checked_count(static_cast<size_t>(value_of(*x, root)), what);
-  int rank = 0;
-  {
-    std::lock_guard lock(mpi_mutex());
-    check(MPI_Comm_rank(state().exchanges, &rank), "MPI_Comm_rank");
-  }
   x->recv.assign(static_cast<size_t>(std::max(length, 1)), '\0');
-  if (rank == root) std::memcpy(x->recv.data(), text.data(), text.size());
+  if (x->rank == root) std::memcpy(x->recv.data(), text.data(), text.size());
   {
     std::lock_guard lock(mpi_mutex());
     check(MPI_Ibcast(x->recv.data(), length, MPI_CHAR, root, state().exchanges, &x->request),
