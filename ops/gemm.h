@@ -7,6 +7,9 @@
 // device. Bad arguments raise ls::Error at the call, naming the argument and its shape.
 // matmul_batched: the same on 3-D [batch, rows, cols] tensors, one product per leading index
 // (e.g. the per-head Q K^T and P V of attention).
+// precision (engine/core/precision.h): kBF16 / kF16 round every element of A and B to that type
+// before multiplying, with f32 accumulation and an f32 C (cuBLAS: 16-bit A and B, f32 C,
+// CUBLAS_COMPUTE_32F; host: the operands rounded, then an f32 GEMM). The inputs are not modified.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,7 @@
 #include <utility>
 
 #include "engine/core/error.h"
+#include "engine/core/precision.h"
 #include "ops/op_check.h"
 #include "ops/op_table.h"
 
@@ -24,13 +28,13 @@ struct GemmOps {
   // or, transposed, k x m (lda >= m); likewise B. beta == 0 overwrites C.
   void (*gemm)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-               int64_t ldc, Stream& stream) = nullptr;
+               int64_t ldc, Precision precision, Stream& stream) = nullptr;
   // For i in [0, batch): gemm above on A_i = a + i * stride_a, B_i = b + i * stride_b and
   // C_i = c + i * stride_c (the C_i must not overlap each other).
   void (*gemm_strided_batched)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                float alpha, const float* a, int64_t lda, int64_t stride_a,
                                const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,
-                               int64_t ldc, int64_t stride_c, int64_t batch,
+                               int64_t ldc, int64_t stride_c, int64_t batch, Precision precision,
                                Stream& stream) = nullptr;
 };
 
@@ -98,22 +102,24 @@ inline GemmDims check_matmul_batched(const Tensor& a, bool trans_a, const Tensor
 }  // namespace detail
 
 inline void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
-                   float alpha, float beta, Stream& stream) {
+                   float alpha, float beta, Stream& stream,
+                   Precision precision = Precision::kF32) {
   const detail::GemmDims d = detail::check_matmul(a, trans_a, b, trans_b, c, stream);
   op_entry(&GemmOps::gemm, "matmul", stream)(trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(),
                                              a.dim(1), b.f32(), b.dim(1), beta, c.f32(), c.dim(1),
-                                             stream);
+                                             precision, stream);
 }
 
 // For i in [0, batch): c[i] = alpha op(a[i]) op(b[i]) + beta c[i]; a, b, c are 3-D
 // [batch, rows, cols] and contiguous, each matrix checked as matmul checks it.
 inline void matmul_batched(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                            const Tensor& c, int64_t batch, float alpha, float beta,
-                           Stream& stream) {
+                           Stream& stream, Precision precision = Precision::kF32) {
   const detail::GemmDims d = detail::check_matmul_batched(a, trans_a, b, trans_b, c, batch, stream);
   op_entry(&GemmOps::gemm_strided_batched, "matmul_batched", stream)(
       trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(), a.dim(2), a.dim(1) * a.dim(2), b.f32(),
-      b.dim(2), b.dim(1) * b.dim(2), beta, c.f32(), c.dim(2), c.dim(1) * c.dim(2), batch, stream);
+      b.dim(2), b.dim(1) * b.dim(2), beta, c.f32(), c.dim(2), c.dim(1) * c.dim(2), batch, precision,
+      stream);
 }
 
 }  // namespace ls

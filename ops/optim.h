@@ -6,7 +6,11 @@
 // adamw_step: step counted from 1; p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 //             p -= lr * (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps), as torch.optim.AdamW.
 // param, grad and the state tensors have the same element count and do not overlap; the state
-// (momentum_buf, m, v) starts at zero. Asynchronous in stream order; bad arguments or
+// (momentum_buf, m, v) starts at zero.
+// Gated by a StepControl (ops/step_control.h; pass one as `control`): when control->skip is set
+// nothing changes; else the gradients are multiplied by control->inv_scale first (undoing the
+// loss scale) and AdamW takes control->optimizer_steps as its step (step_decide counted it).
+// The host never has to know either value: the step runs the same in an eager step or a graph. Asynchronous in stream order; bad arguments or
 // hyper-parameters raise ls::Error at the call. Kernels: ops/host/optim.cpp, ops/cuda/optim.cu.
 #pragma once
 
@@ -17,6 +21,7 @@
 #include "engine/core/error.h"
 #include "ops/op_check.h"
 #include "ops/op_table.h"
+#include "ops/step_control.h"
 
 namespace ls {
 
@@ -63,17 +68,28 @@ inline void check_config(const char* who, const AdamWConfig& config) {
 }
 
 struct OptimOps {
-  // The SGD step above over n elements; momentum_buf is null when config.momentum == 0.
+  // The SGD step above over n elements; momentum_buf is null when config.momentum == 0;
+  // control (may be null: ungated) gates and unscales it.
   void (*sgd_step)(float* param, const float* grad, float* momentum_buf, int64_t n,
-                   const SgdConfig& config, Stream& stream) = nullptr;
-  // The AdamW step above over n elements; step >= 1.
+                   const SgdConfig& config, const StepControl* control, Stream& stream) = nullptr;
+  // The AdamW step above over n elements; step >= 1, or, with a control (may be null), the
+  // control's optimizer_steps at the time the kernel runs.
   void (*adamw_step)(float* param, const float* grad, float* m, float* v, int64_t n,
-                     const AdamWConfig& config, int64_t step, Stream& stream) = nullptr;
+                     const AdamWConfig& config, int64_t step, const StepControl* control,
+                     Stream& stream) = nullptr;
 };
 
-// momentum_buf may be undefined when config.momentum == 0 (it is then ignored).
+namespace detail {
+inline const StepControl* optional_step_control(const char* op, const Tensor& control,
+                                                const Stream& stream) {
+  return control.defined() ? step_control_of(op, control, stream) : nullptr;
+}
+}  // namespace detail
+
+// momentum_buf may be undefined when config.momentum == 0 (it is then ignored); control may be
+// undefined (ungated).
 inline void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                     const SgdConfig& config, Stream& stream) {
+                     const SgdConfig& config, Stream& stream, const Tensor& control = Tensor()) {
   op_check::tensor("sgd_step", "param", param, DType::kF32, stream);
   op_check::tensor("sgd_step", "grad", grad, DType::kF32, stream);
   op_check::same_numel("sgd_step", "grad", grad, "param", param);
@@ -84,23 +100,27 @@ inline void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& mome
     op_check::same_numel("sgd_step", "momentum_buf", momentum_buf, "param", param);
     buf = momentum_buf.f32();
   }
-  op_entry(&OptimOps::sgd_step, "sgd_step", stream)(param.f32(), grad.f32(), buf, param.numel(),
-                                                     config, stream);
+  op_entry(&OptimOps::sgd_step, "sgd_step", stream)(
+      param.f32(), grad.f32(), buf, param.numel(), config,
+      detail::optional_step_control("sgd_step", control, stream), stream);
 }
 
-// step counts from 1 (the first step is 1), as PyTorch's bias correction does.
+// step counts from 1 (the first step is 1), as PyTorch's bias correction does; with a control
+// (defined), the control's count is used and `step` is ignored.
 inline void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                       const AdamWConfig& config, int64_t step, Stream& stream) {
+                       const AdamWConfig& config, int64_t step, Stream& stream,
+                       const Tensor& control = Tensor()) {
   op_check::tensor("adamw_step", "param", param, DType::kF32, stream);
   for (auto [name, t] : {std::pair{"grad", &grad}, {"m", &m}, {"v", &v}}) {
     op_check::tensor("adamw_step", name, *t, DType::kF32, stream);
     op_check::same_numel("adamw_step", name, *t, "param", param);
   }
   check_config("adamw_step", config);
-  LS_CHECK(step >= 1, "adamw_step: step is ", step,
+  LS_CHECK(step >= 1 || control.defined(), "adamw_step: step is ", step,
            "; steps are counted from 1 (pass the number of steps taken, including this one)");
-  op_entry(&OptimOps::adamw_step, "adamw_step", stream)(param.f32(), grad.f32(), m.f32(), v.f32(),
-                                                         param.numel(), config, step, stream);
+  op_entry(&OptimOps::adamw_step, "adamw_step", stream)(
+      param.f32(), grad.f32(), m.f32(), v.f32(), param.numel(), config, step,
+      detail::optional_step_control("adamw_step", control, stream), stream);
 }
 
 }  // namespace ls

@@ -3,7 +3,9 @@
 //
 // softmax_xent: loss (f32 [1]) = (sum over rows of -log softmax(logits[r])[labels[r]]) / rows;
 // when dlogits (f32 [rows, cols]) is defined, dlogits = (softmax(logits) - onehot(labels)) *
-// grad_scale (grad_scale = 1/rows gives the gradient of the loss). dlogits may be logits itself.
+// grad_scale (grad_scale = 1/rows gives the gradient of the loss), times *device_scale as well
+// when one is given (a f32 [1] read when the kernel runs: the step's loss gradient scale, which
+// lives on the device, ops/step_control.h). dlogits may be logits itself.
 // A row labelled kIgnoreLabel (-100, PyTorch's ignore_index) adds 0 to the sum and gets a 0
 // gradient row; it still counts in `rows`, so loss * rows is the sum over the other rows.
 // count_correct: correct (i32 [1]) = rows whose first maximum is at the label (ignored rows
@@ -32,10 +34,12 @@ inline constexpr const char* kLabelHint =
 
 struct SoftmaxXentOps {
   // *loss = sum_r -log softmax(logits[r])[labels[r]] / rows; dlogits (may be null, may be
-  // logits) = (softmax - onehot) * grad_scale; kIgnoreLabel rows add 0 and get 0 gradients.
-  // A label outside [0, cols) other than kIgnoreLabel is raised by the stream.
+  // logits) = (softmax - onehot) * grad_scale (* *device_scale when not null); kIgnoreLabel
+  // rows add 0 and get 0 gradients. A label outside [0, cols) other than kIgnoreLabel is raised
+  // by the stream.
   void (*softmax_xent)(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
-                       float grad_scale, float* loss, float* dlogits, Stream& stream) = nullptr;
+                       float grad_scale, const float* device_scale, float* loss, float* dlogits,
+                       Stream& stream) = nullptr;
   // *correct = rows whose argmax (first maximum on ties) is the label; kIgnoreLabel rows are
   // skipped; bad labels as above.
   void (*count_correct)(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
@@ -58,7 +62,8 @@ inline void check_logits_labels(const char* op, const Tensor& logits, const Tens
 }  // namespace detail
 
 inline void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss,
-                         const Tensor& dlogits, float grad_scale, Stream& stream) {
+                         const Tensor& dlogits, float grad_scale, Stream& stream,
+                         const Tensor& device_scale = Tensor()) {
   detail::check_logits_labels("softmax_xent", logits, labels, stream);
   op_check::tensor("softmax_xent", "loss", loss, DType::kF32, stream);
   op_check::scalar("softmax_xent", "loss", loss);
@@ -70,9 +75,15 @@ inline void softmax_xent(const Tensor& logits, const Tensor& labels, const Tenso
              "), or an undefined Tensor for no gradient");
     dlogits_data = dlogits.f32();
   }
+  const float* device_scale_data = nullptr;
+  if (device_scale.defined()) {
+    op_check::tensor("softmax_xent", "device_scale", device_scale, DType::kF32, stream);
+    op_check::scalar("softmax_xent", "device_scale", device_scale);
+    device_scale_data = device_scale.f32();
+  }
   op_entry(&SoftmaxXentOps::softmax_xent, "softmax_xent", stream)(
-      logits.f32(), labels.i32(), logits.dim(0), logits.dim(1), grad_scale, loss.f32(),
-      dlogits_data, stream);
+      logits.f32(), labels.i32(), logits.dim(0), logits.dim(1), grad_scale, device_scale_data,
+      loss.f32(), dlogits_data, stream);
 }
 
 inline void count_correct(const Tensor& logits, const Tensor& labels, const Tensor& correct,

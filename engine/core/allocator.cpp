@@ -25,12 +25,50 @@ size_t CachingAllocator::round_size(size_t bytes) {
   return (bytes + quantum - 1) / quantum * quantum;
 }
 
+CachingAllocator::FreeLists& CachingAllocator::free_lists_locked(uint64_t pool) {
+  if (pool == 0) return free_blocks_;
+  auto it = pools_.find(pool);
+  return it != pools_.end() ? it->second : free_blocks_;  // a released pool's blocks come home
+}
+
+std::shared_ptr<CachingAllocator::CapturePool> CachingAllocator::begin_capture_pool() {
+  std::lock_guard lock(mutex_);
+  const auto [it, inserted] = capturing_.emplace(std::this_thread::get_id(), next_pool_);
+  LS_CHECK(inserted, "begin_capture_pool: this thread is capturing already; end that capture "
+                     "first (captures do not nest)");
+  pools_.emplace(next_pool_, FreeLists{});
+  return std::make_shared<CapturePool>(*this, next_pool_++);
+}
+
+void CachingAllocator::end_capture_pool() {
+  std::lock_guard lock(mutex_);
+  capturing_.erase(std::this_thread::get_id());
+}
+
+void CachingAllocator::release_pool(uint64_t pool) {
+  std::lock_guard lock(mutex_);
+  auto it = pools_.find(pool);
+  if (it == pools_.end()) return;
+  for (auto& [size, blocks] : it->second) {
+    auto& home = free_blocks_[size];
+    home.insert(home.end(), blocks.begin(), blocks.end());
+  }
+  pools_.erase(it);
+  std::erase_if(capturing_, [&](const auto& entry) { return entry.second == pool; });
+}
+
 void* CachingAllocator::allocate(size_t bytes) {
   const size_t size = round_size(bytes);
   std::lock_guard lock(mutex_);
   void* ptr = nullptr;
-  auto it = free_blocks_.find(size);
-  if (it != free_blocks_.end() && !it->second.empty()) {
+  uint64_t pool = 0;
+  if (!capturing_.empty()) {
+    auto capture = capturing_.find(std::this_thread::get_id());
+    if (capture != capturing_.end()) pool = capture->second;
+  }
+  FreeLists& free_lists = free_lists_locked(pool);
+  auto it = free_lists.find(size);
+  if (it != free_lists.end() && !it->second.empty()) {
     ptr = it->second.back();
     it->second.pop_back();
     ++stats_.cache_hits;
@@ -51,7 +89,7 @@ void* CachingAllocator::allocate(size_t bytes) {
     ++stats_.system_allocs;
     stats_.bytes_reserved += static_cast<int64_t>(size);
   }
-  live_blocks_.emplace(ptr, size);
+  live_blocks_.emplace(ptr, LiveBlock{size, pool});
   stats_.bytes_in_use += static_cast<int64_t>(size);
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   return ptr;
@@ -62,8 +100,8 @@ void CachingAllocator::free(void* ptr) {
   std::lock_guard lock(mutex_);
   auto it = live_blocks_.find(ptr);
   LS_ASSERT(it != live_blocks_.end(), "free of a pointer this allocator did not hand out");
-  free_blocks_[it->second].push_back(ptr);
-  stats_.bytes_in_use -= static_cast<int64_t>(it->second);
+  free_lists_locked(it->second.pool)[it->second.size].push_back(ptr);
+  stats_.bytes_in_use -= static_cast<int64_t>(it->second.size);
   live_blocks_.erase(it);
 }
 

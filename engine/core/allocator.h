@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 
 namespace ls {
@@ -51,17 +52,49 @@ class CachingAllocator {
   // inside the system's allocation call (a cudaMalloc stuck on a wedged GPU). For monitors.
   std::optional<AllocatorStats> try_stats() const;
 
+  // Graph pools (engine/core/graph.h). Between begin_capture_pool() and end_capture_pool(), the
+  // calling thread's allocations come from a pool of their own: blocks freed back to it are
+  // handed out again within it (a capture reuses its memory in stream order, as an eager step
+  // does) and never to anybody else, so a graph launch finds its memory where its capture left
+  // it. The pool lives as long as the handle (the graph holds it); then its cached blocks return
+  // to the allocator's, and blocks still live return there when freed.
+  class CapturePool;
+  std::shared_ptr<CapturePool> begin_capture_pool();
+  void end_capture_pool();  // for the calling thread
   // The size class a request is rounded up to: multiples of 512 B up to 1 MiB, then of 1/8 of the
   // next power of two, which bounds the waste at 12.5%.
   static size_t round_size(size_t bytes);
 
  private:
+  struct LiveBlock {
+    size_t size;       // size class
+    uint64_t pool;     // 0: the allocator's own; else a capture pool's id
+  };
+  using FreeLists = std::map<size_t, std::vector<void*>>;  // size class -> cached blocks
+  void release_pool(uint64_t pool);  // by ~CapturePool
+  FreeLists& free_lists_locked(uint64_t pool);
+
   RawAlloc raw_alloc_;
   RawFree raw_free_;
   mutable std::mutex mutex_;
-  std::map<size_t, std::vector<void*>> free_blocks_;  // size class -> cached blocks
-  std::map<void*, size_t> live_blocks_;                // handed out -> size class
+  FreeLists free_blocks_;
+  std::map<void*, LiveBlock> live_blocks_;   // handed out
+  std::map<uint64_t, FreeLists> pools_;      // live capture pools' cached blocks
+  std::map<std::thread::id, uint64_t> capturing_;  // thread -> the pool it allocates from
+  uint64_t next_pool_ = 1;
   AllocatorStats stats_;
+};
+
+class CachingAllocator::CapturePool {
+ public:
+  CapturePool(CachingAllocator& owner, uint64_t id) : owner_(owner), id_(id) {}
+  ~CapturePool() { owner_.release_pool(id_); }
+  CapturePool(const CapturePool&) = delete;
+  CapturePool& operator=(const CapturePool&) = delete;
+
+ private:
+  CachingAllocator& owner_;
+  uint64_t id_;
 };
 
 }  // namespace ls

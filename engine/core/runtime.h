@@ -7,10 +7,13 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "engine/core/allocator.h"
 #include "engine/core/device.h"
+#include "engine/core/graph.h"
 #include "engine/core/stream.h"
 
 namespace ls {
@@ -28,6 +31,20 @@ class DeviceRuntime {
   // Makes this device current for the calling thread (cudaSetDevice; nothing on the host). Every
   // thread that drives a device calls it first: CUDA's current device is per thread.
   virtual void bind_current_thread() {}
+
+  // Graph capture (engine/core/graph.h). begin_capture: work enqueued on `origin` and `joined`
+  // is recorded from now on (CUDA: joined streams enter by waiting on a captured event), and the
+  // calling thread's allocations come from a new pool private to the graph. end_capture: the
+  // graph, owning that pool. A capture that fails leaves the streams out of capture and throws.
+  virtual void begin_capture(Stream& origin, const std::vector<Stream*>& joined) = 0;
+  virtual std::unique_ptr<StreamGraph> end_capture(Stream& origin) = 0;
+  // True while `stream` is being captured.
+  virtual bool capturing(const Stream& stream) const = 0;
+  // While `stream` is captured by a backend whose graphs cannot hold a collective by themselves
+  // (the host backend), records `call` (which enqueues a collective on the stream) to be made
+  // again at the same point of each launch, and returns true. False otherwise: then the caller
+  // makes the call now (CUDA: NCCL's kernels are captured like any other).
+  virtual bool capture_call(Stream& /*stream*/, std::function<void()> /*call*/) { return false; }
 };
 
 DeviceRuntime& device_runtime(Device device);

@@ -34,7 +34,49 @@ class HostRuntime final : public DeviceRuntime {
   }
   CachingAllocator& allocator() override { return allocator_; }
 
+  void begin_capture(Stream& origin, const std::vector<Stream*>& joined) override {
+    auto capture = std::make_unique<HostCapture>();
+    capture->streams.push_back(host_stream_of(origin, "begin_capture"));
+    for (Stream* s : joined) capture->streams.push_back(host_stream_of(*s, "begin_capture"));
+    for (HostStream* s : capture->streams) {
+      LS_CHECK(s->capture() == nullptr, "begin_capture: a stream of ", device_.str(),
+               " is being captured already; end that capture first");
+    }
+    capture->pool = allocator_.begin_capture_pool();
+    for (HostStream* s : capture->streams) s->set_capture(capture.get());
+    capture.release();  // owned by the streams' pointer until end_capture
+  }
+
+  std::unique_ptr<StreamGraph> end_capture(Stream& origin) override {
+    HostStream* stream = host_stream_of(origin, "end_capture");
+    std::unique_ptr<HostCapture> capture(stream->capture());
+    LS_CHECK(capture != nullptr && capture->streams.front() == stream,
+             "end_capture: end the capture on the stream it began on");
+    for (HostStream* s : capture->streams) s->set_capture(nullptr);
+    allocator_.end_capture_pool();
+    return std::make_unique<HostGraph>(std::move(capture));
+  }
+
+  bool capturing(const Stream& stream) const override {
+    auto* host = dynamic_cast<const HostStream*>(&stream);
+    return host != nullptr && host->capture() != nullptr;
+  }
+
+  bool capture_call(Stream& stream, std::function<void()> call) override {
+    HostStream* host = host_stream_of(stream, "capture_call");
+    if (host->capture() == nullptr) return false;
+    host->capture()->nodes.push_back({HostCapture::Kind::kCall, nullptr, std::move(call)});
+    return true;
+  }
+
  private:
+  HostStream* host_stream_of(Stream& stream, const char* what) const {
+    auto* host = dynamic_cast<HostStream*>(&stream);
+    LS_CHECK(host != nullptr && stream.device() == device_, what, ": the stream belongs to ",
+             stream.device().str(), ", not ", device_.str());
+    return host;
+  }
+
   Device device_;
   int threads_;
   tbb::task_arena arena_;

@@ -56,6 +56,10 @@ HostStream::~HostStream() {
 }
 
 void HostStream::enqueue(std::function<void()> work, bool always_run) {
+  if (capture_ != nullptr) {
+    capture_->nodes.push_back({HostCapture::Kind::kWork, this, std::move(work), always_run});
+    return;
+  }
   {
     std::lock_guard lock(mutex_);
     queue_.push_back({std::move(work), always_run});
@@ -97,6 +101,10 @@ void HostStream::record(Event& event) {
   LS_CHECK(host_event != nullptr && event.device() == device_, "record: the event belongs to ",
            event.device().str(), ", the stream to ", device_.str(),
            "; create the event with the stream's device runtime");
+  if (capture_ != nullptr) {
+    capture_->nodes.push_back({HostCapture::Kind::kRecord, this, nullptr, false, &event});
+    return;
+  }
   std::shared_ptr<HostEventState> state = host_event->state();
   uint64_t generation;
   {
@@ -123,6 +131,11 @@ void HostStream::wait(const Event& event) {
   auto* host_event = dynamic_cast<const HostEvent*>(&event);
   LS_CHECK(host_event != nullptr, "wait: a ", device_.str(), " stream cannot wait on an event of ",
            event.device().str(), "; host streams wait on host events");
+  if (capture_ != nullptr) {
+    capture_->nodes.push_back(
+        {HostCapture::Kind::kWait, this, nullptr, false, const_cast<Event*>(&event)});
+    return;
+  }
   std::shared_ptr<HostEventState> state = host_event->state();
   uint64_t target;
   {
@@ -149,6 +162,8 @@ void HostStream::rethrow_pending_locked(std::unique_lock<std::mutex>& lock) {
 }
 
 void HostStream::synchronize() {
+  LS_CHECK(capture_ == nullptr, "synchronize: the stream of ", device_.str(),
+           " is being captured into a graph; a captured step must not wait for the device");
   std::unique_lock lock(mutex_);
   idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
   rethrow_pending_locked(lock);

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/core/host/host_graph.h"
 #include "engine/core/stream.h"
 
 namespace ls {
@@ -56,6 +57,11 @@ class HostStream final : public Stream {
   // always_run work runs even after an error or abort (event records, so waiters never hang).
   void enqueue(std::function<void()> work, bool always_run = false);
 
+  // Graph capture (host_graph.h): while `capture` is set, enqueue/record/wait append nodes to it
+  // instead of queueing work; synchronize() is an error. Set and cleared by the runtime.
+  void set_capture(HostCapture* capture) { capture_ = capture; }
+  HostCapture* capture() const { return capture_; }
+
  private:
   struct Task {
     std::function<void()> work;
@@ -75,6 +81,7 @@ class HostStream final : public Stream {
   bool stopping_ = false;
   bool aborted_ = false;
   std::exception_ptr error_;  // first error since the last synchronize()/check()
+  HostCapture* capture_ = nullptr;  // owner thread only
   std::thread worker_;
 };
 

@@ -1,0 +1,146 @@
+// A training step decided on the device (issue 12: a step the host never waits on).
+//
+// StepControl is one small block of device memory per replica that the step's kernels read and
+// write, so nothing in a step needs the host to look at a value: the loss gradient's scale, the
+// skip decision on non-finite values, the optimizer's step count (AdamW's bias correction) and
+// the dynamic loss scale all live there. The same kernels run in eager steps and in graphs
+// (a graph bakes kernel arguments; values that change from step to step must be read here).
+//
+// A step's kernels, in stream order:
+//   step_begin:        grad_seed = loss_scale / labels (the loss gradient's scale: the mean over
+//                      the global batch's counted labels, times the loss scale), and
+//                      inv_scale = 1 / loss_scale (what the optimizer unscales gradients with).
+//   (forward, backward with dlogits scaled by grad_seed, gradient all-reduce, loss all-reduce,
+//    count of non-finite summed gradients)
+//   step_decide:       skip = the count is not 0 or the loss sum is not finite; every replica
+//                      holds the same summed values, so every replica decides alike; when not
+//                      skipped, optimizer_steps += 1.
+//   (optimizer kernels: nothing when skip, else gradients times inv_scale and optimizer_steps as
+//    the step count)
+//   update_loss_scale: dynamic scaling only (f16): after a skip, loss_scale *= backoff (not below
+//                      min_scale) and good_steps = 0; after growth_interval good steps in a row,
+//                      loss_scale *= growth (not above max_scale) and good_steps = 0.
+//                      PyTorch's GradScaler schedule.
+// Kernels: ops/host/step_control.cpp, ops/cuda/step_control.cu. Asynchronous in stream order.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "engine/core/error.h"
+#include "ops/op_check.h"
+#include "ops/op_table.h"
+
+namespace ls {
+
+// The device block (32 bytes; a Tensor of kStepControlWords i32 words holds one).
+struct StepControl {
+  float loss_scale;         // multiplies the loss gradient (1: no scaling)
+  int32_t good_steps;       // steps since the last skip or growth
+  int32_t optimizer_steps;  // steps the optimizer took (AdamW counts from 1)
+  int32_t skip;             // this step: 1 = the optimizer does nothing
+  float grad_seed;          // this step: loss_scale / labels
+  float inv_scale;          // this step: 1 / loss_scale
+  float labels;             // this step: counted labels of the global batch (set by the host)
+  float skipped_total;      // steps skipped since the start (a float: exact below 2^24)
+};
+inline constexpr int64_t kStepControlWords = sizeof(StepControl) / 4;
+static_assert(sizeof(StepControl) == 32, "StepControl is eight 4-byte words");
+
+// Dynamic loss scaling (f16). Defaults are PyTorch's GradScaler's.
+struct LossScaleConfig {
+  bool dynamic = false;   // false: loss_scale stays at initial_scale
+  float initial_scale = 65536.0f;
+  float growth = 2.0f;    // > 1
+  float backoff = 0.5f;   // in (0, 1)
+  int32_t growth_interval = 2000;  // good steps in a row before growing, >= 1
+  float min_scale = 1.0f;
+  float max_scale = 16777216.0f;  // 2^24
+};
+
+inline void check_loss_scale_config(const LossScaleConfig& c) {
+  LS_CHECK(std::isfinite(c.initial_scale) && c.initial_scale > 0, "loss scale: initial_scale is ",
+           c.initial_scale, "; it must be a positive finite number (65536 is usual for f16)");
+  LS_CHECK(std::isfinite(c.growth) && c.growth > 1, "loss scale: growth is ", c.growth,
+           "; it must be > 1 (2 is usual)");
+  LS_CHECK(c.backoff > 0 && c.backoff < 1, "loss scale: backoff is ", c.backoff,
+           "; it must be in (0, 1) (0.5 is usual)");
+  LS_CHECK(c.growth_interval >= 1, "loss scale: growth_interval is ", c.growth_interval,
+           "; it must be >= 1 step (2000 is usual)");
+  LS_CHECK(c.min_scale > 0 && c.min_scale <= c.max_scale && std::isfinite(c.max_scale),
+           "loss scale: min_scale ", c.min_scale, " and max_scale ", c.max_scale,
+           " must satisfy 0 < min_scale <= max_scale < infinity");
+}
+
+struct StepControlOps {
+  void (*step_begin)(StepControl* control, Stream& stream) = nullptr;
+  // loss_and_count: f32 [2] = {global loss sum, non-finite summed gradients}.
+  void (*step_decide)(StepControl* control, const float* loss_and_count, Stream& stream) = nullptr;
+  void (*update_loss_scale)(StepControl* control, const LossScaleConfig& config,
+                            Stream& stream) = nullptr;
+};
+
+namespace detail {
+inline StepControl* step_control_of(const char* op, const Tensor& control, const Stream& stream) {
+  op_check::tensor(op, "control", control, DType::kI32, stream);
+  LS_CHECK(control.numel() == kStepControlWords, op, ": control is ", control.describe(),
+           "; expected i32 [", kStepControlWords, "] (one StepControl)");
+  return reinterpret_cast<StepControl*>(control.data());
+}
+}  // namespace detail
+
+inline void step_begin(const Tensor& control, Stream& stream) {
+  op_entry(&StepControlOps::step_begin, "step_begin", stream)(
+      detail::step_control_of("step_begin", control, stream), stream);
+}
+
+inline void step_decide(const Tensor& control, const Tensor& loss_and_count, Stream& stream) {
+  op_check::tensor("step_decide", "loss_and_count", loss_and_count, DType::kF32, stream);
+  LS_CHECK(loss_and_count.numel() == 2, "step_decide: loss_and_count is ",
+           loss_and_count.describe(), "; expected f32 [2] = {loss sum, non-finite count}");
+  op_entry(&StepControlOps::step_decide, "step_decide", stream)(
+      detail::step_control_of("step_decide", control, stream), loss_and_count.f32(), stream);
+}
+
+inline void update_loss_scale(const Tensor& control, const LossScaleConfig& config,
+                              Stream& stream) {
+  check_loss_scale_config(config);
+  op_entry(&StepControlOps::update_loss_scale, "update_loss_scale", stream)(
+      detail::step_control_of("update_loss_scale", control, stream), config, stream);
+}
+
+// The one rule both backends apply in update_loss_scale (host code and CUDA device code).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline void apply_loss_scale_rule(StepControl& c, const LossScaleConfig& config) {
+  if (!config.dynamic) return;
+  if (c.skip != 0) {
+    c.loss_scale = c.loss_scale * config.backoff;
+    if (c.loss_scale < config.min_scale) c.loss_scale = config.min_scale;
+    c.good_steps = 0;
+    return;
+  }
+  if (++c.good_steps >= config.growth_interval) {
+    c.loss_scale = c.loss_scale * config.growth;
+    if (c.loss_scale > config.max_scale) c.loss_scale = config.max_scale;
+    c.good_steps = 0;
+  }
+}
+
+// step_decide's rule, shared likewise.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline void apply_step_decision(StepControl& c, float loss_sum, float nonfinite) {
+  // x - x is 0 only for finite x (NaN and +-inf give NaN); no <cmath> call in device code.
+  const bool finite_loss = (loss_sum - loss_sum) == 0.0f;
+  c.skip = (nonfinite != 0.0f || !finite_loss) ? 1 : 0;
+  if (c.skip == 0) {
+    ++c.optimizer_steps;
+  } else {
+    c.skipped_total += 1.0f;
+  }
+}
+
+}  // namespace ls
