@@ -13,7 +13,7 @@ install(TARGETS lockstep lockstep_core lockstep_ops lockstep_model lockstep_para
 # ctest consumer_package builds a project against this install, so a public header that
 # includes an internal one fails there.
 set(LOCKSTEP_PUBLIC_HEADERS
-  engine/core/allocator.h engine/core/device.h engine/core/dtype.h engine/core/error.h
+  engine/core/allocator.h engine/core/device.h engine/core/dtype.h engine/core/error.h engine/core/precision.h
   engine/core/json.h engine/core/stream.h engine/core/tensor.h
   engine/model/checkpoint/hf_transformer.h engine/model/checkpoint/retention.h
   engine/model/data/dataset.h engine/model/data/prefetch.h engine/model/data/sampler.h

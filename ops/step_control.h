@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "engine/core/error.h"
+#include "engine/core/precision.h"
 #include "ops/op_check.h"
 #include "ops/op_table.h"
 
@@ -46,17 +47,6 @@ struct StepControl {
 };
 inline constexpr int64_t kStepControlWords = sizeof(StepControl) / 4;
 static_assert(sizeof(StepControl) == 32, "StepControl is eight 4-byte words");
-
-// Dynamic loss scaling (f16). Defaults are PyTorch's GradScaler's.
-struct LossScaleConfig {
-  bool dynamic = false;   // false: loss_scale stays at initial_scale
-  float initial_scale = 65536.0f;
-  float growth = 2.0f;    // > 1
-  float backoff = 0.5f;   // in (0, 1)
-  int32_t growth_interval = 2000;  // good steps in a row before growing, >= 1
-  float min_scale = 1.0f;
-  float max_scale = 16777216.0f;  // 2^24
-};
 
 inline void check_loss_scale_config(const LossScaleConfig& c) {
   LS_CHECK(std::isfinite(c.initial_scale) && c.initial_scale > 0, "loss scale: initial_scale is ",

@@ -5,6 +5,8 @@
 // holds whole tensors in every mode. A load writes the same host bytes into every replica (each
 // sharded optimizer takes its range), so they stay bitwise equal and any mode can load any file.
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "engine/core/error.h"
@@ -24,12 +26,39 @@ struct HostState {
   std::vector<std::pair<std::string, std::vector<float>>> optimizer;
   std::string optimizer_name;
   int64_t optimizer_steps = 0;
+  float loss_scale = 1;  // the StepControl's (ops/step_control.h)
+  int32_t loss_scale_good_steps = 0;
 };
 
 namespace {
 
 using checkpoint::NamedHostTensor;
 using checkpoint::SafetensorsDType;
+
+struct LossScaleState {
+  float scale;
+  int32_t good_steps;
+};
+
+// The loss scale a checkpoint saved (its meta's extra fields), or the configured start.
+LossScaleState loss_scale_of(const checkpoint::CheckpointMeta& meta,
+                             const LossScaleConfig& config) {
+  LossScaleState state{config.initial_scale, 0};
+  const auto scale = meta.extra.find("loss_scale");
+  const auto good = meta.extra.find("loss_scale_good_steps");
+  if (scale == meta.extra.end() || good == meta.extra.end()) return state;
+  try {
+    state.scale = std::stof(scale->second);
+    state.good_steps = std::stoi(good->second);
+  } catch (const std::exception&) {
+    LS_THROW_AS(ErrorKind::kIo, "checkpoint meta: loss_scale '", scale->second,
+                "' or loss_scale_good_steps '", good->second, "' is not a number");
+  }
+  LS_CHECK_IO(std::isfinite(state.scale) && state.scale > 0 && state.good_steps >= 0,
+              "checkpoint meta: loss_scale ", state.scale, " / good steps ", state.good_steps,
+              " are out of range (a positive scale, a count >= 0)");
+  return state;
+}
 
 std::span<const std::byte> bytes_of(const std::vector<float>& flat, const Parameter& p) {
   return std::as_bytes(std::span<const float>(flat).subspan(static_cast<size_t>(p.offset),
@@ -60,8 +89,12 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
 std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosition& position,
                                      const CheckpointRetention& retention) {
   check_usable("save");
+  finish_queued();
   HostState state = run_on<HostState>(0, [](Replica& r) {
     HostState s;
+    const StepControl control = r.read_control();
+    s.loss_scale = control.loss_scale;
+    s.loss_scale_good_steps = control.good_steps;
     s.parameters = r.store().parameters();
     s.values = r.store().values_to_host(r.compute_stream());
     for (const auto& [name, tensor] : r.optimizer().state()) {
@@ -146,11 +179,19 @@ std::string DataParallel::Impl::commit(const std::string& dir, const TrainingPos
   meta.extra["devices"] = devices_str(devices_);
   if (multiprocess()) meta.extra["world"] = world_->describe();
   meta.extra["skipped_steps"] = std::to_string(skipped_total_);
+  meta.extra["precision"] = precision_name(options_.precision);
+  if (options_.precision == Precision::kF16) {
+    char scale[32];  // %.9g: every float round-trips
+    std::snprintf(scale, sizeof scale, "%.9g", static_cast<double>(state.loss_scale));
+    meta.extra["loss_scale"] = scale;
+    meta.extra["loss_scale_good_steps"] = std::to_string(state.loss_scale_good_steps);
+  }
   return checkpoint::commit_checkpoint(dir, meta, model, optimizer, retention);
 }
 
 TrainingPosition DataParallel::Impl::load(const std::string& dir) {
   check_usable("load");
+  finish_queued();
   // Every process reads DIR itself; all load, or none.
   const checkpoint::LoadedCheckpoint loaded = processes_->read_checkpoint(dir);
   HostState state = run_on<HostState>(0, [](Replica& r) {
@@ -170,6 +211,8 @@ TrainingPosition DataParallel::Impl::load(const std::string& dir) {
     for (auto& [name, flat] : state.optimizer)
       restore_tensor(loaded.optimizer, p->name + "." + name, p->shape, flat.data() + p->offset);
   }
+  // An f16 run resumes at its loss scale (another precision's checkpoint starts f16 afresh).
+  const LossScaleState scale = loss_scale_of(loaded.meta, options_.loss_scale);
   run_on_all(
       [&](Replica& r) {
         Stream& stream = r.compute_stream();
@@ -180,8 +223,8 @@ TrainingPosition DataParallel::Impl::load(const std::string& dir) {
           const float* from = state.optimizer[i].second.data() + optimizer_offset(r);
           tensors[i].second.copy_from_host_async(from, tensors[i].second.nbytes(), stream);
         }
-        r.optimizer().set_steps_taken(loaded.meta.optimizer_steps);
         stream.synchronize();  // the host buffers must outlive the copies
+        r.restore_control(loaded.meta.optimizer_steps, scale.scale, scale.good_steps);
       },
       "checkpoint load");
   steps_ = loaded.meta.step;

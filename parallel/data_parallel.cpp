@@ -5,8 +5,10 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <mutex>
 #include <numeric>
+#include <set>
 
 #include "engine/core/runtime.h"
 #include "engine/model/nn/module.h"
@@ -46,6 +48,10 @@ DataParallel::DataParallel(const World& world, ModelFactory model, OptimizerFact
 DataParallel::~DataParallel() = default;
 
 StepResult DataParallel::step(const data::Batch& batch) { return impl_->step(batch); }
+int64_t DataParallel::step_async(const data::Batch& batch) { return impl_->step_async(batch); }
+StepResult DataParallel::result(int64_t step) { return impl_->result(step); }
+int64_t DataParallel::graph_launches() const { return impl_->graph_launches(); }
+int64_t DataParallel::graph_nodes() const { return impl_->graph_nodes(); }
 EvalResult DataParallel::evaluate(const data::Dataset& dataset, int64_t batch_size) {
   return impl_->evaluate(dataset, batch_size);
 }
@@ -107,6 +113,12 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
   LS_CHECK(options_.max_consecutive_skips >= 1, "max_consecutive_skips must be >= 1");
   LS_CHECK(options_.telemetry_interval.count() > 0, "telemetry_interval must be positive, got ",
            options_.telemetry_interval.count(), " ms");
+  LS_CHECK(options_.steps_in_flight >= 1 && options_.steps_in_flight < StepOutcomes::kSlots,
+           "steps_in_flight is ", options_.steps_in_flight, "; it must be 1 to ",
+           StepOutcomes::kSlots - 1);
+  LS_CHECK(options_.graph_warmup >= 1, "graph_warmup is ", options_.graph_warmup,
+           "; a step must run eagerly at least once before it is captured");
+  if (options_.precision == Precision::kF16) check_loss_scale_config(options_.loss_scale);
   build_replicas(model, optimizer, hooks);
   try {
     run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
@@ -127,6 +139,31 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
       throw;
     }
   }
+}
+
+StepOptions DataParallel::Impl::step_options() const {
+  StepOptions step;
+  step.precision = options_.precision;
+  step.loss_scale = options_.loss_scale;
+  step.graphs = options_.graphs;
+  step.graph_warmup = options_.graph_warmup;
+  // Past the watchdog's timeout and the communicators' own backstop (build_replicas).
+  step.outcome_deadline = 3 * options_.collective_timeout + std::chrono::seconds(2);
+  // One line per reason, from replica 0 only (every replica meets the same reasons).
+  auto told = std::make_shared<std::set<std::string>>();
+  auto mutex = std::make_shared<std::mutex>();
+  std::function<void(const std::string&)> notice = options_.notice;
+  if (!notice)
+    notice = [](const std::string& m) { std::fprintf(stderr, "lockstep: %s\n", m.c_str()); };
+  step.notice = [told, mutex, notice](const std::string& message) {
+    if (current_replica() != 0) return;
+    {
+      std::lock_guard lock(*mutex);
+      if (!told->insert(message).second) return;
+    }
+    notice(message);
+  };
+  return step;
 }
 
 void DataParallel::Impl::build_replicas(const ModelFactory& model,
@@ -154,9 +191,9 @@ void DataParallel::Impl::build_replicas(const ModelFactory& model,
     std::unique_ptr<Communicator> comm = std::move(recorder);
     const int rank = first_replica_ + static_cast<int>(r);
     if (hooks.wrap_communicator) comm = hooks.wrap_communicator(std::move(comm), rank);
-    replicas_[r] = std::make_unique<Replica>(rank, devices_[r], model, optimizer,
-                                             std::move(comm), recorder_ref, options_.buckets,
-                                             options_.seed, options_.shard);
+    replicas_[r] = std::make_unique<Replica>(rank, devices_[r], model, optimizer, std::move(comm),
+                                             recorder_ref, options_.buckets, options_.seed,
+                                             options_.shard, step_options());
   });
   // On failure the replicas, too, are destroyed on their own threads (not by ~vector here).
   if (first) {
@@ -188,7 +225,7 @@ void DataParallel::Impl::drain_all() {
 std::vector<ReplicaProgress> DataParallel::Impl::progress() const {
   std::vector<ReplicaProgress> out;
   for (const auto& replica : replicas_) {
-    out.push_back({replica->rank(), replica->device(), replica->phase(), steps_ + 1,
+    out.push_back({replica->rank(), replica->device(), replica->phase(), reported_step(),
                    replica->communicator().snapshot(), replica->communicator().waiting_for()});
   }
   return out;
@@ -258,8 +295,9 @@ std::string DataParallel::Impl::watch(std::vector<std::future<void>>& jobs,
       try {
         std::vector<ReplicaProgress> where = progress();
         if (beat) {
-          options_.heartbeat("heartbeat: " + std::string(what) + " " + std::to_string(steps_ + 1) +
-                             ": " + watchdog.describe(where, now));
+          options_.heartbeat("heartbeat: " + std::string(what) + " " +
+                             std::to_string(reported_step()) + ": " +
+                             watchdog.describe(where, now));
           next_beat = now + options_.heartbeat_interval;
         }
         if (std::optional<std::string> report = watchdog.check(where, now)) {
@@ -285,15 +323,15 @@ void DataParallel::Impl::fail(const Failure& first, const std::string& stuck, co
   // (this process's replicas then only saw their collectives aborted).
   processes_->raise_notice_if_any();
   if (!stuck.empty()) {
-    processes_->fail(ErrorKind::kTimeout,
-                     processes_->prefix() + what + " " + std::to_string(steps_ + 1) + ": " + stuck);
+    processes_->fail(ErrorKind::kTimeout, processes_->prefix() + what + " " +
+                                              std::to_string(reported_step()) + ": " + stuck);
   }
   processes_->fail(error_kind_of(first.error),
                    processes_->prefix() + "replica " +
                        std::to_string(first_replica_ + first.replica) + " on " +
                        devices_[static_cast<size_t>(first.replica)].str() + " failed in " + what +
-                       " (step " + std::to_string(steps_ + 1) + ", " + phase_name(first.phase) +
-                       "): " + describe_exception(first.error));
+                       " (step " + std::to_string(reported_step()) + ", " +
+                       phase_name(first.phase) + "): " + describe_exception(first.error));
 }
 
 void DataParallel::Impl::check_replica(int replica) const {
@@ -316,13 +354,14 @@ std::vector<int64_t> DataParallel::Impl::shard_rows(int64_t global_rows) const {
   return rows;
 }
 
-StepResult DataParallel::Impl::step(const data::Batch& batch) {
+int64_t DataParallel::Impl::step_async(const data::Batch& batch) {
+  check_usable("step");
   const int64_t features = check_batch(batch);
   const std::vector<int64_t> rows = shard_rows(batch.size);
   const int64_t global_labels = shard_of(batch, features, 0, batch.size).counted_labels();
   LS_CHECK(global_labels > 0, "every label of the batch is kIgnoreLabel (", kIgnoreLabel,
            "), so it has no loss to train on; drop such batches");
-  std::vector<StepOutcome> outcomes(devices_.size());
+  while (static_cast<int>(queued_.size()) >= options_.steps_in_flight) harvest_oldest();
   if (telemetry_) telemetry_->set_step(steps_ + 1);
   run_on_all(
       [&](Replica& replica) {
@@ -330,34 +369,77 @@ StepResult DataParallel::Impl::step(const data::Batch& batch) {
         const int64_t begin = std::accumulate(rows.begin(), rows.begin() + r, int64_t{0});
         const Shard shard =
             shard_of(batch, features, begin, begin + rows[static_cast<size_t>(r)]);
-        outcomes[static_cast<size_t>(r - first_replica_)] =
-            replica.step(shard, global_labels, options_.accumulate, steps_, options_.seed);
+        replica.enqueue_step(shard, global_labels, options_.accumulate, steps_, options_.seed);
       },
       "step");
-  ++steps_;
+  queued_.push_back({++steps_, global_labels});
+  return steps_;
+}
+
+StepResult DataParallel::Impl::result(int64_t step) {
+  LS_CHECK(step >= 1 && step <= steps_, "result: step ", step, " was never enqueued (", steps_,
+           " steps so far; step_async() returns the numbers)");
+  while (!queued_.empty() && queued_.front().step <= step) harvest_oldest();
+  auto it = results_.find(step);
+  LS_CHECK(it != results_.end(), "result: the result of step ", step,
+           " was taken already (each step's result is returned once)");
+  const StepResult out = it->second;
+  results_.erase(it);
+  return out;
+}
+
+void DataParallel::Impl::finish_queued() {
+  while (!queued_.empty()) harvest_oldest();
+}
+
+void DataParallel::Impl::harvest_oldest() {
+  check_usable("step");
+  const QueuedStep queued = queued_.front();
+  std::vector<StepOutcome> outcomes(devices_.size());
+  harvesting_ = queued.step;  // errors and reports name this step, not the newest
+  try {
+    run_on_all(
+        [&](Replica& replica) {
+          outcomes[static_cast<size_t>(replica.rank() - first_replica_)] =
+              replica.outcome(queued.step - 1);
+        },
+        "step");
+  } catch (...) {
+    harvesting_ = 0;
+    throw;
+  }
+  harvesting_ = 0;
+  queued_.pop_front();
   const StepOutcome& outcome = outcomes[0];  // bitwise the same on every replica and process
   StepResult result{
-      static_cast<float>(outcome.global_loss_sum / static_cast<double>(global_labels)),
-      outcome.skipped};
+      static_cast<float>(outcome.global_loss_sum / static_cast<double>(queued.global_labels)),
+      outcome.skipped, outcome.loss_scale, outcome.graph};
+  // Results nobody asks for (step() takes each at once) are not kept forever.
+  if (results_.size() > 64) results_.erase(results_.begin());
+  results_[queued.step] = result;
   if (!outcome.skipped) {
     consecutive_skips_ = 0;
-    return result;
+    return;
   }
   ++skipped_total_;
   if (++consecutive_skips_ >= options_.max_consecutive_skips) {
     // Every process takes this decision alike (the loss and counts are all-reduced).
     processes_->fail(ErrorKind::kNonFinite,
                      processes_->prefix() + std::to_string(consecutive_skips_) +
-                         " steps in a row (up to step " + std::to_string(steps_) +
+                         " steps in a row (up to step " + std::to_string(queued.step) +
                          ") had non-finite loss or gradients (last: loss " +
                          std::to_string(result.loss) + ", " + std::to_string(outcome.nonfinite) +
-                         " non-finite gradient values); lower the learning rate or check the data");
+                         " non-finite gradient values" +
+                         (options_.precision == Precision::kF16
+                              ? ", loss scale " + std::to_string(outcome.loss_scale)
+                              : std::string()) +
+                         "); lower the learning rate or check the data");
   }
-  return result;
 }
 
 EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t batch_size) {
   LS_CHECK(batch_size > 0, "evaluate: batch size must be positive, got ", batch_size);
+  finish_queued();
   LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
   data::check_dataset(dataset);
   std::vector<EvalCounts> counts(replicas_.size());
@@ -375,6 +457,7 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
 }
 
 std::vector<float> DataParallel::Impl::parameters(int replica) {
+  finish_queued();
   return run_on<std::vector<float>>(
       replica, [](Replica& r) { return r.store().values_to_host(r.compute_stream()); });
 }
@@ -385,6 +468,7 @@ DataParallel::StateBytes DataParallel::Impl::state_bytes(int replica) {
 }
 
 BucketTimeline DataParallel::Impl::last_timeline(int replica) {
+  finish_queued();
   return run_on<BucketTimeline>(replica, [](Replica& r) { return r.last_timeline(); });
 }
 

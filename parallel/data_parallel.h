@@ -34,6 +34,7 @@
 
 #include "engine/core/allocator.h"
 #include "engine/core/device.h"
+#include "engine/core/precision.h"
 #include "engine/core/tensor.h"
 #include "engine/model/checkpoint/hf_transformer.h"
 #include "engine/model/checkpoint/retention.h"
@@ -115,11 +116,31 @@ struct DataParallelOptions {
   // of each device. Format: parallel/telemetry.h.
   std::string telemetry_path;
   std::chrono::milliseconds telemetry_interval{1000};
+  // Mixed precision (engine/core/precision.h): kBF16/kF16 round every matrix product's operands
+  // (forward and backward) to 16 bits and accumulate in f32; parameters (master weights),
+  // gradients, optimizer state and every other op stay f32. Gradients are all-reduced in f32
+  // unless buckets.reduce_dtype says bf16.
+  Precision precision = Precision::kF32;
+  // kF16 only: the loss is scaled so that small gradients survive f16; dynamic by default (back
+  // off on overflow, grow after a run of good steps; ops/step_control.h). Saved in checkpoints.
+  LossScaleConfig loss_scale;
+  // After graph_warmup eager steps of one shape, capture a replica's step as a graph and launch
+  // it for every later step of that shape (engine/core/graph.h): results are bitwise the eager
+  // ones. Steps of another shape run eagerly; models with dropout always do (said once each,
+  // through `notice`).
+  bool graphs = true;
+  int graph_warmup = 2;
+  // step_async(): steps queued ahead of the host before it waits for the oldest (1 to 3).
+  int steps_in_flight = 2;
+  // Says why steps do not run as graphs (once per reason); default: a line on stderr.
+  std::function<void(const std::string&)> notice;
 };
 
 struct StepResult {
   float loss = 0.0f;     // mean over the global batch (NaN/Inf when the step was skipped)
   bool skipped = false;  // non-finite loss or gradients: the optimizer did not step
+  float loss_scale = 1.0f;  // after the step (f16's dynamic loss scale; else 1)
+  bool graph = false;       // the step ran as a graph launch
 };
 
 // Where the data stream of a run stands, saved with checkpoints so a resumed run sees exactly
@@ -152,7 +173,19 @@ class DataParallel {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
+  // One step, waited for: its result. Same as result(step_async(batch)).
   StepResult step(const data::Batch& batch);
+  // Enqueues a step on every device and returns its number (1, 2, ...) without waiting for the
+  // devices, unless options.steps_in_flight steps are already queued: then it first waits for
+  // the oldest (every wait is bounded by the watchdog). `batch` may be reused once it returns.
+  int64_t step_async(const data::Batch& batch);
+  // The result of a step that step_async() returned and whose result was not taken yet, waiting
+  // for it (and any earlier step) when needed. Non-finite steps are counted, and a run of
+  // max_consecutive_skips raises, when their results arrive.
+  StepResult result(int64_t step);
+  // Graph launches so far on local replica 0, and the nodes of its graph (0: no graph yet).
+  int64_t graph_launches() const;
+  int64_t graph_nodes() const;
   // Splits the data set across the replicas and combines their counts.
   EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
 

@@ -7,9 +7,11 @@
 // Thread-safety: one calling thread at a time, like the public class.
 #pragma once
 
+#include <deque>
 #include <exception>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,7 +38,14 @@ class DataParallel::Impl {
        const OptimizerFactory& optimizer, DataParallelOptions options, const EngineHooks& hooks);
   ~Impl();  // replicas are destroyed on their own threads, then the threads are joined
 
-  StepResult step(const data::Batch& batch);
+  StepResult step(const data::Batch& batch) { return result(step_async(batch)); }
+  int64_t step_async(const data::Batch& batch);
+  StepResult result(int64_t step);
+  // Waits for every queued step's result (kept for result()): before anything that reads or
+  // replaces the training state.
+  void finish_queued();
+  int64_t graph_launches() const { return replicas_[0]->graph_launches(); }
+  int64_t graph_nodes() const { return replicas_[0]->graph_nodes(); }
   EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
   std::string save(const std::string& dir, const TrainingPosition& position,
                    const CheckpointRetention& retention);
@@ -49,7 +58,7 @@ class DataParallel::Impl {
   int size() const { return replicas_total_; }
   int local_size() const { return static_cast<int>(devices_.size()); }
   const std::vector<Device>& devices() const { return devices_; }
-  int64_t steps_taken() const { return steps_; }
+  int64_t steps_taken() const { return steps_; }  // enqueued
   int64_t skipped_steps() const { return skipped_total_; }
   int64_t parameter_count() const { return parameter_count_; }
   // Replica 0's parameters (names, shapes, offsets in the flat buffer; the same on every replica).
@@ -66,6 +75,7 @@ class DataParallel::Impl {
     Phase phase = Phase::kIdle;
   };
 
+  StepOptions step_options() const;
   void build_replicas(const ModelFactory& model, const OptimizerFactory& optimizer,
                       const EngineHooks& hooks);
   // Runs job(replica) on every replica's thread and waits; on any failure aborts all replicas
@@ -99,6 +109,8 @@ class DataParallel::Impl {
   std::string commit(const std::string& dir, const TrainingPosition& position,
                      const CheckpointRetention& retention, const HostState& state);
 
+  // Waits for the oldest queued step on every replica and accounts its result.
+  void harvest_oldest();
   void check_usable(const char* what) const;
   std::vector<int64_t> shard_rows(int64_t global_rows) const;
   std::vector<ReplicaProgress> progress() const;
@@ -118,6 +130,15 @@ class DataParallel::Impl {
   int64_t steps_ = 0;
   int64_t skipped_total_ = 0;
   int consecutive_skips_ = 0;
+  struct QueuedStep {
+    int64_t step;           // 1-based
+    int64_t global_labels;  // the loss is the sum over these
+  };
+  int64_t harvesting_ = 0;  // the step whose result is being read (0: none)
+  // The step progress reports and errors name: the one being read, else the next.
+  int64_t reported_step() const { return harvesting_ > 0 ? harvesting_ : steps_ + 1; }
+  std::deque<QueuedStep> queued_;          // enqueued, result not read from the devices yet
+  std::map<int64_t, StepResult> results_;  // read, not taken by result() yet
   RunFailure failure_;  // set once a replica has failed; every later call raises it
   std::unique_ptr<TelemetryRecorder> telemetry_;  // when options_.telemetry_path is set
   std::unique_ptr<ProcessGroup> processes_;       // the other processes of world_ (if any)

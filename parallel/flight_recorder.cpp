@@ -48,6 +48,17 @@ void RecordingCommunicator::issue(CollectiveDesc desc, Stream& stream) {
     issued_ = sequence;
     slot.record = {desc, std::chrono::steady_clock::now(), false, false};
   }
+  // Inside a CUDA graph capture an event record is a graph edge, and the event cannot be queried
+  // afterwards (cudaErrorCapturedEvent): such a collective is logged, not timed, and counts as
+  // done once issued (the graph's launches are bounded by the step's outcome deadline instead).
+  // The host backend never gets here while capturing: it captures the call above this layer.
+  if (device_runtime(stream.device()).capturing(stream)) {
+    issue_collective(inner(), desc, stream);
+    std::lock_guard lock(mutex_);
+    slot.record.in_graph = true;
+    slot.start_of = slot.end_of = 0;
+    return;
+  }
   stream.record(*slot.start);
   {
     std::lock_guard lock(mutex_);
@@ -72,7 +83,7 @@ std::vector<CollectiveRecord> RecordingCommunicator::snapshot() const {
     const Slot& slot = slots_[static_cast<size_t>(seq) % kRingSize];
     CollectiveRecord record = slot.record;
     record.started = slot.start_of == seq && slot.start->query();
-    record.completed = slot.end_of == seq && slot.end->query();
+    record.completed = record.in_graph || (slot.end_of == seq && slot.end->query());
     out.push_back(std::move(record));
   }
   return out;

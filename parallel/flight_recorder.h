@@ -49,6 +49,7 @@ struct CollectiveRecord {
   std::chrono::steady_clock::time_point enqueued{};
   bool started = false;    // the stream has reached it (it waits for peers or runs)
   bool completed = false;
+  bool in_graph = false;  // captured into a CUDA graph: issued once, not timed
 };
 
 class RecordingCommunicator final : public CommunicatorDecorator {

@@ -2,12 +2,14 @@
 #include "parallel/replica.h"
 
 #include <cmath>
+#include <cstddef>
 
 #include "engine/core/error.h"
 #include "engine/core/runtime.h"
 #include "engine/model/nn/functional.h"
 #include "ops/elementwise.h"
 #include "ops/softmax_xent.h"
+#include "ops/step_control.h"
 #include "parallel/step_common.h"
 
 namespace ls {
@@ -22,6 +24,7 @@ const char* phase_name(Phase phase) {
     case Phase::kReduce: return "gradient all-reduce";
     case Phase::kOptimizer: return "optimizer";
     case Phase::kEvaluate: return "evaluate";
+    case Phase::kDevice: return "device work";
   }
   return "?";
 }
@@ -46,8 +49,16 @@ int current_replica() { return t_current_replica; }
 Replica::Replica(int rank, Device device, const ModelFactory& model,
                  const OptimizerFactory& optimizer, std::unique_ptr<Communicator> comm,
                  RecordingCommunicator& recorder, const BucketOptions& buckets, uint64_t seed,
-                 ShardMode shard)
-    : rank_(rank), device_(device), comm_(std::move(comm)), recorder_(recorder) {
+                 ShardMode shard, StepOptions step_options)
+    : rank_(rank),
+      device_(device),
+      step_options_(std::move(step_options)),
+      recorder_(recorder),
+      staging_(device),
+      outcomes_(device) {
+  auto graph_comm = std::make_unique<GraphAwareCommunicator>(std::move(comm));
+  graph_comm_ = graph_comm.get();
+  comm_ = std::move(graph_comm);
   t_current_replica = rank;
   DeviceRuntime& runtime = device_runtime(device);
   runtime.bind_current_thread();
@@ -79,7 +90,16 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
                                          *compute_, *comm_stream_, buckets);
   }
   loss_sum_ = Tensor::empty({2}, DType::kF32, device);
-  nonfinite_ = Tensor::empty({1}, DType::kI32, device);
+  control_ = Tensor::empty({kStepControlWords}, DType::kI32, device);
+  // Only f16 scales the loss (engine/core/precision.h): its gradients underflow without it.
+  const bool f16 = step_options_.precision == Precision::kF16;
+  check_loss_scale_config(step_options_.loss_scale);
+  StepControl initial{};
+  initial.loss_scale = f16 ? step_options_.loss_scale.initial_scale : 1.0f;
+  initial.labels = 1.0f;
+  control_.copy_from_host_async(&initial, sizeof initial, *compute_);
+  if (!f16) step_options_.loss_scale.dynamic = false;
+  optimizer_->set_step_control(control_);
   compute_->synchronize();
   phase_ = Phase::kIdle;
 }
@@ -127,7 +147,7 @@ int64_t Shard::counted_labels() const {
   return n;
 }
 
-void Replica::upload(const Shard& shard) {
+void Replica::upload(const Shard& shard) {  // evaluation: the caller's memory, then a sync
   phase_ = Phase::kUpload;
   upload_shard(shard, /*with_labels=*/true, device_, inputs_, labels_, *compute_);
 }
@@ -136,10 +156,20 @@ Var Replica::input_rows(Tape& tape, const Shard& shard, int64_t begin, int64_t e
   return tape.constant(inputs_.view(begin * shard.features, {end - begin, shard.features}));
 }
 
-void Replica::forward_backward(const Shard& shard, int64_t global_labels, int accumulate,
-                               const ForwardContext& context) {
+// Note [A step the host never waits on]
+// Everything a step decides is decided on the device (ops/step_control.h): the loss gradient's
+// scale (loss scale / global labels, uploaded with the batch), whether to skip (the non-finite
+// count of the summed gradients and the loss, all-reduced, so every replica decides alike), the
+// optimizer's step count and the loss scale's schedule. The optimizer kernels read the decision,
+// so the optimizer and the ZeRO all-gather are always enqueued and do nothing harmful on a skip
+// (the all-gather spreads unchanged ranges). enqueue_step() therefore only enqueues: upload from
+// host staging (parallel/step_io.h), the body, and the copy of the outcome (loss sum, count,
+// StepControl) into a host ring slot. outcome() waits for that copy, bounded by a deadline.
+
+void Replica::forward_backward(const Shard& shard, int accumulate, const ForwardContext& context) {
   Stream& stream = *compute_;
-  const float grad_scale = 1.0f / static_cast<float>(global_labels);
+  // The loss gradient's scale is the StepControl's grad_seed (loss scale / global labels).
+  const Tensor grad_seed = control_.view_as(DType::kF32, offsetof(StepControl, grad_seed) / 4, {1});
   for (int m = 0; m < accumulate; ++m) {
     // Near-equal micro-batches: the later ones get the extra rows.
     const int64_t begin = shard.rows * m / accumulate;
@@ -162,11 +192,19 @@ void Replica::forward_backward(const Shard& shard, int64_t global_labels, int ac
           [this](Parameter& p) { return reducer_->gradient_storage(p.index, p.shape); });
     }
     Var logits = model_->forward(tape, input_rows(tape, shard, begin, end));
-    Var loss = nn::cross_entropy(tape, logits, y, grad_scale);
+    Var loss = nn::cross_entropy(tape, logits, y, 1.0f, grad_seed);
     // The loss is (sum over counted labels) / (logit rows): back to the sum.
     axpy(static_cast<float>(logits->value.dim(0)), loss->value, loss_sum_.view(0, {1}), stream);
     phase_ = Phase::kBackward;
     tape.backward(loss);
+    if (tape.step_dependent() && graphs_possible_) {
+      graphs_possible_ = false;
+      if (step_options_.graphs) {
+        notice_once(
+            "steps run eagerly, not as graphs: the model uses dropout, whose masks depend "
+            "on the step number (set dropout to 0 to run steps as graphs)");
+      }
+    }
     if (reduce) {
       phase_ = Phase::kReduce;
       reducer_->finish();
@@ -174,16 +212,12 @@ void Replica::forward_backward(const Shard& shard, int64_t global_labels, int ac
   }
 }
 
-StepOutcome Replica::step(const Shard& shard, int64_t global_labels, int accumulate,
-                          int64_t step_index, uint64_t dropout_seed) {
-  LS_ASSERT(shard.rows >= accumulate && accumulate >= 1 && global_labels > 0);
+void Replica::step_body(const Shard& shard, int accumulate, const ForwardContext& context) {
   Stream& stream = *compute_;
-  upload(shard);
-  stream.record(*step_start_);
   store_->zero_grad(stream);
   fill(loss_sum_, 0.0f, stream);
-  forward_backward(shard, global_labels, accumulate,
-                   ForwardContext{true, dropout_seed, step_index, shard.first_row});
+  step_begin(control_, stream);
+  forward_backward(shard, accumulate, context);
 
   phase_ = Phase::kReduce;
   // The loss sum rides on the compute stream, after the gradients (the same order everywhere);
@@ -195,33 +229,169 @@ StepOutcome Replica::step(const Shard& shard, int64_t global_labels, int accumul
   } else {
     comm_->label_next("loss");
     comm_->all_reduce(loss_sum_.data(), loss_sum_.data(), 1, DType::kF32, ReduceOp::kSum, stream);
-    count_nonfinite(store_->grads(), nonfinite_, stream);
-    nonfinite_.copy_to_host_async(&nonfinite_host_, sizeof nonfinite_host_, stream);
+    count_nonfinite(store_->grads(), loss_sum_.view(1, {1}), stream);
   }
-  loss_sum_.copy_to_host_async(loss_sum_host_, sizeof loss_sum_host_, stream);
-  stream.synchronize();
-  // A count past 2^31 saturates; as a float it is exact below 2^24 and never 0 when it is not.
-  const int32_t nonfinite =
-      gradients_sharded() ? static_cast<int32_t>(std::min(loss_sum_host_[1], 2.0e9f))
-                          : nonfinite_host_;
-
-  StepOutcome outcome{loss_sum_host_[0], nonfinite, false};
   // Identical inputs on every replica (summed gradients, global loss): an identical decision.
-  outcome.skipped = nonfinite != 0 || !std::isfinite(loss_sum_host_[0]);
-  if (!outcome.skipped) {
-    phase_ = Phase::kOptimizer;
-    const Tensor grads = gradients_sharded() ? owned_grads_ : optimizer_range(store_->grads());
-    optimizer_->step(optimizer_range(store_->values()), grads, stream);
-    if (sharded()) {  // every replica gets every updated range (in place: NCCL's layout)
-      const Tensor mine = optimizer_range(store_->values());
-      comm_->label_next("updated parameters");
-      comm_->all_gather(mine.data(), store_->values().data(), static_cast<size_t>(mine.numel()),
-                        DType::kF32, stream);
-    }
-    stream.synchronize();
+  step_decide(control_, loss_sum_, stream);
+  phase_ = Phase::kOptimizer;
+  const Tensor grads = gradients_sharded() ? owned_grads_ : optimizer_range(store_->grads());
+  optimizer_->step(optimizer_range(store_->values()), grads, stream);  // gated by control_
+  if (sharded()) {  // every replica gets every updated range (in place: NCCL's layout)
+    const Tensor mine = optimizer_range(store_->values());
+    comm_->label_next("updated parameters");
+    comm_->all_gather(mine.data(), store_->values().data(), static_cast<size_t>(mine.numel()),
+                      DType::kF32, stream);
   }
+  update_loss_scale(control_, step_options_.loss_scale, stream);
+}
+
+// Note [The step as a graph]
+// A step's device work depends only on tensors whose addresses stay put (parameters, gradients,
+// optimizer state, the StepControl, the uploaded inputs) and on host values fixed by the shape
+// (sizes, the micro-batch split). So once a shape has run graph_warmup eager steps (which sizes
+// the caching allocator and proves the step runs), the next step of that shape is captured
+// (DeviceRuntime::begin_capture on the compute stream, with the comm stream joined) and every
+// later step of that shape launches the graph: one call instead of the autograd, allocation,
+// checks and dispatch of hundreds of ops. Launches compute exactly what eager steps compute
+// (the same kernels on the same memory in the same order), so results are bitwise equal.
+// Steps of another shape (an epoch's last partial batch) run eagerly with their own input
+// tensors and leave the graph in place (said once); a step whose ops depend on the step number
+// (dropout) never runs as a graph (said once); a failed capture turns graphs off (said once).
+
+void Replica::notice_once(const std::string& message) {
+  if (step_options_.notice) step_options_.notice(message);
+}
+
+// Captures the step into graph_. Returns false, with nothing captured or run, when the backend
+// cannot capture (said once; steps then stay eager). An error of the step itself (the model's
+// code, a bad shape) is the step's failure and is thrown, as in an eager step.
+bool Replica::capture_body(const Shard& shard, int accumulate, const ForwardContext& context) {
+  DeviceRuntime& runtime = device_runtime(device_);
+  try {
+    runtime.begin_capture(*compute_, {comm_stream_.get()});
+  } catch (const Error& e) {
+    notice_once("steps run eagerly: capturing a step as a graph failed (" + e.message() + ")");
+    return false;
+  }
+  graph_comm_->set_capture(compute_.get());
+  try {
+    step_body(shard, accumulate, context);
+  } catch (...) {
+    graph_comm_->set_capture(nullptr);
+    try {
+      runtime.end_capture(*compute_);  // discarded: nothing of it has run
+    } catch (...) {                    // the step's own error is the one to report
+    }
+    throw;
+  }
+  graph_comm_->set_capture(nullptr);
+  try {
+    graph_ = runtime.end_capture(*compute_);
+  } catch (const Error& e) {
+    notice_once("steps run eagerly: capturing a step as a graph failed (" + e.message() + ")");
+    return false;
+  }
+  return true;
+}
+
+void Replica::run_body(const Shard& shard, int accumulate, const ForwardContext& context) {
+  const GraphShape shape{shard.rows, shard.features, shard.label_width, accumulate};
+  if (graph_ && shape == graph_shape_) {
+    graph_->launch(*compute_);
+    ++graph_launches_;
+    return;
+  }
+  if (graph_ && !told_shape_change_) {
+    told_shape_change_ = true;
+    notice_once("a step of another shape (" + std::to_string(shard.rows) + " rows, " +
+                std::to_string(accumulate) + " micro-batch(es)) than the captured graph's (" +
+                std::to_string(graph_shape_.rows) + " rows) runs eagerly; said once");
+  }
+  const bool warm = shape == warm_shape_ && warm_steps_ >= step_options_.graph_warmup;
+  if (!step_options_.graphs || !graphs_possible_ || graph_ || !warm) {
+    if (shape != warm_shape_) warm_shape_ = shape, warm_steps_ = 0;
+    ++warm_steps_;
+    step_body(shard, accumulate, context);
+    return;
+  }
+  // Capture: the step's work is recorded, not run; the launch below runs it.
+  if (!capture_body(shard, accumulate, context)) {
+    graphs_possible_ = false;  // nothing of the capture ran: this step runs eagerly
+    step_body(shard, accumulate, context);
+    return;
+  }
+  graph_shape_ = shape;
+  graph_inputs_ = inputs_;  // the graph reads these: keep them for its shape
+  graph_labels_ = labels_;
+  graph_->launch(*compute_);
+  ++graph_launches_;
+}
+
+void Replica::enqueue_step(const Shard& shard, int64_t global_labels, int accumulate,
+                           int64_t step_index, uint64_t dropout_seed) {
+  LS_ASSERT(shard.rows >= accumulate && accumulate >= 1 && global_labels > 0);
+  Stream& stream = *compute_;
+  phase_ = Phase::kUpload;
+  const GraphShape shape{shard.rows, shard.features, shard.label_width, accumulate};
+  if (graph_ && shape == graph_shape_) {  // the captured graph reads these tensors
+    inputs_ = graph_inputs_;
+    labels_ = graph_labels_;
+  } else if (graph_ && inputs_.defined() && inputs_.data() == graph_inputs_.data()) {
+    inputs_ = Tensor();  // another shape: its own tensors, the graph's stay as they are
+    labels_ = Tensor();
+  }
+  const Tensor control_labels =
+      control_.view_as(DType::kF32, offsetof(StepControl, labels) / 4, {1});
+  staging_.upload(shard, static_cast<float>(global_labels), inputs_, labels_, control_labels,
+                  stream);
+  stream.record(*step_start_);
+  ForwardContext context{true, dropout_seed, step_index, shard.first_row, step_options_.precision};
+  const int64_t launches = graph_launches_;
+  run_body(shard, accumulate, context);
+  last_step_graph_ = graph_launches_ != launches;
+  graph_step_[step_index % StepOutcomes::kSlots] = last_step_graph_;
+  outcomes_.export_outcome(step_index, loss_sum_, control_, stream);
   phase_ = Phase::kIdle;
+}
+
+StepOutcome Replica::outcome(int64_t step_index) {
+  phase_ = Phase::kDevice;
+  const ExportedOutcome out =
+      outcomes_.wait(step_index, step_options_.outcome_deadline,
+                     "replica " + std::to_string(rank_) + " on " + device_.str());
+  StepOutcome outcome;
+  outcome.global_loss_sum = out.loss_sum;
+  // A count past 2^31 saturates; as a float it is exact below 2^24 and never 0 when it is not.
+  outcome.nonfinite = static_cast<int32_t>(std::min(out.nonfinite, 2.0e9f));
+  outcome.skipped = out.control.skip != 0;
+  outcome.loss_scale = out.control.loss_scale;
+  outcome.optimizer_steps = out.control.optimizer_steps;
+  outcome.graph = graph_step_[step_index % StepOutcomes::kSlots];
+  phase_ = Phase::kIdle;
+  optimizer_->set_steps_taken(out.control.optimizer_steps);
   return outcome;
+}
+
+StepControl Replica::read_control() {
+  StepControl c{};
+  control_.copy_to_host_async(&c, sizeof c, *compute_);
+  compute_->synchronize();
+  optimizer_->set_steps_taken(c.optimizer_steps);
+  return c;
+}
+
+void Replica::restore_control(int64_t optimizer_steps, float loss_scale, int32_t good_steps) {
+  StepControl c = read_control();
+  LS_CHECK(optimizer_steps >= 0 && optimizer_steps < (int64_t{1} << 31), "optimizer steps ",
+           optimizer_steps, " do not fit the device's 32-bit step count");
+  c.optimizer_steps = static_cast<int32_t>(optimizer_steps);
+  if (step_options_.loss_scale.dynamic) {
+    c.loss_scale = loss_scale;
+    c.good_steps = good_steps;
+  }
+  control_.copy_from_host_async(&c, sizeof c, *compute_);
+  compute_->synchronize();
+  optimizer_->set_steps_taken(optimizer_steps);
 }
 
 EvalCounts Replica::evaluate(const Shard& rows, int64_t batch_size) {
@@ -235,6 +405,7 @@ EvalCounts Replica::evaluate(const Shard& rows, int64_t batch_size) {
     if (counted == 0) continue;
     upload(batch);
     Tape tape(stream, /*record=*/false);
+    tape.set_context(ForwardContext{false, 0, 0, 0, step_options_.precision});
     Var logits = model_->forward(tape, input_rows(tape, batch, 0, batch.rows));
     Var loss = nn::cross_entropy(tape, logits, labels_);
     count_correct(logits->value, labels_, correct, stream);

@@ -4,11 +4,16 @@
 //
 // A step runs the shard's micro-batches forward and backward on the compute stream (the last
 // one feeding the Reducer, so gradient all-reduces overlap its backward), then all-reduces the
-// loss sum, counts non-finite values in the summed gradients and synchronizes once to read both.
-// Every replica holds bitwise the same summed gradients and loss, so every replica takes the
-// same decision: step the optimizer, or skip the step when anything is NaN/Inf (parameters stay
-// bitwise equal across replicas). Gradients are scaled by 1/global_batch and summed, so the
-// result equals one big batch whatever the shard sizes (uneven shards included).
+// loss sum and counts non-finite values in the summed gradients. Every replica holds bitwise the
+// same summed gradients and loss, so every replica takes the same decision: step the optimizer,
+// or skip the step when anything is NaN/Inf (parameters stay bitwise equal across replicas).
+// That decision is taken on the device (ops/step_control.h), so enqueueing a step never waits
+// for the device: enqueue_step() returns once the step is queued, and outcome() reads its loss
+// and decision later (Note [A step the host never waits on], replica.cpp). Gradients are scaled
+// by 1/global_batch and summed, so the result equals one big batch whatever the shard sizes
+// (uneven shards included).
+// Graphs: after warm-up, a step of an unchanged shape is captured once and then launched as one
+// graph (engine/core/graph.h; Note [The step as a graph], replica.cpp).
 // Sharded (ZeRO): the optimizer steps this replica's range of the flat buffer and an all-gather
 // spreads the updated ranges. ZeRO-2 also keeps only that range of the summed gradients: every
 // micro-batch's buckets are reduced to their owners (Note [Sharded gradients], reducer.cpp), and
@@ -16,22 +21,38 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "engine/core/precision.h"
 #include "engine/model/nn/module.h"
 #include "engine/model/nn/parameter_store.h"
 #include "engine/model/optim/optimizer.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
 #include "parallel/flight_recorder.h"
+#include "parallel/graph_communicator.h"
 #include "parallel/reducer.h"
+#include "parallel/step_io.h"
 
 namespace ls {
 
 // Where a replica is, for error messages and (later) the watchdog.
-enum class Phase { kIdle, kSetup, kUpload, kForward, kBackward, kReduce, kOptimizer, kEvaluate };
+// kDevice: the host waits for a step's device work (enqueued earlier: eager or a graph launch).
+enum class Phase {
+  kIdle,
+  kSetup,
+  kUpload,
+  kForward,
+  kBackward,
+  kReduce,
+  kOptimizer,
+  kEvaluate,
+  kDevice
+};
 const char* phase_name(Phase phase);
 
 // A replica's rows of the global batch, in host memory owned by the caller: float inputs
@@ -55,6 +76,20 @@ struct StepOutcome {
   double global_loss_sum = 0;  // sum over the GLOBAL batch of the per-label loss (all-reduced)
   int32_t nonfinite = 0;       // NaN/Inf values in the summed gradients
   bool skipped = false;        // the optimizer did not step (non-finite loss or gradients)
+  float loss_scale = 1;        // the loss scale after the step (dynamic scaling: f16)
+  int64_t optimizer_steps = 0;  // steps the optimizer has taken after this one
+  bool graph = false;           // the step ran as a graph launch
+};
+
+// How every replica runs its steps (from DataParallelOptions).
+struct StepOptions {
+  Precision precision = Precision::kF32;
+  LossScaleConfig loss_scale;  // dynamic only with kF16
+  bool graphs = true;          // capture and launch steps as graphs after warm-up
+  int graph_warmup = 2;        // eager steps of a shape before it is captured
+  std::chrono::milliseconds outcome_deadline{std::chrono::minutes(21)};
+  // Says once why steps do not run as graphs (shape change, dropout, capture failure).
+  std::function<void(const std::string&)> notice;
 };
 
 struct EvalCounts {
@@ -72,15 +107,32 @@ class Replica {
   // ranges.
   Replica(int rank, Device device, const ModelFactory& model, const OptimizerFactory& optimizer,
           std::unique_ptr<Communicator> comm, RecordingCommunicator& recorder,
-          const BucketOptions& buckets, uint64_t seed, ShardMode shard = ShardMode::kNone);
+          const BucketOptions& buckets, uint64_t seed, ShardMode shard = ShardMode::kNone,
+          StepOptions step_options = {});
   ~Replica();
 
   // Makes every replica start from rank 0's parameters (a collective: all replicas call it).
   void broadcast_parameters();
-  // Step `step_index` on this replica's shard of a global batch with `global_labels` counted
-  // labels (the loss is their mean). `dropout_seed` keys the dropout masks.
+  // Enqueues step `step_index` (0-based) on this replica's shard of a global batch with
+  // `global_labels` counted labels (the loss is their mean) and returns without waiting for the
+  // device. `dropout_seed` keys the dropout masks. The shard's memory may be reused at return.
+  void enqueue_step(const Shard& shard, int64_t global_labels, int accumulate, int64_t step_index,
+                    uint64_t dropout_seed);
+  // Waits for an enqueued step (one of the last StepOutcomes::kSlots) and returns its outcome.
+  StepOutcome outcome(int64_t step_index);
+  // Both: one step, waited for.
   StepOutcome step(const Shard& shard, int64_t global_labels, int accumulate, int64_t step_index,
-                   uint64_t dropout_seed);
+                   uint64_t dropout_seed) {
+    enqueue_step(shard, global_labels, accumulate, step_index, dropout_seed);
+    return outcome(step_index);
+  }
+  // The training state kept on the device (synchronizes): for checkpoints.
+  StepControl read_control();
+  // Restores it (a loaded checkpoint): optimizer steps and the loss scale.
+  void restore_control(int64_t optimizer_steps, float loss_scale, int32_t good_steps);
+  // Graph launches and captures so far, and the nodes of the current graph (0: none).
+  int64_t graph_launches() const { return graph_launches_; }
+  int64_t graph_nodes() const { return graph_ ? graph_->nodes() : 0; }
   EvalCounts evaluate(const Shard& rows, int64_t batch_size);
 
   int rank() const { return rank_; }
@@ -99,7 +151,13 @@ class Replica {
   const Reducer& reducer() const { return *reducer_; }
   Stream& compute_stream() { return *compute_; }
   // The last step's timeline, relative to its start (valid after step() returned).
-  Reducer::Timeline last_timeline() const { return reducer_->timeline(*step_start_); }
+  // A CUDA graph does not record the events the timeline reads: steps run as graphs have none.
+  Reducer::Timeline last_timeline() const {
+    LS_CHECK(device_.is_host() || !last_step_graph_, "the bucket timeline of ", device_.str(),
+             " is not recorded for steps that run as CUDA graphs; turn graphs off "
+             "(DataParallelOptions::graphs = false, --no-graphs) to time the buckets");
+    return reducer_->timeline(*step_start_);
+  }
   // Ends every wait of this replica (any thread): its streams and its communicator.
   void abort();
   // Waits until both streams have run (or, after an abort, skipped) all enqueued work; errors
@@ -108,14 +166,20 @@ class Replica {
 
  private:
   void upload(const Shard& shard);
+  // The step's device work after the upload: what a graph captures.
+  void step_body(const Shard& shard, int accumulate, const ForwardContext& context);
   // Forward and backward of the shard's micro-batches; adds each one's loss sum to loss_sum_.
-  void forward_backward(const Shard& shard, int64_t global_labels, int accumulate,
-                        const ForwardContext& context);
+  void forward_backward(const Shard& shard, int accumulate, const ForwardContext& context);
+  // Runs step_body as a graph when it may (capturing it first), else eagerly.
+  void run_body(const Shard& shard, int accumulate, const ForwardContext& context);
+  bool capture_body(const Shard& shard, int accumulate, const ForwardContext& context);
+  void notice_once(const std::string& message);
   // The uploaded inputs of rows [begin, end) as the model's input Var.
   Var input_rows(Tape& tape, const Shard& shard, int64_t begin, int64_t end) const;
 
   int rank_;
   Device device_;
+  StepOptions step_options_;
   std::atomic<Phase> phase_{Phase::kSetup};
   std::unique_ptr<Stream> compute_;
   std::unique_ptr<Stream> comm_stream_;
@@ -123,18 +187,36 @@ class Replica {
   std::unique_ptr<nn::ParameterStore> store_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<Communicator> comm_;
+  GraphAwareCommunicator* graph_comm_ = nullptr;  // comm_ itself
   RecordingCommunicator& recorder_;  // inside comm_
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<Event> step_start_;
   Tensor inputs_, labels_;  // device copies of the shard, reused across steps
+  Tensor control_;          // i32 [kStepControlWords]: the StepControl
+  StepInputs staging_;
+  StepOutcomes outcomes_;
+  // Graphs: the captured step and the shape it was captured for (its inputs are the tensors it
+  // was captured reading; a step of another shape runs eagerly with its own).
+  struct GraphShape {
+    int64_t rows = -1, features = -1, label_width = -1;
+    int accumulate = -1;
+    bool operator==(const GraphShape&) const = default;
+  };
+  std::unique_ptr<StreamGraph> graph_;
+  GraphShape graph_shape_;
+  GraphShape warm_shape_;  // the shape of the eager steps counted in warm_steps_
+  int warm_steps_ = 0;
+  bool graphs_possible_ = true;  // false once a step was step-dependent or a capture failed
+  bool told_shape_change_ = false;
+  int64_t graph_launches_ = 0;
+  bool last_step_graph_ = false;
+  bool graph_step_[StepOutcomes::kSlots] = {};  // per outcome slot: that step was a launch
+  Tensor graph_inputs_, graph_labels_;
   Tensor owned_grads_;      // ZeRO-2: f32 [shard size], this replica's range of the summed grads
-  // f32 [2]: this shard's loss sum, then (all-reduced) the global one; ZeRO-2: [1] counts the
-  // non-finite summed gradients (this range's, then all of them).
+  // f32 [2]: this shard's loss sum, then (all-reduced) the global one; [1] counts the
+  // non-finite summed gradients (ZeRO-2: this range's, then, all-reduced, all of them).
   Tensor loss_sum_;
-  Tensor nonfinite_;        // i32 [1]: non-finite values in the summed gradients (not ZeRO-2)
   DataParallel::StateBytes state_bytes_;
-  float loss_sum_host_[2] = {0, 0};
-  int32_t nonfinite_host_ = 0;
 };
 
 }  // namespace ls

@@ -2,7 +2,9 @@
 // Runtimes live until the process exits, so a Tensor or Stream never outlives its device.
 #include "engine/core/runtime.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -44,6 +46,17 @@ DeviceRuntime& device_runtime(Device device) {
   }
   return *reg.runtimes.emplace(key, std::move(runtime)).first->second;
 }
+
+void* DeviceRuntime::allocate_pinned(size_t bytes) {
+  constexpr size_t kAlignment = 64;
+  void* ptr = std::aligned_alloc(
+      kAlignment, (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment);
+  LS_CHECK(ptr != nullptr, "out of host memory: could not allocate ", bytes,
+           " bytes of staging memory");
+  return ptr;
+}
+
+void DeviceRuntime::free_pinned(void* ptr) { std::free(ptr); }
 
 void set_host_threads_per_device(int threads) {
   LS_CHECK(threads >= 1, "host threads per device must be >= 1, got ", threads);

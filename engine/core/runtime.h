@@ -32,6 +32,14 @@ class DeviceRuntime {
   // thread that drives a device calls it first: CUDA's current device is per thread.
   virtual void bind_current_thread() {}
 
+  // Host memory the device copies to and from without the host waiting for the copy (CUDA:
+  // page-locked, from cudaHostAlloc: a copy into pageable memory would make the host wait; host
+  // backend: ordinary aligned memory). For staging a step's inputs and outcome. CUDA never
+  // returns such memory to the system while the process lives (cudaFreeHost synchronizes the
+  // device, which can hang behind a stuck collective): freed blocks are kept for reuse.
+  virtual void* allocate_pinned(size_t bytes);
+  virtual void free_pinned(void* ptr);
+
   // Graph capture (engine/core/graph.h). begin_capture: work enqueued on `origin` and `joined`
   // is recorded from now on (CUDA: joined streams enter by waiting on a captured event), and the
   // calling thread's allocations come from a new pool private to the graph. end_capture: the

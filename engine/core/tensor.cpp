@@ -108,6 +108,14 @@ Tensor Tensor::view(int64_t offset, const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::view_as(DType dtype, int64_t offset, const Shape& shape) const {
+  LS_CHECK(dtype_size(dtype) == dtype_size(dtype_), "view_as ", dtype_name(dtype), " of ",
+           describe(), ": the element sizes differ; reinterpret only between types of one size");
+  Tensor t = view(offset, shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
 Tensor Tensor::reshape(const Shape& shape) const {
   LS_CHECK(shape_numel(shape) == numel_, "reshape of ", describe(), " to ", shape_str(shape),
            " changes the element count");

@@ -68,6 +68,9 @@ class Tensor {
 
   // A tensor over `numel(shape)` elements of this one's storage starting `offset` elements in.
   Tensor view(int64_t offset, const Shape& shape) const;
+  // view() whose elements are read as `dtype`, of the same size (an i32 word as an f32: the
+  // fields of a device-side struct such as ops/step_control.h's StepControl).
+  Tensor view_as(DType dtype, int64_t offset, const Shape& shape) const;
   // Same storage and element count, another shape.
   Tensor reshape(const Shape& shape) const;
 

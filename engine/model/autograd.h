@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/core/precision.h"
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
 
@@ -47,6 +48,8 @@ struct ForwardContext {
   uint64_t seed = 0;      // the run's dropout seed
   int64_t step = 0;       // the optimizer step being computed
   int64_t first_row = 0;  // global index (in the step's batch) of this forward's first example
+  // The precision of matrix products (engine/core/precision.h): kBF16/kF16 round their operands.
+  Precision precision = Precision::kF32;
 };
 
 class Tape {
@@ -60,6 +63,11 @@ class Tape {
   bool recording() const { return record_; }
   const ForwardContext& context() const { return context_; }
   void set_context(const ForwardContext& context) { context_ = context; }
+  // Ops whose work depends on the step beyond the tensors they read (dropout masks are keyed by
+  // the step number, a host value baked into their launch) say so here: such a step cannot be
+  // replayed as a graph (engine/core/graph.h).
+  void note_step_dependent() { step_dependent_ = true; }
+  bool step_dependent() const { return step_dependent_; }
 
   // A Var that needs no gradient (inputs, labels).
   Var constant(Tensor value) const;
@@ -106,6 +114,7 @@ class Tape {
   Stream& stream_;
   bool record_;
   ForwardContext context_;
+  bool step_dependent_ = false;
   std::vector<Node> nodes_;
   // One Var per parameter per tape, so a parameter used twice (tied weights) has one use count.
   std::unordered_map<Parameter*, Var> parameter_vars_;

@@ -6,11 +6,15 @@
 // picks its kernel (e.g. its small-matrix path) by the size of each call.
 // gemm_strided_batched splits over the batch instead, one cblas_sgemm per matrix, so its results
 // do not depend on the thread count at all.
+// Precision kBF16/kF16 (ops/gemm.h): A and B are first rounded into per-thread scratch copies,
+// then multiplied in f32 exactly as above (see engine/core/precision.h for why that is what
+// cuBLAS computes with 16-bit operands and f32 accumulation).
 #include "ops/gemm.h"
 
 #include <cblas.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "engine/core/host/host_device.h"
@@ -53,14 +57,46 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
               static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
+// Elements a row-major operand of `rows` rows of `cols` used columns spans with leading
+// dimension ld.
+int64_t operand_span(int64_t rows, int64_t cols, int64_t ld) {
+  return rows == 0 || cols == 0 ? 0 : (rows - 1) * ld + cols;
+}
+
+// The operand rounded to `precision` in `scratch` (the operand itself for kF32). Padding between
+// rows is rounded too: harmless, it is never read.
+const float* rounded(const float* x, int64_t span, Precision precision,
+                     std::vector<float>& scratch) {
+  if (precision == Precision::kF32) return x;
+  scratch.resize(static_cast<size_t>(span));
+  float* out = scratch.data();
+  host_parallel_for(0, span, kHostGrain, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = round_to(precision, x[i]);
+  });
+  return out;
+}
+
+// Scratch for the rounded operands, per stream worker thread: reused, so a step allocates nothing.
+struct OperandScratch {
+  std::vector<float> a, b;
+};
+OperandScratch& operand_scratch() {
+  thread_local OperandScratch scratch;
+  return scratch;
+}
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                       const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                       float* c, int64_t ldc, Stream& stream) {
+          const float* a_in, int64_t lda, const float* b_in, int64_t ldb, float beta, float* c,
+          int64_t ldc, Precision precision, Stream& stream) {
   LS_ASSERT(m >= 0 && n >= 0 && k >= 0, "gemm sizes m=", m, " n=", n, " k=", k);
   if (m == 0 || n == 0) return;
   ensure_single_threaded_blas();
   host_enqueue(stream, [=] {
+    OperandScratch& scratch = operand_scratch();
+    const float* a =
+        rounded(a_in, operand_span(trans_a ? k : m, trans_a ? m : k, lda), precision, scratch.a);
+    const float* b =
+        rounded(b_in, operand_span(trans_b ? n : k, trans_b ? k : n, ldb), precision, scratch.b);
     // BLAS rejects k == 0 (lda < 1); the result is then just beta * C.
     if (k == 0 || alpha == 0.0f) {
       scale_c(m, n, beta, c, ldc);
@@ -83,9 +119,9 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 }
 
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                          const float* a, int64_t lda, int64_t stride_a, const float* b,
+                          const float* a_in, int64_t lda, int64_t stride_a, const float* b_in,
                           int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
-                          int64_t stride_c, int64_t batch, Stream& stream) {
+                          int64_t stride_c, int64_t batch, Precision precision, Stream& stream) {
   LS_ASSERT(m >= 0 && n >= 0 && k >= 0 && batch >= 0, "gemm_strided_batched sizes m=", m, " n=", n,
             " k=", k, " batch=", batch);
   if (m == 0 || n == 0 || batch == 0) return;
@@ -93,6 +129,13 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   // Enough matrices per chunk that each chunk is worth a task.
   const int64_t grain = std::max<int64_t>(1, kMinSplitFlops / std::max<int64_t>(1, m * n * k));
   host_enqueue(stream, [=] {
+    OperandScratch& scratch = operand_scratch();
+    const float* a =
+        rounded(a_in, (batch - 1) * stride_a + operand_span(trans_a ? k : m, trans_a ? m : k, lda),
+                precision, scratch.a);
+    const float* b =
+        rounded(b_in, (batch - 1) * stride_b + operand_span(trans_b ? n : k, trans_b ? k : n, ldb),
+                precision, scratch.b);
     host_parallel_for(0, batch, grain, [=](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         float* ci = c + i * stride_c;

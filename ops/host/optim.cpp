@@ -12,15 +12,17 @@
 namespace ls {
 namespace {
 
+// Per-element updates. `unscale` multiplies each gradient first (1 / loss scale; exactly 1.0f
+// when there is none, which leaves every product bitwise what it was without it).
 void sgd_plain(float* __restrict p, const float* __restrict g, int64_t b, int64_t e, float lr,
-               float wd) {
-  for (int64_t i = b; i < e; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+               float wd, float unscale) {
+  for (int64_t i = b; i < e; ++i) p[i] -= lr * (g[i] * unscale + wd * p[i]);
 }
 
 void sgd_momentum(float* __restrict p, const float* __restrict g, float* __restrict buf, int64_t b,
-                  int64_t e, float lr, float wd, float momentum) {
+                  int64_t e, float lr, float wd, float momentum, float unscale) {
   for (int64_t i = b; i < e; ++i) {
-    const float d = g[i] + wd * p[i];
+    const float d = g[i] * unscale + wd * p[i];
     const float v = momentum * buf[i] + d;
     buf[i] = v;
     p[i] -= lr * v;
@@ -34,47 +36,10 @@ struct AdamWCoefficients {
   float step_size;  // lr / (1 - beta1^step)
   float sqrt_bc2;   // sqrt(1 - beta2^step)
   float eps;
+  float unscale;  // multiplies the gradient
 };
 
-LS_VECTOR_CLONES void adamw_range(float* __restrict p, const float* __restrict g,
-                                  float* __restrict m, float* __restrict v, int64_t b, int64_t e,
-                                  AdamWCoefficients k) {
-  for (int64_t i = b; i < e; ++i) {
-    const float gi = g[i];
-    const float mi = k.beta1 * m[i] + k.one_minus_beta1 * gi;
-    const float vi = k.beta2 * v[i] + k.one_minus_beta2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    // As PyTorch: denom = sqrt(v) / sqrt(bias_correction2) + eps.
-    const float denom = std::sqrt(vi) / k.sqrt_bc2 + k.eps;
-    p[i] = p[i] * k.decay - k.step_size * (mi / denom);
-  }
-}
-
-void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
-                           const SgdConfig& config, Stream& stream) {
-  if (n <= 0) return;
-  const SgdConfig cfg = config;
-  if (cfg.momentum == 0.0f) {
-    host_enqueue(stream, [=] {
-      host_parallel_for(0, n, kHostGrain, [=](int64_t b, int64_t e) {
-        sgd_plain(param, grad, b, e, cfg.lr, cfg.weight_decay);
-      });
-    });
-    return;
-  }
-  LS_ASSERT(momentum_buf != nullptr, "sgd_step with momentum ", cfg.momentum, " needs a buffer");
-  host_enqueue(stream, [=] {
-    host_parallel_for(0, n, kHostGrain, [=](int64_t b, int64_t e) {
-      sgd_momentum(param, grad, momentum_buf, b, e, cfg.lr, cfg.weight_decay, cfg.momentum);
-    });
-  });
-}
-
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
-                             const AdamWConfig& config, int64_t step, Stream& stream) {
-  LS_CHECK(step >= 1, "adamw_step: step is ", step, "; steps are counted from 1");
-  if (n <= 0) return;
+AdamWCoefficients adamw_coefficients(const AdamWConfig& config, int64_t step, float unscale) {
   // Bias corrections in double, as PyTorch computes them on the host.
   const double bc1 = 1.0 - std::pow(static_cast<double>(config.beta1), static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(config.beta2), static_cast<double>(step));
@@ -87,7 +52,62 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
   k.step_size = static_cast<float>(config.lr / bc1);
   k.sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
   k.eps = config.eps;
+  k.unscale = unscale;
+  return k;
+}
+
+LS_VECTOR_CLONES void adamw_range(float* __restrict p, const float* __restrict g,
+                                  float* __restrict m, float* __restrict v, int64_t b, int64_t e,
+                                  AdamWCoefficients k) {
+  for (int64_t i = b; i < e; ++i) {
+    const float gi = g[i] * k.unscale;
+    const float mi = k.beta1 * m[i] + k.one_minus_beta1 * gi;
+    const float vi = k.beta2 * v[i] + k.one_minus_beta2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    // As PyTorch: denom = sqrt(v) / sqrt(bias_correction2) + eps.
+    const float denom = std::sqrt(vi) / k.sqrt_bc2 + k.eps;
+    p[i] = p[i] * k.decay - k.step_size * (mi / denom);
+  }
+}
+
+// A control's gate, read when the kernel runs: false when the step is skipped.
+bool gate_open(const StepControl* control) { return control == nullptr || control->skip == 0; }
+float unscale_of(const StepControl* control) {
+  return control == nullptr ? 1.0f : control->inv_scale;
+}
+
+void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
+              const SgdConfig& config, const StepControl* control, Stream& stream) {
+  if (n <= 0) return;
+  const SgdConfig cfg = config;
+  LS_ASSERT(cfg.momentum == 0.0f || momentum_buf != nullptr, "sgd_step with momentum ",
+            cfg.momentum, " needs a buffer");
   host_enqueue(stream, [=] {
+    if (!gate_open(control)) return;
+    const float unscale = unscale_of(control);
+    host_parallel_for(0, n, kHostGrain, [=](int64_t b, int64_t e) {
+      if (cfg.momentum == 0.0f) {
+        sgd_plain(param, grad, b, e, cfg.lr, cfg.weight_decay, unscale);
+      } else {
+        sgd_momentum(param, grad, momentum_buf, b, e, cfg.lr, cfg.weight_decay, cfg.momentum,
+                     unscale);
+      }
+    });
+  });
+}
+
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
+                const AdamWConfig& config, int64_t step, const StepControl* control,
+                Stream& stream) {
+  LS_CHECK(step >= 1 || control != nullptr, "adamw_step: step is ", step,
+           "; steps are counted from 1");
+  if (n <= 0) return;
+  const AdamWConfig cfg = config;
+  host_enqueue(stream, [=] {
+    if (!gate_open(control)) return;
+    const int64_t t = control != nullptr ? control->optimizer_steps : step;
+    const AdamWCoefficients k = adamw_coefficients(cfg, t, unscale_of(control));
     host_parallel_for(0, n, kHostGrain,
                       [=](int64_t b, int64_t e) { adamw_range(param, grad, m, v, b, e, k); });
   });

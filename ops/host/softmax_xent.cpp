@@ -57,13 +57,14 @@ float xent_row(const float* x, int32_t label, int64_t cols, float grad_scale, fl
 
 int64_t rows_grain(int64_t cols) { return std::max<int64_t>(1, kHostGrain / cols); }
 
-
-void softmax_xent(const float* logits, const int32_t* labels, int64_t rows,
-                               int64_t cols, float grad_scale, float* loss, float* dlogits,
-                               Stream& stream) {
+void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                  float host_scale, const float* device_scale, float* loss, float* dlogits,
+                  Stream& stream) {
   LS_ASSERT(rows > 0 && cols > 0, "softmax_xent sizes rows=", rows, " cols=", cols);
   host_enqueue(stream, [=] {
     check_labels("softmax_xent", labels, rows, cols);
+    // The device scale is read when the kernel runs (it is the step's, set on the device).
+    const float grad_scale = device_scale != nullptr ? host_scale * *device_scale : host_scale;
     // Reused across calls on this worker thread, so the steady-state step does not allocate.
     thread_local std::vector<float> row_loss;
     row_loss.resize(static_cast<size_t>(rows));

@@ -98,6 +98,7 @@ class FaultingOptimizer final : public optim::Optimizer {
     inner_->step(params, grads, stream);
     steps_ = inner_->steps_taken();
   }
+  void set_step_control(Tensor control) override { inner_->set_step_control(std::move(control)); }
   std::string name() const override { return inner_->name(); }
   std::vector<std::pair<std::string, Tensor>> state() const override { return inner_->state(); }
   float learning_rate() const override { return inner_->learning_rate(); }

@@ -118,15 +118,22 @@ TEST(DataParallel, FirstBucketAllReduceStartsBeforeBackwardEnds) {
   }
 }
 
+// Eager steps: after two; graphs: after the capture (step 3), whose memory is the graph's own.
 TEST(DataParallel, StepAllocatesNothingAfterWarmUp) {
   const std::vector<Device> devices{{DeviceKind::kHost, 6}, {DeviceKind::kHost, 7}};
-  DataParallel dp(devices, mlp_factory({784, 256, 10}), make_optimizer_factory({}));
-  const data::Batch batch = random_batch(64, 784, 3);
-  for (int s = 1; s <= 2; ++s) dp.step(batch);
-  const AllocatorStats warm0 = dp.allocator_stats(0), warm1 = dp.allocator_stats(1);
-  for (int s = 3; s <= 10; ++s) dp.step(batch);
-  EXPECT_EQ(dp.allocator_stats(0).system_allocs, warm0.system_allocs);
-  EXPECT_EQ(dp.allocator_stats(1).system_allocs, warm1.system_allocs);
+  for (const bool graphs : {false, true}) {
+    DataParallelOptions options;
+    options.graphs = graphs;
+    DataParallel dp(devices, mlp_factory({784, 256, 10}), make_optimizer_factory({}), options);
+    const data::Batch batch = random_batch(64, 784, 3);
+    const int warm_steps = graphs ? 3 : 2;
+    for (int s = 1; s <= warm_steps; ++s) dp.step(batch);
+    const AllocatorStats warm0 = dp.allocator_stats(0), warm1 = dp.allocator_stats(1);
+    for (int s = warm_steps + 1; s <= 10; ++s) dp.step(batch);
+    EXPECT_EQ(dp.allocator_stats(0).system_allocs, warm0.system_allocs) << "graphs " << graphs;
+    EXPECT_EQ(dp.allocator_stats(1).system_allocs, warm1.system_allocs) << "graphs " << graphs;
+    EXPECT_EQ(dp.graph_launches(), graphs ? 8 : 0);
+  }
 }
 
 TEST(DataParallel, LossFallsOnAFixedBatch) {

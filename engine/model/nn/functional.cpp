@@ -18,7 +18,8 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
            " (expected input [rows, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
   Stream& stream = tape.stream();
   Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
-  matmul(x->value, false, w, true, y, 1.0f, 0.0f, stream);
+  const Precision precision = tape.context().precision;
+  matmul(x->value, false, w, true, y, 1.0f, 0.0f, stream, precision);
   if (bias != nullptr) bias_add(y, (*bias)->value, stream);
 
   Var b = bias != nullptr ? *bias : nullptr;
@@ -26,14 +27,14 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   if (b) out->requires_grad = out->requires_grad || (tape.recording() && b->requires_grad);
   std::vector<Var> inputs{x, weight};
   if (b) inputs.push_back(b);
-  tape.record(out, inputs, [x, weight, b, &stream](const Tensor& dy) {
+  tape.record(out, inputs, [x, weight, b, precision, &stream](const Tensor& dy) {
     if (x->requires_grad) {  // dx = dy W
       const bool add = Tape::begin_grad(*x);
-      matmul(dy, false, weight->value, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream);
+      matmul(dy, false, weight->value, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream, precision);
     }
     if (weight->requires_grad) {  // dW = dy^T x
       const bool add = Tape::begin_grad(*weight);
-      matmul(dy, true, x->value, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream);
+      matmul(dy, true, x->value, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream, precision);
     }
     if (b && b->requires_grad) {
       const bool add = Tape::begin_grad(*b);  // before reading b->grad: it may give it storage
@@ -103,13 +104,14 @@ Var add(Tape& tape, const Var& a, const Var& b) {
   return out;
 }
 
-Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels, float grad_scale) {
+Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels, float grad_scale,
+                  const Tensor& device_scale) {
   Stream& stream = tape.stream();
   const Tensor& z = logits->value;
   Tensor loss = Tensor::empty({1}, DType::kF32, z.device());
   const bool need_grad = tape.recording() && logits->requires_grad;
   Tensor dlogits = need_grad ? Tensor::empty(z.shape(), DType::kF32, z.device()) : Tensor();
-  softmax_xent(z, labels, loss, dlogits, grad_scale, stream);
+  softmax_xent(z, labels, loss, dlogits, grad_scale, stream, device_scale);
   Var out = tape.output(std::move(loss), {&logits});
   tape.record(out, {logits}, [logits, dlogits, &stream](const Tensor&) {
     // The gradient was computed in forward; the loss is the root, so no upstream factor.

@@ -19,7 +19,10 @@ Var add(Tape& tape, const Var& a, const Var& b);
 // Mean softmax cross-entropy over rows; labels i32 [rows]. The gradient of the logits is
 // computed in the same pass and scaled by grad_scale (1/rows for a mean; the data-parallel code
 // passes its own scale for uneven shards). The result must be the root of backward().
-Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels, float grad_scale);
+// A defined `device_scale` (f32 [1], read on the device when the kernel runs) multiplies the
+// gradient too: the data-parallel step's loss scale / global label count (ops/step_control.h).
+Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels, float grad_scale,
+                  const Tensor& device_scale = Tensor());
 inline Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels) {
   return cross_entropy(tape, logits, labels, 1.0f / static_cast<float>(logits->value.dim(0)));
 }

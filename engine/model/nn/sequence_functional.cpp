@@ -121,6 +121,7 @@ Var dropout(Tape& tape, const Var& x, float p, uint64_t site, int64_t row_len) {
   if (!ctx.training || p == 0.0f) return x;
   LS_CHECK(p > 0.0f && p < 1.0f, "dropout probability ", p, " must be in [0, 1)");
   Stream& stream = tape.stream();
+  tape.note_step_dependent();  // the mask is keyed by the step: no graph replay
   const uint64_t key = dropout_key(ctx.seed, ctx.step, site);
   const int64_t first_row = ctx.first_row;
   Tensor y = like(x->value);
@@ -160,13 +161,15 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
   Tensor q = heads.view(0, {bh, t, d}), k = heads.view(part, {bh, t, d}),
          v = heads.view(2 * part, {bh, t, d});
   Tensor scores = Tensor::empty({bh, t, t}, DType::kF32, dev);
-  matmul_batched(q, false, k, true, scores, bh, 1.0f, 0.0f, stream);
+  const Precision precision = tape.context().precision;
+  matmul_batched(q, false, k, true, scores, bh, 1.0f, 0.0f, stream, precision);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   attention_softmax(scores, key_valid, h, shape.causal, scale, scores, stream);  // in place
   const Tensor probs = scores;
   const ForwardContext& ctx = tape.context();
   const bool drop = ctx.training && dropout_p > 0.0f;
   const uint64_t key = drop ? dropout_key(ctx.seed, ctx.step, site) : 0;
+  if (drop) tape.note_step_dependent();
   const int64_t first_row = ctx.first_row, row_len = h * t * t;
   Tensor dropped = probs;
   if (drop) {
@@ -174,7 +177,7 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
     ls::dropout(probs, dropped, row_len, first_row, dropout_p, key, false, stream);
   }
   Tensor context = Tensor::empty({bh, t, d}, DType::kF32, dev);
-  matmul_batched(dropped, false, v, false, context, bh, 1.0f, 0.0f, stream);
+  matmul_batched(dropped, false, v, false, context, bh, 1.0f, 0.0f, stream, precision);
   Tensor y = Tensor::empty({b * t, c}, DType::kF32, dev);
   merge_heads(context, y, {b, t, 1, h, d}, false, stream);
 
@@ -186,17 +189,17 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
     Tensor dheads = Tensor::empty({3, b, h, t, d}, DType::kF32, dev);
     Tensor dq = dheads.view(0, {bh, t, d}), dk = dheads.view(part, {bh, t, d}),
            dv = dheads.view(2 * part, {bh, t, d});
-    matmul_batched(dropped, true, dcontext, false, dv, bh, 1.0f, 0.0f, stream);
+    matmul_batched(dropped, true, dcontext, false, dv, bh, 1.0f, 0.0f, stream, precision);
     Tensor dprobs = Tensor::empty({bh, t, t}, DType::kF32, dev);
-    matmul_batched(dcontext, false, v, true, dprobs, bh, 1.0f, 0.0f, stream);
+    matmul_batched(dcontext, false, v, true, dprobs, bh, 1.0f, 0.0f, stream, precision);
     if (drop) {
       Tensor undropped = like(dprobs);
       ls::dropout(dprobs, undropped, row_len, first_row, dropout_p, key, false, stream);
       dprobs = undropped;
     }
     attention_softmax_backward(probs, dprobs, scale, dprobs, stream);  // now d(scores)
-    matmul_batched(dprobs, false, k, false, dq, bh, 1.0f, 0.0f, stream);
-    matmul_batched(dprobs, true, q, false, dk, bh, 1.0f, 0.0f, stream);
+    matmul_batched(dprobs, false, k, false, dq, bh, 1.0f, 0.0f, stream, precision);
+    matmul_batched(dprobs, true, q, false, dk, bh, 1.0f, 0.0f, stream, precision);
     const bool add = Tape::begin_grad(*qkv);
     merge_heads(dheads, qkv->grad, {b, t, 3, h, d}, add, stream);
   });

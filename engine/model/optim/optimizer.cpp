@@ -20,8 +20,8 @@ Sgd::Sgd(const Tensor& params, const SgdConfig& config, Stream& stream) : config
 }
 
 void Sgd::step(const Tensor& params, const Tensor& grads, Stream& stream) {
-  sgd_step(params, grads, momentum_, config_, stream);
-  ++steps_;
+  sgd_step(params, grads, momentum_, config_, stream, control_);
+  if (!control_.defined()) ++steps_;  // gated: counted on the device
 }
 
 std::vector<std::pair<std::string, Tensor>> Sgd::state() const {
@@ -36,8 +36,8 @@ AdamW::AdamW(const Tensor& params, const AdamWConfig& config, Stream& stream) : 
 }
 
 void AdamW::step(const Tensor& params, const Tensor& grads, Stream& stream) {
-  ++steps_;
-  adamw_step(params, grads, exp_avg_, exp_avg_sq_, config_, steps_, stream);
+  if (!control_.defined()) ++steps_;  // gated: counted on the device
+  adamw_step(params, grads, exp_avg_, exp_avg_sq_, config_, steps_, stream, control_);
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state() const {

@@ -29,11 +29,16 @@ class Optimizer {
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
+  // Gates every later step() by a StepControl on the device (ops/step_control.h): skipped steps
+  // change nothing, gradients are unscaled, and AdamW counts its steps there. steps_taken() then
+  // is what the owner last read back from the control (set_steps_taken).
+  virtual void set_step_control(Tensor control) { control_ = std::move(control); }
   virtual float learning_rate() const = 0;
   virtual void set_learning_rate(float lr) = 0;
 
  protected:
   int64_t steps_ = 0;
+  Tensor control_;  // undefined: ungated
 };
 
 class Sgd final : public Optimizer {
