@@ -2,7 +2,7 @@
 // (BucketOptions::fuse_ready and reduce_dtype), 128 rows per device, SGD:
 //   dp_reduction/<model>/<backend>/fuse:F/dtype:D   F in {0, 1}, D in {f32, bf16}
 // Models: mlp784-1024-1024-10 with the default bucket caps (few large buckets: bf16 halves the
-// bytes) and mlp256x8 with 64 KiB caps (17 small buckets: fusion saves launches).
+// bytes) and mlp256x8 with 64 KiB caps (14 small buckets: fusion halves the launches).
 // Counters: step_ms, launches (group calls and ungrouped collectives per step), collectives
 // and buckets per step. Needs 2 devices of the backend (host: --devices host:2 or more cores).
 #include <benchmark/benchmark.h>
