@@ -10,6 +10,9 @@ std::vector<Bucket> plan_buckets(const std::vector<ParameterExtent>& extents,
   LS_CHECK(options.cap_bytes > 0 && options.first_bucket_bytes > 0,
            "bucket caps must be positive (cap ", options.cap_bytes, " bytes, first bucket ",
            options.first_bucket_bytes, " bytes)");
+  LS_CHECK(options.reduce_dtype == DType::kF32 || options.reduce_dtype == DType::kBF16,
+           "BucketOptions::reduce_dtype is ", dtype_name(options.reduce_dtype),
+           "; gradients are all-reduced in f32 (DType::kF32, the default) or bf16 (DType::kBF16)");
   LS_CHECK(element_bytes > 0, "element size must be positive");
   LS_CHECK(!extents.empty(), "cannot plan buckets for a model without parameters");
   for (size_t i = 0; i < extents.size(); ++i) {

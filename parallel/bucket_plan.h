@@ -5,7 +5,9 @@
 // reverse registration order — roughly the order backward finishes their gradients — so the
 // first bucket can be reduced while backward is still producing the others. The first bucket is
 // kept small (default 1 MiB) so communication starts early; the rest are capped (default 25 MiB,
-// PyTorch DDP's defaults). A parameter larger than the cap gets a bucket of its own.
+// PyTorch DDP's defaults). A parameter larger than the cap gets a bucket of its own. The caps
+// count f32 gradient bytes whatever BucketOptions::reduce_dtype is (the plan, and so the
+// collective order, does not depend on it; bf16 buckets move half of that).
 // Bucket i is reduced i-th on every replica; see Note [Bucket ready order] in reducer.cpp.
 #pragma once
 
@@ -30,7 +32,8 @@ struct ParameterExtent {
 // launches late (a tied parameter's), and more when gradients finish out of bucket order.
 inline constexpr size_t kZero2StagingBuckets = 3;
 
-// `extents` must be in registration order, ascending, contiguous and non-empty.
+// `extents` must be in registration order, ascending, contiguous and non-empty. Also checks the
+// options that are not about sizes (reduce_dtype), so bad options fail before any work.
 std::vector<Bucket> plan_buckets(const std::vector<ParameterExtent>& extents,
                                  int64_t element_bytes, const BucketOptions& options);
 

@@ -11,6 +11,9 @@
 // all-reduce of early buckets runs while backward computes the rest. finish() launches what is
 // left and makes the compute stream wait for the comm stream, so the optimizer sees summed
 // gradients. Every replica launches buckets in the same order (Note [Bucket ready order]).
+// Buckets found ready in the same call go out in one group call when BucketOptions::fuse_ready
+// (Note [Fused bucket launches]); with reduce_dtype bf16 each bucket travels as a bf16 copy
+// (Note [Gradients reduced in bf16]).
 // Timeline events (bucket start/end on the comm stream, backward end on compute) let callers
 // measure overlap and exposed communication after the step has synchronized.
 // Thread-safety: used by its replica's thread only.
@@ -65,6 +68,10 @@ class Reducer {
   bool sharded() const { return shard_.owned.defined(); }
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // The last step's group calls plus ungrouped collectives (what NCCL launches), and its
+  // collectives; both summed over a step's micro-batches (ZeRO-2 reduces after each).
+  int launches() const { return launches_; }
+  int collectives() const { return collectives_; }
 
   // After the step has synchronized: milliseconds from `reference` (an event the caller recorded
   // on the compute stream, e.g. at the start of the step) to each point of the last step.
@@ -74,8 +81,11 @@ class Reducer {
  private:
   void make_events();
   void launch_ready_buckets();
-  void launch(size_t bucket);
+  void launch_through(size_t end);        // buckets [next_launch_, end), fused or one by one
+  void launch(size_t first, size_t end);  // buckets [first, end) in one launch
+  void all_reduce(size_t first, size_t end);
   void reduce_to_owners(size_t bucket);
+  void add_owned_sums(size_t bucket);  // sharded, accumulating: after the group has ended
   Tensor& staging(size_t bucket);  // allocated and zeroed on first use since begin()
   void release_staging(size_t bucket);
 
@@ -85,6 +95,9 @@ class Reducer {
   std::vector<Tensor> staging_;           // sharded only: per bucket, while it is live
   size_t next_release_ = 0;               // sharded only: staging below it is released
   bool accumulate_ = false;
+  bool fuse_ready_ = true;
+  DType reduce_dtype_ = DType::kF32;
+  std::vector<Tensor> reduce_buffers_;  // bf16 only: per bucket, persistent
   Communicator& comm_;
   Stream& compute_;
   Stream& comm_stream_;
@@ -92,6 +105,8 @@ class Reducer {
   std::vector<size_t> bucket_of_;  // per parameter
   std::vector<int> pending_;  // per bucket: parameters whose gradient is not final yet
   size_t next_launch_ = 0;
+  int launches_ = 0, collectives_ = 0;
+  std::vector<int> launch_of_;  // per bucket: which launch of the last reduction carried it
   std::vector<std::unique_ptr<Event>> grads_ready_;  // per bucket, on compute
   std::vector<std::unique_ptr<Event>> start_, end_;  // per bucket, on comm
   std::unique_ptr<Event> backward_end_;
