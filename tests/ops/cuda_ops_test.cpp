@@ -80,7 +80,8 @@ TEST_F(CudaOpsTest, GemmMatchesHostForAllTransposesAndLeadingDimensions) {
           Pair pc = upload(c, {s.m * ldc});
           run_both([&](DeviceKind kernels, Stream& stream, auto side) {
             ops_of<GemmOps>(kernels).gemm(ta, tb, s.m, s.n, s.k, alpha, side(pa).f32(), lda,
-                                          side(pb).f32(), ldb, beta, side(pc).f32(), ldc, stream);
+                                          side(pb).f32(), ldb, beta, side(pc).f32(), ldc,
+                                          Precision::kF32, stream);
           });
           const auto want = host_values(pc);
           const auto got = cuda_values(pc);
@@ -246,7 +247,7 @@ TEST_F(CudaOpsTest, SoftmaxXentMatchesHost) {
       const float grad_scale = 1.0f / static_cast<float>(rows);
       run_both([&](DeviceKind k, Stream& s, auto side) {
         ops_of<SoftmaxXentOps>(k).softmax_xent(side(logits).f32(), side(labels).i32(), rows, cols,
-                                               grad_scale, side(loss).f32(),
+                                               grad_scale, nullptr, side(loss).f32(),
                                                with_grad ? side(dlogits).f32() : nullptr, s);
       });
       expect_close(loss);
@@ -263,7 +264,8 @@ TEST_F(CudaOpsTest, SoftmaxXentInPlaceMatchesHost) {
     Pair loss = empty({1}, DType::kF32);
     run_both([&](DeviceKind k, Stream& s, auto side) {
       ops_of<SoftmaxXentOps>(k).softmax_xent(side(logits).f32(), side(labels).i32(), rows, cols,
-                                             0.5f, side(loss).f32(), side(logits).f32(), s);
+                                             0.5f, nullptr, side(loss).f32(), side(logits).f32(),
+                                             s);
     });
     expect_close(loss);
     expect_close(logits, kRtol, 1e-6);
@@ -280,7 +282,7 @@ TEST_F(CudaOpsTest, SoftmaxXentIsBitwiseRepeatable) {
     Tensor loss = Tensor::empty({1}, DType::kF32, kCuda0);
     Tensor dlogits = Tensor::empty({rows, cols}, DType::kF32, kCuda0);
     ops_of<SoftmaxXentOps>(DeviceKind::kCuda)
-        .softmax_xent(logits.f32(), labels.i32(), rows, cols, 1.0f / rows, loss.f32(),
+        .softmax_xent(logits.f32(), labels.i32(), rows, cols, 1.0f / rows, nullptr, loss.f32(),
                       dlogits.f32(), *cuda_);
     std::vector<float> result = loss.to_host_f32(*cuda_);
     const auto grad = dlogits.to_host_f32(*cuda_);
@@ -352,7 +354,7 @@ TEST_F(CudaOpsTest, SgdMatchesHostWithAndWithoutMomentum) {
         Pair grad = upload(random_vector(n, 10 + step), {n});
         run_both([&](DeviceKind k, Stream& s, auto side) {
           ops_of<OptimOps>(k).sgd_step(side(param).f32(), side(grad).f32(),
-                     momentum != 0.0f ? side(buf).f32() : nullptr, n, config, s);
+                     momentum != 0.0f ? side(buf).f32() : nullptr, n, config, nullptr, s);
         });
       }
       expect_close(param);
@@ -372,7 +374,7 @@ TEST_F(CudaOpsTest, AdamWMatchesHost) {
       Pair grad = upload(random_vector(n, 10 + static_cast<uint32_t>(step)), {n});
       run_both([&](DeviceKind k, Stream& s, auto side) {
         ops_of<OptimOps>(k).adamw_step(side(param).f32(), side(grad).f32(), side(m).f32(),
-                                       side(v).f32(), n, config, step, s);
+                                       side(v).f32(), n, config, step, nullptr, s);
       });
     }
     expect_close(param, 1e-5, 1e-6);
