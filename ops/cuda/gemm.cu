@@ -186,7 +186,8 @@ class HalfOperands {
     const bool bf16 = precision == Precision::kBF16;
     round_operand_kernel<<<grid_for(span_a), kThreads, 0, stream>>>(a, block_, span_a, bf16);
     LS_CUDA_CHECK_LAUNCH();
-    round_operand_kernel<<<grid_for(span_b), kThreads, 0, stream>>>(b, block_ + b_offset, span_b, bf16);
+    round_operand_kernel<<<grid_for(span_b), kThreads, 0, stream>>>(b, block_ + b_offset, span_b,
+                                                                    bf16);
     LS_CUDA_CHECK_LAUNCH();
   }
   ~HalfOperands() { allocator_.free(block_); }
@@ -204,8 +205,8 @@ class HalfOperands {
 };
 
 cudaDataType cuda_type_of(Precision precision) {
-  LS_CHECK(precision == Precision::kBF16 || precision == Precision::kF16,
-           "gemm: precision ", precision_name(precision), " has no 16-bit cuBLAS type");
+  LS_CHECK(precision == Precision::kBF16 || precision == Precision::kF16, "gemm: precision ",
+           precision_name(precision), " has no 16-bit cuBLAS type");
   return precision == Precision::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
 }
 
@@ -252,8 +253,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
                           operand_span(trans_b ? n : k, trans_b ? k : n, ld_b, 0, 1), stream);
   const cudaDataType type = cuda_type_of(precision);
   LS_CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, cols, rows, inner, &alpha, half.b(), type, ld_b,
-                               half.a(), type, ld_a, &beta, c, CUDA_R_32F, ld_c,
-                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                               half.a(), type, ld_a, &beta, c, CUDA_R_32F, ld_c, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
 }
 
 // See Note [Row-major GEMM through column-major cuBLAS]; the batch strides carry over unchanged.
@@ -283,10 +284,10 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (precision == Precision::kF32) {
-    LS_CUBLAS_CHECK(cublasSgemmStridedBatched(
-        handle, op_b, op_a, cols, rows, inner, &alpha, b, ld_b, static_cast<long long>(stride_b),
-        a, ld_a, static_cast<long long>(stride_a), &beta, c, ld_c,
-        static_cast<long long>(stride_c), count));
+    LS_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, cols, rows, inner, &alpha, b,
+                                              ld_b, static_cast<long long>(stride_b), a, ld_a,
+                                              static_cast<long long>(stride_a), &beta, c, ld_c,
+                                              static_cast<long long>(stride_c), count));
     return;
   }
   // See Note [16-bit GEMM operands]: the copies keep the batch strides.

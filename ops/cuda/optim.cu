@@ -77,7 +77,8 @@ __global__ void adamw_step_kernel(float* param, const float* grad, float* m, flo
     __shared__ AdamWFactors shared_factors;
     if (control->skip != 0) return;  // every thread of the grid sees the same value
     inv_scale = control->inv_scale;
-    if (threadIdx.x == 0) shared_factors = adamw_factors(lr, beta1, beta2, control->optimizer_steps);
+    if (threadIdx.x == 0)
+      shared_factors = adamw_factors(lr, beta1, beta2, control->optimizer_steps);
     __syncthreads();
     factors = shared_factors;
   }
@@ -133,9 +134,9 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
   } else {
     // Bias corrections in double on the host, as PyTorch computes them.
     const AdamWFactors factors = adamw_factors(config.lr, config.beta1, config.beta2, step);
-    adamw_step_kernel<false><<<grid_for(n), kThreads, 0, stream>>>(
-        param, grad, m, v, n, config.lr, config.beta1, config.beta2, config.eps, decay, factors,
-        nullptr);
+    adamw_step_kernel<false>
+        <<<grid_for(n), kThreads, 0, stream>>>(param, grad, m, v, n, config.lr, config.beta1,
+                                               config.beta2, config.eps, decay, factors, nullptr);
   }
   LS_CUDA_CHECK_LAUNCH();
 }

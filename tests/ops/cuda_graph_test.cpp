@@ -99,8 +99,10 @@ TEST_F(CudaGraphTest, ReplayOfTwoStreamsEqualsEagerBitwise) {
 // on them, and the launches still find them.
 TEST_F(CudaGraphTest, MemoryAllocatedDuringCaptureStaysTheGraphs) {
   const int64_t m = 64, k = 96, n = 48;
-  Tensor a = Tensor::empty({m, k}, DType::kF32, kCuda0), b = Tensor::empty({k, n}, DType::kF32, kCuda0);
-  Tensor c = Tensor::empty({m, n}, DType::kF32, kCuda0), eager = Tensor::empty({m, n}, DType::kF32, kCuda0);
+  Tensor a = Tensor::empty({m, k}, DType::kF32, kCuda0),
+         b = Tensor::empty({k, n}, DType::kF32, kCuda0);
+  Tensor c = Tensor::empty({m, n}, DType::kF32, kCuda0),
+         eager = Tensor::empty({m, n}, DType::kF32, kCuda0);
   set(a, random_vector(m * k, 1));
   set(b, random_vector(k * n, 2));
   // Warm the cuBLAS handle and this stream's workspace outside the capture.

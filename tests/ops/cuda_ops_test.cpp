@@ -354,7 +354,8 @@ TEST_F(CudaOpsTest, SgdMatchesHostWithAndWithoutMomentum) {
         Pair grad = upload(random_vector(n, 10 + step), {n});
         run_both([&](DeviceKind k, Stream& s, auto side) {
           ops_of<OptimOps>(k).sgd_step(side(param).f32(), side(grad).f32(),
-                     momentum != 0.0f ? side(buf).f32() : nullptr, n, config, nullptr, s);
+                                       momentum != 0.0f ? side(buf).f32() : nullptr, n, config,
+                                       nullptr, s);
         });
       }
       expect_close(param);

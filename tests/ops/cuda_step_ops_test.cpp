@@ -100,16 +100,16 @@ void expect_gemm_close(const GemmShape& s, const std::vector<float>& got,
 }
 
 TEST_F(CudaStepOpsTest, SixteenBitGemmEqualsTheHostEmulation) {
-  const std::vector<std::array<int64_t, 3>> sizes = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9},
-                                                    {64, 128, 96}, {129, 257, 65}};
+  const std::vector<std::array<int64_t, 3>> sizes = {
+      {1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 128, 96}, {129, 257, 65}};
   for (Precision precision : {Precision::kBF16, Precision::kF16}) {
     for (const auto& [m, k, n] : sizes) {
       for (int t = 0; t < 4; ++t) {
         const bool ta = t & 1, tb = t & 2;
         const int64_t pad = 3;
         GemmShape s{m, n, k, (ta ? m : k) + pad, (tb ? k : n) + pad, n + pad, 0, 0, 0, 1, ta, tb};
-        SCOPED_TRACE(testing::Message() << precision_name(precision) << " " << m << "x" << k
-                                        << "x" << n << " ta=" << ta << " tb=" << tb);
+        SCOPED_TRACE(testing::Message() << precision_name(precision) << " " << m << "x" << k << "x"
+                                        << n << " ta=" << ta << " tb=" << tb);
         const auto a = random_vector(static_cast<size_t>((ta ? k : m) * s.lda), 1, -2.0f, 2.0f);
         const auto b = random_vector(static_cast<size_t>((tb ? n : k) * s.ldb), 2, -2.0f, 2.0f);
         auto c = random_vector(static_cast<size_t>(m * s.ldc), 3);
@@ -328,8 +328,8 @@ TEST_F(CudaStepOpsTest, StepControlFollowsTheLossScaleSchedule) {
       EXPECT_EQ(std::memcmp(&got, &want, sizeof(StepControl)), 0)
           << "loss_scale " << got.loss_scale << " (want " << want.loss_scale << "), skip "
           << got.skip << " (" << want.skip << "), optimizer_steps " << got.optimizer_steps << " ("
-          << want.optimizer_steps << "), good_steps " << got.good_steps << " ("
-          << want.good_steps << ")";
+          << want.optimizer_steps << "), good_steps " << got.good_steps << " (" << want.good_steps
+          << ")";
     }
   }
   // The schedule went through the maximum (32, step 11) and the minimum (1, steps 16-18).

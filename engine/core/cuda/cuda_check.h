@@ -41,8 +41,7 @@ inline const char* capture_error_hint(cudaError_t status) {
       return ": the event was last recorded while its stream was being captured into a graph, "
              "so it marks a point of the graph, not work that ran; query, synchronize and time "
              "only events recorded outside a capture";
-    default:
-      return "";
+    default: return "";
   }
 }
 

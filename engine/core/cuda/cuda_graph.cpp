@@ -42,8 +42,8 @@ class CudaGraph final : public StreamGraph {
   CudaGraph& operator=(const CudaGraph&) = delete;
 
   void launch(Stream& origin) override {
-    LS_CHECK(origin.device() == device_, "graph launch: the graph was captured on ",
-             device_.str(), " but the stream is on ", origin.device().str(),
+    LS_CHECK(origin.device() == device_, "graph launch: the graph was captured on ", device_.str(),
+             " but the stream is on ", origin.device().str(),
              "; launch it on the stream its capture began on");
     const cudaStream_t stream = cuda_stream_of(origin);
     DeviceGuard guard(device_.index);
@@ -86,8 +86,7 @@ CapturePoolHandle begin_cuda_capture(Device device, cudaStream_t origin,
 }
 
 std::unique_ptr<StreamGraph> end_cuda_capture(Device device, cudaStream_t origin,
-                                              CachingAllocator& allocator,
-                                              CapturePoolHandle pool) {
+                                              CachingAllocator& allocator, CapturePoolHandle pool) {
   DeviceGuard guard(device.index);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(origin, &graph);
