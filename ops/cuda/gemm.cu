@@ -1,5 +1,6 @@
-// Row-major f32 GEMM on CUDA through cuBLAS (cublasSgemm, plain f32 math: no TF32, no atomics),
-// asynchronous on the caller's stream: the CUDA kernel of ops/gemm.h.
+// Row-major f32 GEMM on CUDA through cuBLAS, asynchronous on the caller's stream: the CUDA
+// kernel of ops/gemm.h. kF32: cublasSgemm, plain f32 math (no TF32, no atomics). kBF16 / kF16:
+// 16-bit copies of A and B, then cublasGemmEx with f32 C (see Note [16-bit GEMM operands]).
 //
 // Note [Row-major GEMM through column-major cuBLAS]
 // A row-major matrix with leading dimension ld is, read column-major, its transpose with the
@@ -17,6 +18,22 @@
 // cublasDestroy: it synchronizes the whole device, which can hang behind a stuck NCCL kernel)
 // and its workspaces go back to the allocator. A stream must have finished its GEMMs before
 // the thread that issued them exits or a new stream reuses its address.
+//
+// Note [16-bit GEMM operands]
+// kBF16 / kF16 (engine/core/precision.h) round every element of A and B to nearest even into a
+// 16-bit copy, and cublasGemmEx multiplies the copies with f32 accumulation
+// (CUBLAS_COMPUTE_32F) into the f32 C: what the host emulates by rounding and an f32 GEMM. A copy
+// keeps its source's layout: the whole span from the first element to the last one read, so the
+// leading dimensions, the batch strides and the row-major trick carry over unchanged (padding
+// between rows is converted too, and never read). bf16 rounds with the bit arithmetic of the
+// host's f32_to_bf16 (engine/core/dtype.h), so both backends round alike, NaN included. The
+// copies come from the device's caching allocator and are freed as soon as the GEMM is
+// enqueued: the allocator hands a block out again only in stream order (engine/core/allocator.h:
+// a step allocates on one stream per device), and in a graph capture they come from the graph's
+// pool. Converting costs one read of f32 and one write of 16 bits per element, small beside the
+// product for the shapes of a transformer.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -133,6 +150,66 @@ __global__ void scale_matrix_kernel(float* c, int64_t rows, int64_t cols, int64_
   }
 }
 
+// out[i] = in[i] rounded to bf16 or f16 (nearest, ties to even), as 16-bit patterns.
+__device__ uint16_t bf16_bits(float x) {  // f32_to_bf16 of engine/core/dtype.h
+  uint32_t bits = __float_as_uint(x);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+__global__ void round_operand_kernel(const float* in, uint16_t* out, int64_t n, bool bf16) {
+  LS_GRID_STRIDE_LOOP(i, n) {
+    out[i] = bf16 ? bf16_bits(in[i]) : __half_as_ushort(__float2half_rn(in[i]));
+  }
+}
+
+// Elements from a matrix's first to its last: rows x cols with leading dimension ld, `batch`
+// of them `stride` apart (the span its 16-bit copy covers; see Note [16-bit GEMM operands]).
+int64_t operand_span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
+// The 16-bit copies of A and B for one GEMM call, in one block of the device's caching allocator
+// (B's copy starts 16-byte aligned, as cuBLAS's tensor-core kernels prefer). The block is freed
+// by the destructor, after the GEMM was enqueued; see Note [16-bit GEMM operands].
+class HalfOperands {
+ public:
+  HalfOperands(int device, Precision precision, const float* a, int64_t span_a, const float* b,
+               int64_t span_b, cudaStream_t stream)
+      : allocator_(device_runtime(Device{DeviceKind::kCuda, device}).allocator()) {
+    const int64_t b_offset = (span_a + 7) / 8 * 8;
+    block_ = static_cast<uint16_t*>(
+        allocator_.allocate(static_cast<size_t>(b_offset + span_b) * sizeof(uint16_t)));
+    a_ = block_;
+    b_ = block_ + b_offset;
+    const bool bf16 = precision == Precision::kBF16;
+    round_operand_kernel<<<grid_for(span_a), kThreads, 0, stream>>>(a, block_, span_a, bf16);
+    LS_CUDA_CHECK_LAUNCH();
+    round_operand_kernel<<<grid_for(span_b), kThreads, 0, stream>>>(b, block_ + b_offset, span_b,
+                                                                    bf16);
+    LS_CUDA_CHECK_LAUNCH();
+  }
+  ~HalfOperands() { allocator_.free(block_); }
+  HalfOperands(const HalfOperands&) = delete;
+  HalfOperands& operator=(const HalfOperands&) = delete;
+
+  const uint16_t* a() const { return a_; }
+  const uint16_t* b() const { return b_; }
+
+ private:
+  CachingAllocator& allocator_;
+  uint16_t* block_ = nullptr;
+  const uint16_t* a_ = nullptr;
+  const uint16_t* b_ = nullptr;
+};
+
+cudaDataType cuda_type_of(Precision precision) {
+  LS_CHECK(precision == Precision::kBF16 || precision == Precision::kF16, "gemm: precision ",
+           precision_name(precision), " has no 16-bit cuBLAS type");
+  return precision == Precision::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
 int checked_int(int64_t value, const char* name) {
   LS_CHECK(value >= 0 && value <= INT_MAX, "gemm: ", name, " = ", value,
            " is outside what cuBLAS takes (0 to ", INT_MAX, "); split the matrix");
@@ -142,7 +219,8 @@ int checked_int(int64_t value, const char* name) {
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, Stream& on) {
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+          Precision precision, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   const int device = launch.device();
@@ -161,17 +239,29 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   const int cols = checked_int(n, "n");
   const int inner = checked_int(k, "k");
   cublasHandle_t handle = t_cublas.bind(device, stream);
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   // See Note [Row-major GEMM through column-major cuBLAS].
-  LS_CUBLAS_CHECK(cublasSgemm(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, cols, rows, inner, &alpha, b,
-                              ld_b, a, ld_a, &beta, c, ld_c));
+  if (precision == Precision::kF32) {
+    LS_CUBLAS_CHECK(cublasSgemm(handle, op_b, op_a, cols, rows, inner, &alpha, b, ld_b, a, ld_a,
+                                &beta, c, ld_c));
+    return;
+  }
+  // See Note [16-bit GEMM operands]. Stored, A is m x k (k x m transposed); B is k x n (n x k).
+  const HalfOperands half(device, precision, a,
+                          operand_span(trans_a ? k : m, trans_a ? m : k, ld_a, 0, 1), b,
+                          operand_span(trans_b ? n : k, trans_b ? k : n, ld_b, 0, 1), stream);
+  const cudaDataType type = cuda_type_of(precision);
+  LS_CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, cols, rows, inner, &alpha, half.b(), type, ld_b,
+                               half.a(), type, ld_a, &beta, c, CUDA_R_32F, ld_c, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
 }
 
 // See Note [Row-major GEMM through column-major cuBLAS]; the batch strides carry over unchanged.
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                           const float* a, int64_t lda, int64_t stride_a, const float* b,
                           int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
-                          int64_t stride_c, int64_t batch, Stream& on) {
+                          int64_t stride_c, int64_t batch, Precision precision, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   const int device = launch.device();
@@ -191,10 +281,25 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   const int inner = checked_int(k, "k");
   const int count = checked_int(batch, "batch");
   cublasHandle_t handle = t_cublas.bind(device, stream);
-  LS_CUBLAS_CHECK(cublasSgemmStridedBatched(
-      handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, cols, rows,
-      inner, &alpha, b, ld_b, static_cast<long long>(stride_b), a, ld_a,
-      static_cast<long long>(stride_a), &beta, c, ld_c, static_cast<long long>(stride_c), count));
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (precision == Precision::kF32) {
+    LS_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, cols, rows, inner, &alpha, b,
+                                              ld_b, static_cast<long long>(stride_b), a, ld_a,
+                                              static_cast<long long>(stride_a), &beta, c, ld_c,
+                                              static_cast<long long>(stride_c), count));
+    return;
+  }
+  // See Note [16-bit GEMM operands]: the copies keep the batch strides.
+  const HalfOperands half(
+      device, precision, a, operand_span(trans_a ? k : m, trans_a ? m : k, ld_a, stride_a, batch),
+      b, operand_span(trans_b ? n : k, trans_b ? k : n, ld_b, stride_b, batch), stream);
+  const cudaDataType type = cuda_type_of(precision);
+  LS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      handle, op_b, op_a, cols, rows, inner, &alpha, half.b(), type, ld_b,
+      static_cast<long long>(stride_b), half.a(), type, ld_a, static_cast<long long>(stride_a),
+      &beta, c, CUDA_R_32F, ld_c, static_cast<long long>(stride_c), count, CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
 }
 
 const GemmOps kCudaGemm{

@@ -13,6 +13,8 @@
 // synchronize() with the host kernel's message; that row's loss and dlogits are NaN meanwhile.
 // count_correct and count_labels are integer-only, so a per-block count added with atomicAdd is
 // exact and deterministic; the count is zeroed first in stream order.
+// device_scale (the step's loss gradient scale, ops/step_control.h) is read by each row block
+// when it runs, not by the host, so a graph launch uses the value of that step.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -41,8 +43,9 @@ __device__ float row_loss(const float* x, int64_t cols, int32_t label) {
 // With `loss` set, block 0 computes the loss and rows start at block 1; without, every block is
 // a row (the in-place launch, see softmax_xent below).
 __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int64_t rows,
-                                    int64_t cols, float grad_scale, float* loss, float* dlogits,
-                                    DeviceFault* fault, const char* hint) {
+                                    int64_t cols, float grad_scale, const float* device_scale,
+                                    float* loss, float* dlogits, DeviceFault* fault,
+                                    const char* hint) {
   __shared__ double partials[kThreads];
   __shared__ float shared[kWarp];
   const int tid = static_cast<int>(threadIdx.x);
@@ -81,9 +84,18 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
   float sum = 0.0f;
   for (int64_t c = tid; c < cols; c += kThreads) sum += expf(x[c] - max_value);
   sum = block_sum(sum, shared);  // ends with a barrier: every read of other columns is done
+  if (device_scale == nullptr) {
+    for (int64_t c = tid; c < cols; c += kThreads) {
+      const float p = expf(x[c] - max_value) / sum;
+      dx[c] = (p - (c == label ? 1.0f : 0.0f)) * grad_scale;
+    }
+    return;
+  }
+  // The order of ops/softmax_xent.h: (softmax - onehot) * grad_scale, then * *device_scale.
+  const float scale = *device_scale;
   for (int64_t c = tid; c < cols; c += kThreads) {
     const float p = expf(x[c] - max_value) / sum;
-    dx[c] = (p - (c == label ? 1.0f : 0.0f)) * grad_scale;
+    dx[c] = ((p - (c == label ? 1.0f : 0.0f)) * grad_scale) * scale;
   }
 }
 
@@ -138,7 +150,8 @@ __global__ void count_labels_kernel(const int32_t* labels, int64_t n, int32_t* c
 // dlogits may be logits itself (ops/softmax_xent.h). Then the loss must read the rows before
 // they are overwritten: the loss block runs as its own launch first, in stream order.
 void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
-                  float grad_scale, float* loss, float* dlogits, Stream& on) {
+                  float grad_scale, const float* device_scale, float* loss, float* dlogits,
+                  Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   LS_CHECK(loss != nullptr, "softmax_xent: the loss pointer is null");
@@ -150,14 +163,17 @@ void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int6
   const bool overlap = row_blocks > 0 && begin(dlogits) < begin(logits) + bytes &&
                        begin(logits) < begin(dlogits) + bytes;
   if (overlap) {
-    softmax_xent_kernel<<<1, kThreads, 0, stream>>>(logits, labels, rows, cols, grad_scale, loss,
-                                                    nullptr, launch.fault(), kLabelHint);
+    softmax_xent_kernel<<<1, kThreads, 0, stream>>>(logits, labels, rows, cols, grad_scale,
+                                                    device_scale, loss, nullptr, launch.fault(),
+                                                    kLabelHint);
     LS_CUDA_CHECK_LAUNCH();
     softmax_xent_kernel<<<static_cast<unsigned int>(row_blocks), kThreads, 0, stream>>>(
-        logits, labels, rows, cols, grad_scale, nullptr, dlogits, launch.fault(), kLabelHint);
+        logits, labels, rows, cols, grad_scale, device_scale, nullptr, dlogits, launch.fault(),
+        kLabelHint);
   } else {
     softmax_xent_kernel<<<static_cast<unsigned int>(1 + row_blocks), kThreads, 0, stream>>>(
-        logits, labels, rows, cols, grad_scale, loss, dlogits, launch.fault(), kLabelHint);
+        logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits, launch.fault(),
+        kLabelHint);
   }
   LS_CUDA_CHECK_LAUNCH();
 }

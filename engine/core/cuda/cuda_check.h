@@ -21,12 +21,36 @@ inline std::string cuda_current_device_str() {
   return "cuda:" + std::to_string(device);
 }
 
+// What to do about the errors of graph capture (900-908), which name a broken rule rather than a
+// fault; "" for other errors. See Note [Events recorded during capture] (cuda_graph.h).
+inline const char* capture_error_hint(cudaError_t status) {
+  switch (status) {
+    case cudaErrorStreamCaptureUnsupported:
+    case cudaErrorStreamCaptureInvalidated:
+    case cudaErrorStreamCaptureImplicit:
+      return ": something a graph capture forbids (a host wait or query on a capturing stream, "
+             "an allocation outside the caching allocator, the legacy stream) happened while a "
+             "step was being captured";
+    case cudaErrorStreamCaptureUnjoined:
+      return ": a stream joined to the capture was not joined back (the origin stream must wait "
+             "on an event recorded on every joined stream before end_capture)";
+    case cudaErrorStreamCaptureIsolation:
+      return ": a capturing stream waited on an event recorded outside the capture; record the "
+             "events a captured step waits on inside it";
+    case cudaErrorCapturedEvent:
+      return ": the event was last recorded while its stream was being captured into a graph, "
+             "so it marks a point of the graph, not work that ran; query, synchronize and time "
+             "only events recorded outside a capture";
+    default: return "";
+  }
+}
+
 // Also clears the thread's "last error": a failed call leaves it set even when the error is not
 // sticky, and the next launch check (cudaGetLastError) would report it against an innocent kernel.
 inline std::string describe_cuda_error(cudaError_t status) {
   (void)cudaGetLastError();
   return concat(cudaGetErrorName(status), " (", cudaGetErrorString(status), ") on ",
-                cuda_current_device_str());
+                cuda_current_device_str(), capture_error_hint(status));
 }
 
 // Our own table, so that messages stay readable whatever the cuBLAS version.

@@ -4,6 +4,9 @@
 // Every method makes its device current first (DeviceGuard). Waits poll cudaStreamQuery /
 // cudaEventQuery with short sleeps instead of blocking in the driver, so Stream::abort() from
 // another thread ends them ("stream aborted"). After abort a stream takes no new work.
+// Graph capture: engine/core/cuda/cuda_graph.h; a capturing stream refuses synchronize() and
+// check() (a host wait would invalidate the capture), and events recorded during a capture
+// cannot be queried or timed (Note [Events recorded during capture]).
 // Thread-safety: as engine/core/stream.h and engine/core/runtime.h say.
 #include "engine/core/cuda/cuda_runtime.h"
 
@@ -11,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "engine/core/cuda/cuda_check.h"
+#include "engine/core/cuda/cuda_graph.h"
 #include "engine/core/cuda/cuda_stream_access.h"
 #include "engine/core/device.h"
 #include "engine/core/device_fault.h"
@@ -63,6 +68,9 @@ void poll_until_done(Query query, const std::atomic<bool>* aborted, const char* 
   }
 }
 
+// An event recorded on a capturing stream cannot be queried, synchronized or timed, during the
+// capture or after it: those calls fail with cudaErrorCapturedEvent, whose message says so. See
+// Note [Events recorded during capture] (engine/core/cuda/cuda_graph.h).
 class CudaEvent final : public Event {
  public:
   explicit CudaEvent(Device device) : device_(device) {
@@ -223,6 +231,7 @@ class CudaStream final : public Stream {
 
   void synchronize() override {
     DeviceGuard guard(device_.index);
+    throw_if_capturing("stream synchronize");
     poll_until_done([this] { return cudaStreamQuery(stream_); }, aborted_.get(),
                     "stream synchronize", device_);
     raise_device_fault();
@@ -231,6 +240,7 @@ class CudaStream final : public Stream {
   void check() override {
     throw_if_aborted("check");
     DeviceGuard guard(device_.index);
+    throw_if_capturing("stream check");
     const cudaError_t status = query_status(cudaStreamQuery(stream_));
     if (status != cudaSuccess && status != cudaErrorNotReady) {
       LS_THROW("stream on ", device_.str(), " failed: ", detail::describe_cuda_error(status));
@@ -248,8 +258,19 @@ class CudaStream final : public Stream {
     throw_if_aborted("enqueue");
     return stream_;
   }
+  // The handle even after abort, for questions that enqueue nothing (capturing()).
+  cudaStream_t handle_for_query() const { return stream_; }
 
  private:
+  // cudaStreamQuery or a wait on a capturing stream is illegal and invalidates the whole capture,
+  // so refuse before asking CUDA anything else.
+  void throw_if_capturing(const char* what) const {
+    LS_CHECK(!cuda_stream_capturing(stream_), what, " on ", device_.str(),
+             ": the stream is being captured into a graph, and waiting for it (or querying it) "
+             "would invalidate the capture; wait after end_capture, or keep host waits out of "
+             "the captured step");
+  }
+
   void throw_if_aborted(const char* what) const {
     if (aborted_->load(std::memory_order_acquire)) {
       LS_THROW_AS(ErrorKind::kAborted, what, " on ", device_.str(), ": stream aborted");
@@ -273,9 +294,30 @@ class CudaStream final : public Stream {
 
 // Returns null when the device is out of memory, so that the caching allocator can release its
 // cached blocks and retry (engine/core/allocator.cpp); other failures raise ls::Error.
+// Note [cudaMalloc during graph capture]
+// A thread capturing in ThreadLocal mode may not call cudaMalloc: the capture does not record it,
+// so a graph that relied on it being replayed would be wrong. Ours never does: the block belongs
+// to the graph's pool (engine/core/allocator.h) and keeps its address for every launch. So the
+// allocation switches this thread to relaxed mode for the call, as PyTorch's caching allocator
+// does (cudaMallocMaybeCapturing). A no-op outside a capture.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { ok_ = cudaThreadExchangeStreamCaptureMode(&mode_) == cudaSuccess; }
+  ~RelaxedCaptureMode() {
+    if (ok_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;  // then: the mode to restore
+  bool ok_ = false;
+};
+
 void* cuda_raw_alloc(int index, size_t bytes) {
   DeviceGuard guard(index);
   void* ptr = nullptr;
+  const RelaxedCaptureMode relaxed;  // See Note [cudaMalloc during graph capture].
   const cudaError_t status = cudaMalloc(&ptr, bytes);
   if (status == cudaSuccess) return ptr;
   (void)cudaGetLastError();  // an allocation failure is not sticky; don't let it linger
@@ -340,9 +382,60 @@ class CudaRuntime final : public DeviceRuntime {
   // Also creates the device's primary context if this is the first use (CUDA 12+ semantics).
   void bind_current_thread() override { LS_CUDA_CHECK(cudaSetDevice(device_.index)); }
 
+  // engine/core/cuda/cuda_graph.h. The joined streams need nothing here: on CUDA a stream enters
+  // the capture by waiting on an event recorded on a capturing stream, as the engine does.
+  void begin_capture(Stream& origin, const std::vector<Stream*>& joined) override {
+    check_own_stream("begin_capture", origin);
+    for (Stream* stream : joined) {
+      LS_CHECK(stream != nullptr, "begin_capture on ", device_.str(), ": a joined stream is null");
+      check_own_stream("begin_capture (joined stream)", *stream);
+    }
+    const cudaStream_t stream = cuda_stream_of(origin);
+    std::lock_guard lock(captures_mutex_);
+    LS_CHECK(!captures_.contains(&origin), "begin_capture on ", device_.str(),
+             ": this stream is being captured already; end_capture it first (captures do not "
+             "nest)");
+    captures_.emplace(&origin, begin_cuda_capture(device_, stream, allocator_));
+  }
+
+  std::unique_ptr<StreamGraph> end_capture(Stream& origin) override {
+    check_own_stream("end_capture", origin);
+    CapturePoolHandle pool;
+    {
+      std::lock_guard lock(captures_mutex_);
+      auto it = captures_.find(&origin);
+      LS_CHECK(it != captures_.end(), "end_capture on ", device_.str(),
+               ": no capture was begun on this stream; call begin_capture(origin, joined) first");
+      pool = std::move(it->second);
+      captures_.erase(it);
+    }
+    // Not cuda_stream_of: an aborted stream must still leave its capture.
+    return end_cuda_capture(device_, as_cuda_stream(origin).handle_for_query(), allocator_,
+                            std::move(pool));
+  }
+
+  bool capturing(const Stream& stream) const override {
+    check_own_stream("capturing", stream);
+    return cuda_stream_capturing(as_cuda_stream(stream).handle_for_query());
+  }
+
  private:
+  static const CudaStream& as_cuda_stream(const Stream& stream) {
+    const auto* cuda_stream = dynamic_cast<const CudaStream*>(&stream);
+    LS_CHECK(cuda_stream != nullptr, "expected a CUDA stream, got a stream of ",
+             stream.device().str());
+    return *cuda_stream;
+  }
+
+  void check_own_stream(const char* what, const Stream& stream) const {
+    LS_CHECK(stream.device() == device_, what, " on ", device_.str(), " was given a stream of ",
+             stream.device().str(), "; capture each device's streams through its own runtime");
+  }
+
   Device device_;
   CachingAllocator allocator_;
+  std::mutex captures_mutex_;  // begin/end_capture may come from the replicas' threads at once
+  std::map<const Stream*, CapturePoolHandle> captures_;  // origin -> its graph's pool
 };
 
 std::string cuda_version_str(int version) {  // 13000 -> "13.0"

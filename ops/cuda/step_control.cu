@@ -1,0 +1,64 @@
+// The step-control kernels of ops/step_control.h on CUDA: step_begin, step_decide and
+// update_loss_scale, each one single-thread launch on the StepControl block, asynchronous on the
+// stream. The rules themselves are the shared __host__ __device__ functions of
+// ops/step_control.h (apply_step_decision, apply_loss_scale_rule), so both backends decide
+// alike. One thread is enough: the block is 32 bytes; what these launches save is the host's
+// wait for the values, not device time.
+#include <cuda_runtime.h>
+
+#include "ops/cuda/cuda_launch.h"
+#include "ops/step_control.h"
+
+namespace ls::cuda_ops {
+namespace {
+
+// grad_seed and inv_scale in f32 with IEEE division (no fast math here), as the host computes
+// them.
+__global__ void step_begin_kernel(StepControl* control) {
+  StepControl c = *control;
+  c.grad_seed = c.loss_scale / c.labels;
+  c.inv_scale = 1.0f / c.loss_scale;
+  *control = c;
+}
+
+__global__ void step_decide_kernel(StepControl* control, const float* loss_and_count) {
+  StepControl c = *control;
+  apply_step_decision(c, loss_and_count[0], loss_and_count[1]);
+  *control = c;
+}
+
+// config by value: a kernel argument, baked into a graph like any other (it is fixed per run).
+__global__ void update_loss_scale_kernel(StepControl* control, LossScaleConfig config) {
+  StepControl c = *control;
+  apply_loss_scale_rule(c, config);
+  *control = c;
+}
+
+}  // namespace
+
+void step_begin(StepControl* control, Stream& on) {
+  const CudaLaunch launch(on);
+  step_begin_kernel<<<1, 1, 0, launch.stream()>>>(control);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+void step_decide(StepControl* control, const float* loss_and_count, Stream& on) {
+  const CudaLaunch launch(on);
+  step_decide_kernel<<<1, 1, 0, launch.stream()>>>(control, loss_and_count);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+void update_loss_scale(StepControl* control, const LossScaleConfig& config, Stream& on) {
+  const CudaLaunch launch(on);
+  update_loss_scale_kernel<<<1, 1, 0, launch.stream()>>>(control, config);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
+const StepControlOps kCudaStepControl{
+    .step_begin = step_begin,
+    .step_decide = step_decide,
+    .update_loss_scale = update_loss_scale,
+};
+LS_REGISTER_OP_TABLE(StepControlOps, DeviceKind::kCuda, kCudaStepControl);
+
+}  // namespace ls::cuda_ops
