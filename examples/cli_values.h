@@ -76,6 +76,12 @@ inline ShardMode parse_shard_mode(std::string_view flag, std::string_view value)
                    "'; use none, optimizer (ZeRO-1) or gradients (ZeRO-2)");
 }
 
+inline Precision parse_precision_flag(std::string_view flag, std::string_view value) {
+  if (const std::optional<Precision> p = parse_precision(value)) return *p;
+  throw UsageError(std::string(flag) + ": unknown precision '" + std::string(value) +
+                   "'; use f32, bf16 or f16");
+}
+
 using FlagSetter = std::function<void(std::string_view flag, std::string_view value)>;
 
 // Walks argv[1..]: a name in `switches` (e.g. "--help") runs its action; any other argument must

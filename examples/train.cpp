@@ -75,6 +75,9 @@ ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
   options.shard = o.shard;
   options.allow_uneven_shards = o.uneven_shards;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  options.buckets.reduce_dtype = o.grad_reduce;
+  options.precision = o.precision;
+  options.graphs = o.graphs;
   options.collective_timeout = collective_timeout(o);
   options.heartbeat_interval =
       std::chrono::milliseconds(static_cast<int64_t>(o.heartbeat_s * 1000));
@@ -169,22 +172,40 @@ ls::CheckpointRetention retention(const TrainOptions& o) {
   return {static_cast<int>(o.keep_checkpoints), o.keep_every};
 }
 
+// Queues a step. DataParallel: without waiting for the devices (its result is read one step
+// later, so the host prepares step k+1 while the devices run step k). Pipeline: the step itself.
+int64_t queue_step(ls::DataParallel& trainer, const ls::data::Batch& batch, ls::StepResult&) {
+  return trainer.step_async(batch);
+}
+int64_t queue_step(ls::Pipeline& trainer, const ls::data::Batch& batch, ls::StepResult& done) {
+  done = trainer.step(batch);
+  return trainer.steps_taken();
+}
+ls::StepResult queued_result(ls::DataParallel& trainer, int64_t step, const ls::StepResult&) {
+  return trainer.result(step);
+}
+ls::StepResult queued_result(ls::Pipeline&, int64_t, const ls::StepResult& done) { return done; }
+
 // Steps first_step..total_steps, logging and checkpointing as the options say. A stop signal
-// ends it between two steps; returns the last step taken.
+// ends it between two steps; returns the last step taken. Each step's result is handled (loss,
+// skip, log line) once the next step is queued.
 template <typename Trainer>
 int64_t train_steps(const TrainOptions& o, Trainer& trainer, ls::data::Prefetcher& batches,
                     int64_t first_step, int64_t total_steps, RecentLoss& recent,
                     RunSummary& summary, const StopSignals& stop) {
   ls::data::Batch batch;
   const Clock::time_point start = Clock::now();
-  for (int64_t step = first_step; step <= total_steps; ++step) {
-    // Every process must stop after the same step (each step is collective).
-    // A process that is gone fails this within the collective timeout, like a step would.
-    if (ls::World::current().any_process(stop.stop_requested(), collective_timeout(o))) {
-      return step - 1;
-    }
-    if (!batches.next(batch)) batches.next(batch);  // an epoch ended: the next one is ready
-    const ls::StepResult result = trainer.step(batch);
+  struct Pending {
+    int64_t step = 0;     // lockstep-train's count (0: none pending)
+    int64_t number = 0;   // the trainer's
+    ls::StepResult done;  // Pipeline: its result already
+    int64_t epoch = 0;
+  } pending;
+  const auto handle_pending = [&] {
+    if (pending.step == 0) return;
+    const ls::StepResult result = queued_result(trainer, pending.number, pending.done);
+    const int64_t step = pending.step;
+    pending.step = 0;
     observe_step(trainer, summary);
     if (result.skipped) {
       std::printf("step %lld skipped: non-finite loss or gradients (%lld skipped so far)\n",
@@ -198,18 +219,33 @@ int64_t train_steps(const TrainOptions& o, Trainer& trainer, ls::data::Prefetche
       std::printf(
           "step %lld/%lld  epoch %lld  loss %.4f  %.0f examples/s  ETA %s\n",
           static_cast<long long>(step), static_cast<long long>(total_steps),
-          static_cast<long long>(batches.epoch() + 1), static_cast<double>(result.loss), rate,
+          static_cast<long long>(pending.epoch + 1), static_cast<double>(result.loss), rate,
           format_eta(elapsed / static_cast<double>(step) * static_cast<double>(total_steps - step))
               .c_str());
       std::fflush(stdout);
     }
+  };
+  for (int64_t step = first_step; step <= total_steps; ++step) {
+    // Every process must stop after the same step (each step is collective).
+    // A process that is gone fails this within the collective timeout, like a step would.
+    if (ls::World::current().any_process(stop.stop_requested(), collective_timeout(o))) {
+      handle_pending();
+      return step - 1;
+    }
+    if (!batches.next(batch)) batches.next(batch);  // an epoch ended: the next one is ready
+    ls::StepResult done;
+    const int64_t number = queue_step(trainer, batch, done);
+    handle_pending();
+    pending = {step, number, done, batches.epoch()};
     const bool checkpoint_due = o.checkpoint_every > 0 && step % o.checkpoint_every == 0;
     if (!o.checkpoint_dir.empty() && (checkpoint_due || step == total_steps)) {
+      handle_pending();  // the checkpoint holds this step: report it first
       const std::string path =
           trainer.save(o.checkpoint_dir, {batches.epoch(), batches.position()}, retention(o));
       std::printf("checkpoint: %s\n", path.c_str());
     }
   }
+  handle_pending();
   return total_steps;
 }
 
@@ -338,6 +374,9 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, c
   json.field("skipped_steps", s.skipped_steps);
   json.field("global_batch", o.batch);
   json.field("accumulate", o.accumulate);
+  json.field("precision", std::string(ls::precision_name(o.precision)));
+  json.field("grad_reduce", std::string(ls::dtype_name(o.grad_reduce)));
+  json.field("graphs", o.graphs);
   json.field("shard", ls::shard_mode_name(o.shard));
   if (s.bubble) {
     json.field("pipeline_stages", o.pipeline);

@@ -60,6 +60,13 @@ Trains a model data-parallel and reports its test loss, accuracy and throughput.
   --schedule NAME       pipeline schedule: 1f1b (default) or gpipe
   --micro-batches M     pipeline: micro-batches per step (default 4)
   --bucket-mb X         gradient bucket cap in MiB (default 25; the first bucket is 1 MiB)
+  --precision P         f32 (default), bf16 or f16: the precision of every matrix product's
+                        operands (f32 accumulation; weights, gradients and optimizer state stay
+                        f32); f16 scales the loss dynamically
+  --grad-reduce T       f32 (default) or bf16: the type gradients are all-reduced in (bf16
+                        halves the bytes; not with --shard gradients)
+  --no-graphs           run every step eagerly (by default a step of an unchanged shape is
+                        captured once as a graph and launched after two warm-up steps)
   --shard MODE          none (default); optimizer: ZeRO-1, each device keeps the optimizer
                         state of 1/N of the parameters; gradients: ZeRO-2, also 1/N of the
                         summed gradients (same results, less memory)
@@ -162,6 +169,14 @@ TrainOptions parse_train_options(int argc, char** argv) {
       {"--micro-batches", [&](auto f, auto v) { o.micro_batches = parse_positive<int>(f, v); }},
       {"--bucket-mb", [&](auto f, auto v) { o.bucket_mb = parse_positive<double>(f, v); }},
       {"--shard", [&](auto f, auto v) { o.shard = ls::cli::parse_shard_mode(f, v); }},
+      {"--precision", [&](auto f, auto v) { o.precision = ls::cli::parse_precision_flag(f, v); }},
+      {"--grad-reduce",
+       [&](auto f, auto v) {
+         if (v != "f32" && v != "bf16")
+           throw UsageError(std::string(f) + ": unknown type '" + std::string(v) +
+                            "'; use f32 or bf16");
+         o.grad_reduce = v == "bf16" ? ls::DType::kBF16 : ls::DType::kF32;
+       }},
       {"--collective-timeout-s",
        [&](auto f, auto v) { o.collective_timeout_s = parse_positive<double>(f, v); }},
       {"--heartbeat-s", [&](auto f, auto v) { o.heartbeat_s = parse_positive<double>(f, v); }},
@@ -211,6 +226,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
                        {{"-h", [&] { o.help = true; }},
                         {"--help", [&] { o.help = true; }},
                         {"--uneven-shards", [&] { o.uneven_shards = true; }},
+                        {"--no-graphs", [&] { o.graphs = false; }},
                         {"--resume", [&] { o.resume = true; }}});
   if (o.log_every < 0) throw UsageError("--log-every must be >= 0");
   const bool transformer = o.model == "gpt" || o.model == "classifier";
@@ -233,6 +249,11 @@ TrainOptions parse_train_options(int argc, char** argv) {
   }
   if (o.strategy == "auto" && (o.pipeline > 0 || o.shard != ls::ShardMode::kNone)) {
     throw UsageError("--strategy auto chooses --shard and --pipeline itself; drop them");
+  }
+  if (o.grad_reduce == ls::DType::kBF16 && o.shard == ls::ShardMode::kGradients) {
+    throw UsageError(
+        "--grad-reduce bf16 does not combine with --shard gradients; use --shard "
+        "optimizer or f32 reduction");
   }
   if (o.keep_every > 0 && o.checkpoint_dir.empty()) {
     throw UsageError("--keep-every needs --checkpoint-dir");

@@ -36,6 +36,9 @@ struct TrainOptions {
   std::string schedule = "1f1b";  // pipeline: 1f1b | gpipe
   int64_t micro_batches = 4;      // pipeline: micro-batches per step
   double bucket_mb = 25.0;
+  ls::Precision precision = ls::Precision::kF32;  // --precision f32 | bf16 | f16
+  ls::DType grad_reduce = ls::DType::kF32;        // --grad-reduce f32 | bf16
+  bool graphs = true;                             // --no-graphs: every step eager
   ls::ShardMode shard = ls::ShardMode::kNone;  // --shard none | optimizer | gradients
   std::string strategy = "manual";  // auto: the planner sets shard / pipeline (train_auto.h)
   double device_memory_gb = 0;      // --strategy auto; 0: host MemAvailable / devices

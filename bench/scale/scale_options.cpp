@@ -89,6 +89,9 @@ device, step time and exposed communication per device count, as a table, JSON a
   --bucket-mb X         gradient bucket cap in MiB (default 25; the first bucket is 1 MiB)
   --shard MODE          none (default), optimizer (ZeRO-1: optimizer state split across
                         the devices) or gradients (ZeRO-2: summed gradients split too)
+  --precision P         f32 (default), bf16 or f16 matrix-product operands (f32 accumulation)
+  --no-graphs           run every step eagerly (default: steps run as graphs after warm-up;
+                        on GPUs the bucket timeline, and so the comm columns, need --no-graphs)
   --json PATH           write the results as JSON
   --plot PATH           draw throughput and efficiency vs device count into PATH (PNG) with
                         bench/scale/plot_scale.py (needs python3 + matplotlib:
@@ -186,12 +189,15 @@ ScaleOptions parse_scale_options(int argc, char** argv) {
       {"--seed", [&](auto f, auto v) { o.seed = parse_number<uint64_t>(f, v); }},
       {"--host-threads", [&](auto f, auto v) { o.host_threads = parse_positive<int>(f, v); }},
       {"--shard", [&](auto f, auto v) { o.shard = ls::cli::parse_shard_mode(f, v); }},
+      {"--precision", [&](auto f, auto v) { o.precision = ls::cli::parse_precision_flag(f, v); }},
       {"--bucket-mb", [&](auto f, auto v) { o.bucket_mb = parse_positive<double>(f, v); }},
       {"--json", [&](auto, auto v) { o.json_path = v; }},
       {"--plot", [&](auto, auto v) { o.plot_path = v; }},
   };
   ls::cli::parse_flags(argc, argv, setters,
-                       {{"-h", [&] { o.help = true; }}, {"--help", [&] { o.help = true; }}});
+                       {{"-h", [&] { o.help = true; }},
+                        {"--help", [&] { o.help = true; }},
+                        {"--no-graphs", [&] { o.graphs = false; }}});
   const bool transformer = o.model != "mlp";
   if (o.hidden.empty() && !transformer) o.hidden = {1024, 1024};
   if (transformer && o.hidden.size() > 1) {

@@ -44,6 +44,8 @@ struct ScaleOptions {
   int host_threads = 1;
   double bucket_mb = 25.0;
   ls::ShardMode shard = ls::ShardMode::kNone;  // --shard none | optimizer | gradients
+  ls::Precision precision = ls::Precision::kF32;  // --precision f32 | bf16 | f16
+  bool graphs = true;                             // --no-graphs: every step eager
   // Under mpirun: the process counts to test, each 1 or the job's process count (empty: the
   // job's count only). A 1-process run is process 0 alone; the others wait for it.
   std::vector<int> processes;

@@ -103,6 +103,8 @@ void write_scale_json(const ScaleOptions& o, const Workload& work, ls::DeviceKin
   }
   json.field("host_threads_per_device", o.host_threads);
   json.field("shard", ls::shard_mode_name(o.shard));
+  json.field("precision", ls::precision_name(o.precision));
+  json.field("graphs", o.graphs);
   json.key("machine").begin_object();
   json.field("cores", ls::host_core_count());
   json.field("cpu", cpu_model());

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <limits>
 #include <numeric>
 
 #include "engine/core/error.h"
@@ -75,6 +76,8 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   options.seed = o.seed;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   options.shard = o.shard;
+  options.precision = o.precision;
+  options.graphs = o.graphs;
   const ls::OptimizerFactory optimizer =
       ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay});
   ls::DataParallel trainer = world != nullptr
@@ -132,9 +135,12 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
       window_ms += ms;
       step_ms.push_back(ms);
       record_loss(loss);
-      const CommTimes c = comm_times(trainer.last_timeline(0));  // not timed
-      exposed_ms.push_back(c.exposed_ms);
-      comm_ms.push_back(c.total_ms);
+      // A CUDA graph records no bucket timeline (DataParallel::last_timeline): no comm columns.
+      if (devices[0].is_host() || !o.graphs) {
+        const CommTimes c = comm_times(trainer.last_timeline(0));  // not timed
+        exposed_ms.push_back(c.exposed_ms);
+        comm_ms.push_back(c.total_ms);
+      }
       ++done;
       const std::string status =
           "window " + std::to_string(w + 1) + "/" + std::to_string(o.windows);
@@ -146,8 +152,9 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   point.samples_per_s = median(point.window_samples_per_s);
   point.tokens_per_s = point.samples_per_s * static_cast<double>(work.tokens_per_example);
   point.step_ms_median = median(step_ms);
-  point.comm_exposed_ms = median(exposed_ms);
-  point.comm_total_ms = median(comm_ms);
+  const double unmeasured = std::numeric_limits<double>::quiet_NaN();
+  point.comm_exposed_ms = exposed_ms.empty() ? unmeasured : median(exposed_ms);
+  point.comm_total_ms = comm_ms.empty() ? unmeasured : median(comm_ms);
   point.final_loss = std::accumulate(recent_losses.begin(), recent_losses.end(), 0.0) /
                      static_cast<double>(recent_losses.size());
   point.wall_s = ms_between(run_start, Clock::now()) / 1000.0;

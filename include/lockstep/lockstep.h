@@ -1,6 +1,7 @@
 // lockstep's public header: everything an application needs to train a model data-parallel on
 // every device of a machine. Only the headers below are installed; everything else is internal.
 //   devices, dtypes, tensors, errors: engine/core/{device,dtype,tensor,stream,allocator,error}.h
+//   mixed precision, loss scaling:    engine/core/precision.h
 //   data sets and batches:            engine/model/data/{dataset,sampler}.h
 //   text, tokenizers, prefetching:    engine/model/data/{text_corpus,wordnet,tokenizer,prefetch}.h
 //   transformer configs:              engine/model/nn/transformer_config.h
@@ -16,6 +17,7 @@
 #include "engine/core/dtype.h"
 #include "engine/core/error.h"
 #include "engine/core/json.h"
+#include "engine/core/precision.h"
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
 #include "engine/model/checkpoint/hf_transformer.h"

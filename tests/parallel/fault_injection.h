@@ -42,6 +42,15 @@ struct Fault {
   std::chrono::milliseconds stall{0};
 };
 
+// Faults that live in host code (the model's forward and backward, the optimizer's step) happen
+// only in steps that run that code: eager ones, and the step a graph is captured from. A graph
+// launch does the device work without it (engine/core/graph.h), so a run that injects them at a
+// later step turns graphs off. Communicator faults fire in graph launches too: the host backend
+// makes a graph's collectives again through the whole communicator chain at each launch.
+inline bool needs_eager_steps(Fault::Kind kind) {
+  return kind != Fault::Kind::kSkipCollective && kind != Fault::Kind::kWrongCount;
+}
+
 // The model, with the fault applied on its replica's forward call number `step`.
 class FaultingModule final : public nn::Module {
  public:

@@ -90,6 +90,7 @@ std::unique_ptr<DataParallel> make_run(const Scenario& s) {
   OptimizerFactory optimizer = make_optimizer_factory({});
   EngineHooks hooks;
   if (s.fault) {
+    options.graphs = !testing::needs_eager_steps(s.fault->kind);
     model = testing::with_fault(model, *s.fault);
     optimizer = testing::with_fault(optimizer, *s.fault);
     hooks = testing::with_fault(*s.fault);

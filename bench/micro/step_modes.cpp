@@ -1,0 +1,110 @@
+// A GPT training step in each precision, eager or as a graph (issue 12): tokens/s, the host's time
+// to enqueue one step (step_async with an empty queue: autograd, checks and dispatch, or one graph
+// launch), the graph's node count (the launches an eager step makes), and on GPUs the MFU.
+//   step_modes/gpt/host:1/{f32,bf16,f16}/{eager,graph}: 2 layers, hidden 128, 4 heads, seq 64,
+//     batch 8, byte vocabulary: host bf16/f16 emulate the rounding in f32 (no bf16 units used).
+//   Gpt2/124M/cuda:0/{f32,bf16}/{eager,graph}: GPT-2 small's shape (12 layers, 12 heads, hidden
+//     768, vocabulary 50257, seq 1024), batch 16; MFU against the H200's dense bf16 peak,
+//     989 TFLOP/s (NVIDIA H200 datasheet: 1,979 TFLOP/s "with sparsity", half of it dense).
+//     Registered only when a GPU is present (scripts/gpu-check runs them).
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <random>
+#include <string>
+
+#include "bench_config.h"
+#include "parallel/data_parallel.h"
+
+namespace ls::bench {
+namespace {
+
+constexpr double kH200DenseBf16Flops = 989e12;
+
+data::Batch random_tokens(int64_t size, int64_t seq, int32_t vocab) {
+  std::mt19937 rng(1);
+  data::Batch b;
+  b.size = size;
+  b.features = seq;
+  b.label_width = seq;
+  for (int64_t i = 0; i < size * (seq + 1); ++i) {
+    const int32_t t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    if (i % (seq + 1) != seq) b.tokens.push_back(t);
+    if (i % (seq + 1) != 0) b.labels.push_back(t);
+  }
+  return b;
+}
+
+struct StepMode {
+  Device device;
+  nn::TransformerConfig config;
+  int64_t batch;
+  Precision precision;
+  bool graphs;
+  double peak_flops;  // 0: no MFU counter
+};
+
+void run_step_mode(benchmark::State& state, const StepMode& mode) {
+  using Clock = std::chrono::steady_clock;
+  DataParallelOptions options;
+  options.precision = mode.precision;
+  options.graphs = mode.graphs;
+  options.notice = [](const std::string&) {};
+  DataParallel trainer({mode.device}, transformer_factory(mode.config), make_optimizer_factory({}),
+                       options);
+  const data::Batch tokens =
+      random_tokens(mode.batch, mode.config.max_seq, static_cast<int32_t>(mode.config.vocab));
+  for (int s = 0; s < 4; ++s) trainer.step(tokens);  // warm-up, and the capture (graphs)
+  double host_seconds = 0;
+  for (auto _ : state) {
+    const Clock::time_point t0 = Clock::now();
+    const int64_t step = trainer.step_async(tokens);  // the queue is empty: enqueue cost only
+    host_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    benchmark::DoNotOptimize(trainer.result(step).loss);
+  }
+  const auto iterations = static_cast<double>(state.iterations());
+  const double token_count = static_cast<double>(mode.batch * mode.config.max_seq) * iterations;
+  const double flops = token_count * mode.config.train_flops_per_token(mode.config.max_seq);
+  state.counters["tokens_per_s"] = benchmark::Counter(token_count, benchmark::Counter::kIsRate);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(flops, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  if (mode.peak_flops > 0) {
+    state.counters["MFU"] =
+        benchmark::Counter(flops / mode.peak_flops, benchmark::Counter::kIsRate);
+  }
+  state.counters["host_ms_per_step"] = 1000 * host_seconds / iterations;
+  state.counters["graph_nodes"] = static_cast<double>(trainer.graph_nodes());
+  state.counters["graph_launches"] = static_cast<double>(trainer.graph_launches());
+}
+
+void register_step_modes(const BenchConfig& config) {
+  std::vector<StepMode> modes;
+  nn::TransformerConfig small = nn::gpt_config(2, 4, 128, 64, 258);
+  for (Precision p : {Precision::kF32, Precision::kBF16, Precision::kF16}) {
+    for (bool graphs : {false, true}) {
+      modes.push_back({Device{DeviceKind::kHost, 0}, small, 8, p, graphs, 0});
+    }
+  }
+  if (config.gpu_count > 0) {
+    nn::TransformerConfig gpt2 = nn::gpt_config(12, 12, 768, 1024, 50257);
+    for (Precision p : {Precision::kF32, Precision::kBF16}) {
+      for (bool graphs : {false, true}) {
+        modes.push_back({Device{DeviceKind::kCuda, 0}, gpt2, 16, p, graphs, kH200DenseBf16Flops});
+      }
+    }
+  }
+  for (const StepMode& mode : modes) {
+    const std::string name =
+        (mode.device.is_host() ? "step_modes/gpt/host:1/" : "Gpt2/124M/cuda:0/") +
+        std::string(precision_name(mode.precision)) + (mode.graphs ? "/graph" : "/eager");
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [mode](benchmark::State& state) { run_step_mode(state, mode); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+const bool kRegistered = add_registrar(register_step_modes);
+
+}  // namespace
+}  // namespace ls::bench
