@@ -36,14 +36,14 @@ namespace ls {
 
 // The device block (32 bytes; a Tensor of kStepControlWords i32 words holds one).
 struct StepControl {
-  float loss_scale;         // multiplies the loss gradient (1: no scaling)
-  int32_t good_steps;       // steps since the last skip or growth
-  int32_t optimizer_steps;  // steps the optimizer took (AdamW counts from 1)
-  int32_t skip;             // this step: 1 = the optimizer does nothing
-  float grad_seed;          // this step: loss_scale / labels
-  float inv_scale;          // this step: 1 / loss_scale
-  float labels;             // this step: counted labels of the global batch (set by the host)
-  float skipped_total;      // steps skipped since the start (a float: exact below 2^24)
+  float loss_scale = 1;         // multiplies the loss gradient (1: no scaling)
+  int32_t good_steps = 0;       // steps since the last skip or growth
+  int32_t optimizer_steps = 0;  // steps the optimizer took (AdamW counts from 1)
+  int32_t skip = 0;             // this step: 1 = the optimizer does nothing
+  float grad_seed = 0;          // this step: loss_scale / labels
+  float inv_scale = 1;          // this step: 1 / loss_scale
+  float labels = 1;             // this step: counted labels of the global batch (set by the host)
+  float skipped_total = 0;      // steps skipped since the start (a float: exact below 2^24)
 };
 inline constexpr int64_t kStepControlWords = sizeof(StepControl) / 4;
 static_assert(sizeof(StepControl) == 32, "StepControl is eight 4-byte words");

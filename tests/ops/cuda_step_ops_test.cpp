@@ -43,7 +43,7 @@ class CudaStepOpsTest : public CudaVsHostTest {
   }
   static StepControl control_of(const std::vector<int32_t>& words) {
     StepControl control{};
-    std::memcpy(&control, words.data(), sizeof(StepControl));
+    std::memcpy(static_cast<void*>(&control), words.data(), sizeof(StepControl));
     return control;
   }
   StepControl cuda_control(const Pair& p) { return control_of(p.cuda.to_host_i32(*cuda_)); }

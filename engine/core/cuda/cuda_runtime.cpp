@@ -353,6 +353,23 @@ bool is_pageable(const void* ptr) {
   return attributes.type == cudaMemoryTypeUnregistered;
 }
 
+// Page-locked host memory for staging (DeviceRuntime::allocate_pinned), shared by every device
+// (cudaHostAllocPortable). Blocks are cached and handed out again, never given back: cudaFreeHost
+// synchronizes the device, which can hang behind a stuck collective.
+CachingAllocator& pinned_host_allocator() {
+  static auto* allocator = new CachingAllocator(  // never destroyed: threads may outlive statics
+      [](size_t bytes) -> void* {
+        void* ptr = nullptr;
+        if (cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable) != cudaSuccess) {
+          (void)cudaGetLastError();
+          return nullptr;
+        }
+        return ptr;
+      },
+      [](void*) {});  // kept (see above)
+  return *allocator;
+}
+
 class CudaRuntime final : public DeviceRuntime {
  public:
   explicit CudaRuntime(Device device)
@@ -378,6 +395,12 @@ class CudaRuntime final : public DeviceRuntime {
   }
 
   CachingAllocator& allocator() override { return allocator_; }
+
+  void* allocate_pinned(size_t bytes) override {
+    DeviceGuard guard(device_.index);
+    return pinned_host_allocator().allocate(bytes);
+  }
+  void free_pinned(void* ptr) override { pinned_host_allocator().free(ptr); }
 
   // Also creates the device's primary context if this is the first use (CUDA 12+ semantics).
   void bind_current_thread() override { LS_CUDA_CHECK(cudaSetDevice(device_.index)); }
