@@ -95,6 +95,9 @@ ls::PipelineOptions pipeline_options(const TrainOptions& o) {
   LS_CHECK(o.accumulate == 1 && o.shard == ls::ShardMode::kNone && !o.uneven_shards,
            "--pipeline does not combine with --accumulate, --shard or --uneven-shards; use "
            "--micro-batches instead of --accumulate");
+  LS_CHECK(o.precision == ls::Precision::kF32 && o.grad_reduce == ls::DType::kF32,
+           "--pipeline runs in f32 only: drop --precision and --grad-reduce (pipelines have no "
+           "mixed precision yet)");
   ls::PipelineOptions options;
   options.stages = static_cast<int>(o.pipeline);
   options.micro_batches = static_cast<int>(o.micro_batches);
@@ -376,7 +379,7 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, c
   json.field("accumulate", o.accumulate);
   json.field("precision", std::string(ls::precision_name(o.precision)));
   json.field("grad_reduce", std::string(ls::dtype_name(o.grad_reduce)));
-  json.field("graphs", o.graphs);
+  json.field("graphs", o.graphs && o.pipeline == 0);  // pipelines run every step eagerly
   json.field("shard", ls::shard_mode_name(o.shard));
   if (s.bubble) {
     json.field("pipeline_stages", o.pipeline);

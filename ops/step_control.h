@@ -43,7 +43,7 @@ struct StepControl {
   float grad_seed = 0;          // this step: loss_scale / labels
   float inv_scale = 1;          // this step: 1 / loss_scale
   float labels = 1;             // this step: counted labels of the global batch (set by the host)
-  float skipped_total = 0;      // steps skipped since the start (a float: exact below 2^24)
+  int32_t reserved = 0;         // pads the block to eight words
 };
 inline constexpr int64_t kStepControlWords = sizeof(StepControl) / 4;
 static_assert(sizeof(StepControl) == 32, "StepControl is eight 4-byte words");
@@ -60,6 +60,9 @@ inline void check_loss_scale_config(const LossScaleConfig& c) {
   LS_CHECK(c.min_scale > 0 && c.min_scale <= c.max_scale && std::isfinite(c.max_scale),
            "loss scale: min_scale ", c.min_scale, " and max_scale ", c.max_scale,
            " must satisfy 0 < min_scale <= max_scale < infinity");
+  LS_CHECK(c.initial_scale >= c.min_scale && c.initial_scale <= c.max_scale,
+           "loss scale: initial_scale ", c.initial_scale, " is outside [min_scale, max_scale] = [",
+           c.min_scale, ", ", c.max_scale, "]");
 }
 
 struct StepControlOps {
@@ -126,11 +129,7 @@ inline void apply_step_decision(StepControl& c, float loss_sum, float nonfinite)
   // x - x is 0 only for finite x (NaN and +-inf give NaN); no <cmath> call in device code.
   const bool finite_loss = (loss_sum - loss_sum) == 0.0f;
   c.skip = (nonfinite != 0.0f || !finite_loss) ? 1 : 0;
-  if (c.skip == 0) {
-    ++c.optimizer_steps;
-  } else {
-    c.skipped_total += 1.0f;
-  }
+  if (c.skip == 0) ++c.optimizer_steps;
 }
 
 }  // namespace ls

@@ -19,9 +19,10 @@ struct BucketOptions {
   // Same collectives, same order, same results (bitwise); false launches every bucket alone.
   bool fuse_ready = true;
   // The dtype gradients travel in: kF32 (default) or kBF16, which moves half the bytes: each
-  // bucket is rounded to bf16 on the comm stream, summed (in f32, rounded to bf16 once) and
-  // widened back into the f32 gradients, so every replica still holds bitwise equal gradients,
-  // each the bf16 rounding of the sum of the bf16-rounded gradients. Costs a persistent bf16
+  // bucket is rounded to bf16 on the comm stream, summed and widened back into the f32
+  // gradients, so every replica still holds bitwise equal gradients. The host communicator sums
+  // in f32 and rounds once (each result the bf16 rounding of the sum of the bf16-rounded
+  // gradients); NCCL's ring may round at every hop. Costs a persistent bf16
   // copy of the gradients (half their size). Not with sharded gradients (ShardMode::kGradients).
   DType reduce_dtype = DType::kF32;
 };

@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <numeric>
@@ -204,6 +205,14 @@ void DataParallel::Impl::build_replicas(const ModelFactory& model,
 }
 
 DataParallel::Impl::~Impl() {
+  // Steps still queued are waited for under the watchdog (bounded), not by the replicas' drain,
+  // which would wait for a collective whose peer is gone without limit.
+  if (!queued_.empty() && !failure_.failed()) {
+    try {
+      finish_queued();
+    } catch (...) {  // the run failed: every replica was aborted, the drain below ends
+    }
+  }
   telemetry_.reset();  // its last sample reads the replicas' allocators
   destroy_replicas();
 }
@@ -369,7 +378,8 @@ int64_t DataParallel::Impl::step_async(const data::Batch& batch) {
         const int64_t begin = std::accumulate(rows.begin(), rows.begin() + r, int64_t{0});
         const Shard shard =
             shard_of(batch, features, begin, begin + rows[static_cast<size_t>(r)]);
-        replica.enqueue_step(shard, global_labels, options_.accumulate, steps_, options_.seed);
+        replica.enqueue_step(shard, batch.size, global_labels, options_.accumulate, steps_,
+                             options_.seed);
       },
       "step");
   queued_.push_back({++steps_, global_labels});
@@ -381,6 +391,10 @@ StepResult DataParallel::Impl::result(int64_t step) {
            " steps so far; step_async() returns the numbers)");
   while (!queued_.empty() && queued_.front().step <= step) harvest_oldest();
   auto it = results_.find(step);
+  LS_CHECK(it != results_.end() || step >= dropped_before_, "result: the result of step ", step,
+           " was dropped: only the last ", kKeptResults,
+           " results not taken yet are kept; "
+           "take each step's result soon after step_async() returns its number");
   LS_CHECK(it != results_.end(), "result: the result of step ", step,
            " was taken already (each step's result is returned once)");
   const StepResult out = it->second;
@@ -415,13 +429,24 @@ void DataParallel::Impl::harvest_oldest() {
       static_cast<float>(outcome.global_loss_sum / static_cast<double>(queued.global_labels)),
       outcome.skipped, outcome.loss_scale, outcome.graph};
   // Results nobody asks for (step() takes each at once) are not kept forever.
-  if (results_.size() > 64) results_.erase(results_.begin());
+  if (results_.size() >= kKeptResults) {
+    dropped_before_ = std::max(dropped_before_, results_.begin()->first + 1);
+    results_.erase(results_.begin());
+  }
   results_[queued.step] = result;
   if (!outcome.skipped) {
     consecutive_skips_ = 0;
     return;
   }
   ++skipped_total_;
+  // f16's dynamic loss scale backs off by skipping steps whose scaled gradients overflowed (the
+  // loss itself finite): its schedule expects those, so they count towards
+  // max_consecutive_skips only once the scale is at its minimum.
+  const bool scaling = options_.precision == Precision::kF16 && options_.loss_scale.dynamic;
+  if (scaling && std::isfinite(outcome.global_loss_sum) &&
+      outcome.loss_scale > options_.loss_scale.min_scale) {
+    return;
+  }
   if (++consecutive_skips_ >= options_.max_consecutive_skips) {
     // Every process takes this decision alike (the loss and counts are all-reduced).
     processes_->fail(ErrorKind::kNonFinite,

@@ -132,12 +132,15 @@ struct DataParallelOptions {
   int graph_warmup = 2;
   // step_async(): steps queued ahead of the host before it waits for the oldest (1 to 3).
   int steps_in_flight = 2;
-  // Says why steps do not run as graphs (once per reason); default: a line on stderr.
+  // Says why steps do not run as graphs (once per reason, from replica 0's thread, so it must be
+  // thread-safe against the caller's own output); default: a line on stderr.
   std::function<void(const std::string&)> notice;
 };
 
 struct StepResult {
-  float loss = 0.0f;     // mean over the global batch (NaN/Inf when the step was skipped)
+  // Mean over the global batch. A step skipped for a non-finite loss has that loss; one skipped
+  // because its f16-scaled gradients overflowed (the loss scale then backs off) a finite one.
+  float loss = 0.0f;
   bool skipped = false;  // non-finite loss or gradients: the optimizer did not step
   float loss_scale = 1.0f;  // after the step (f16's dynamic loss scale; else 1)
   bool graph = false;       // the step ran as a graph launch
@@ -181,7 +184,9 @@ class DataParallel {
   int64_t step_async(const data::Batch& batch);
   // The result of a step that step_async() returned and whose result was not taken yet, waiting
   // for it (and any earlier step) when needed. Non-finite steps are counted, and a run of
-  // max_consecutive_skips raises, when their results arrive.
+  // max_consecutive_skips raises, when their results arrive (so skipped_steps() counts the steps
+  // whose results have arrived). Waiting is bounded by the watchdog and by a deadline of 3 x the
+  // collective timeout + 2 s (a CUDA graph's collectives are invisible to the watchdog).
   StepResult result(int64_t step);
   // Graph launches so far on local replica 0, and the nodes of its graph (0: no graph yet).
   int64_t graph_launches() const;

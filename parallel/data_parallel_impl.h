@@ -139,6 +139,8 @@ class DataParallel::Impl {
   int64_t reported_step() const { return harvesting_ > 0 ? harvesting_ : steps_ + 1; }
   std::deque<QueuedStep> queued_;          // enqueued, result not read from the devices yet
   std::map<int64_t, StepResult> results_;  // read, not taken by result() yet
+  static constexpr size_t kKeptResults = 64;
+  int64_t dropped_before_ = 0;  // results of steps below this were dropped untaken
   RunFailure failure_;  // set once a replica has failed; every later call raises it
   std::unique_ptr<TelemetryRecorder> telemetry_;  // when options_.telemetry_path is set
   std::unique_ptr<ProcessGroup> processes_;       // the other processes of world_ (if any)

@@ -93,13 +93,25 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   control_ = Tensor::empty({kStepControlWords}, DType::kI32, device);
   // Only f16 scales the loss (engine/core/precision.h): its gradients underflow without it.
   const bool f16 = step_options_.precision == Precision::kF16;
-  check_loss_scale_config(step_options_.loss_scale);
+  if (f16) check_loss_scale_config(step_options_.loss_scale);
   StepControl initial{};
   initial.loss_scale = f16 ? step_options_.loss_scale.initial_scale : 1.0f;
   initial.labels = 1.0f;
   control_.copy_from_host_async(&initial, sizeof initial, *compute_);
   if (!f16) step_options_.loss_scale.dynamic = false;
   optimizer_->set_step_control(control_);
+  LS_CHECK(optimizer_->gated() || !f16,
+           "f16 precision needs an optimizer that reads the step's "
+           "loss scale on the device (gated(): lockstep's sgd and adamw); optimizer '",
+           optimizer_->name(), "' does not; use bf16, or make it read its StepControl");
+  if (!optimizer_->gated()) {
+    graphs_possible_ = false;
+    if (step_options_.graphs) {
+      notice_once("steps run eagerly and wait for the device once: optimizer '" +
+                  optimizer_->name() + "' does not read the step's decision on the device " +
+                  "(Optimizer::gated()), so the host reads it first");
+    }
+  }
   compute_->synchronize();
   phase_ = Phase::kIdle;
 }
@@ -235,7 +247,9 @@ void Replica::step_body(const Shard& shard, int accumulate, const ForwardContext
   step_decide(control_, loss_sum_, stream);
   phase_ = Phase::kOptimizer;
   const Tensor grads = gradients_sharded() ? owned_grads_ : optimizer_range(store_->grads());
-  optimizer_->step(optimizer_range(store_->values()), grads, stream);  // gated by control_
+  if (optimizer_->gated() || !read_control().skip) {  // an ungated optimizer: the host decides
+    optimizer_->step(optimizer_range(store_->values()), grads, stream);
+  }
   if (sharded()) {  // every replica gets every updated range (in place: NCCL's layout)
     const Tensor mine = optimizer_range(store_->values());
     comm_->label_next("updated parameters");
@@ -256,46 +270,40 @@ void Replica::step_body(const Shard& shard, int accumulate, const ForwardContext
 // (the same kernels on the same memory in the same order), so results are bitwise equal.
 // Steps of another shape (an epoch's last partial batch) run eagerly with their own input
 // tensors and leave the graph in place (said once); a step whose ops depend on the step number
-// (dropout) never runs as a graph (said once); a failed capture turns graphs off (said once).
+// (dropout) never runs as a graph (said once).
+// Every replica must decide alike: NCCL requires that a collective be captured on all ranks or on
+// none, and a graph launch is collective for the ranks captured together. So the shape that
+// decides is the global batch's (rows, features, label width, micro-batches), the same for every
+// replica and process (a replica's own rows differ with uneven shards), and so is everything else
+// the decision reads (warm-up counts, the model's dropout). A capture that fails is the step's
+// failure, never a quiet fallback that only some replicas would take.
 
 void Replica::notice_once(const std::string& message) {
   if (step_options_.notice) step_options_.notice(message);
 }
 
-// Captures the step into graph_. Returns false, with nothing captured or run, when the backend
-// cannot capture (said once; steps then stay eager). An error of the step itself (the model's
-// code, a bad shape) is the step's failure and is thrown, as in an eager step.
-bool Replica::capture_body(const Shard& shard, int accumulate, const ForwardContext& context) {
+// Captures the step into graph_ (nothing of it runs). Any error, the backend's or the step's
+// own, fails the step.
+void Replica::capture_body(const Shard& shard, int accumulate, const ForwardContext& context) {
   DeviceRuntime& runtime = device_runtime(device_);
-  try {
-    runtime.begin_capture(*compute_, {comm_stream_.get()});
-  } catch (const Error& e) {
-    notice_once("steps run eagerly: capturing a step as a graph failed (" + e.message() + ")");
-    return false;
-  }
+  runtime.begin_capture(*compute_, {comm_stream_.get()});
   graph_comm_->set_capture(compute_.get());
   try {
     step_body(shard, accumulate, context);
   } catch (...) {
     graph_comm_->set_capture(nullptr);
     try {
-      runtime.end_capture(*compute_);  // discarded: nothing of it has run
+      runtime.end_capture(*compute_);  // discarded
     } catch (...) {                    // the step's own error is the one to report
     }
     throw;
   }
   graph_comm_->set_capture(nullptr);
-  try {
-    graph_ = runtime.end_capture(*compute_);
-  } catch (const Error& e) {
-    notice_once("steps run eagerly: capturing a step as a graph failed (" + e.message() + ")");
-    return false;
-  }
-  return true;
+  graph_ = runtime.end_capture(*compute_);
 }
 
-void Replica::run_body(const Shard& shard, int accumulate, const ForwardContext& context) {
-  const GraphShape shape{shard.rows, shard.features, shard.label_width, accumulate};
+void Replica::run_body(const GraphShape& shape, const Shard& shard, int accumulate,
+                       const ForwardContext& context) {
   if (graph_ && shape == graph_shape_) {
     graph_->launch(*compute_);
     ++graph_launches_;
@@ -303,9 +311,9 @@ void Replica::run_body(const Shard& shard, int accumulate, const ForwardContext&
   }
   if (graph_ && !told_shape_change_) {
     told_shape_change_ = true;
-    notice_once("a step of another shape (" + std::to_string(shard.rows) + " rows, " +
-                std::to_string(accumulate) + " micro-batch(es)) than the captured graph's (" +
-                std::to_string(graph_shape_.rows) + " rows) runs eagerly; said once");
+    notice_once("a step of another shape (a global batch of " + std::to_string(shape.rows) +
+                " rows, " + std::to_string(accumulate) + " micro-batch(es)) than the captured " +
+                "graph's (" + std::to_string(graph_shape_.rows) + " rows) runs eagerly; said once");
   }
   const bool warm = shape == warm_shape_ && warm_steps_ >= step_options_.graph_warmup;
   if (!step_options_.graphs || !graphs_possible_ || graph_ || !warm) {
@@ -314,11 +322,11 @@ void Replica::run_body(const Shard& shard, int accumulate, const ForwardContext&
     step_body(shard, accumulate, context);
     return;
   }
-  // Capture: the step's work is recorded, not run; the launch below runs it.
-  if (!capture_body(shard, accumulate, context)) {
-    graphs_possible_ = false;  // nothing of the capture ran: this step runs eagerly
-    step_body(shard, accumulate, context);
-    return;
+  try {  // the step's work is recorded, not run; the launch below runs it
+    capture_body(shard, accumulate, context);
+  } catch (const Error& e) {
+    LS_THROW_AS(e.kind(), "capturing step ", context.step + 1, " as a graph failed: ", e.message(),
+                " (run with graphs off: --no-graphs, DataParallelOptions::graphs)");
   }
   graph_shape_ = shape;
   graph_inputs_ = inputs_;  // the graph reads these: keep them for its shape
@@ -327,12 +335,13 @@ void Replica::run_body(const Shard& shard, int accumulate, const ForwardContext&
   ++graph_launches_;
 }
 
-void Replica::enqueue_step(const Shard& shard, int64_t global_labels, int accumulate,
-                           int64_t step_index, uint64_t dropout_seed) {
+void Replica::enqueue_step(const Shard& shard, int64_t global_rows, int64_t global_labels,
+                           int accumulate, int64_t step_index, uint64_t dropout_seed) {
   LS_ASSERT(shard.rows >= accumulate && accumulate >= 1 && global_labels > 0);
   Stream& stream = *compute_;
   phase_ = Phase::kUpload;
-  const GraphShape shape{shard.rows, shard.features, shard.label_width, accumulate};
+  // See Note [The step as a graph]: the global shape decides, alike on every replica.
+  const GraphShape shape{global_rows, shard.features, shard.label_width, accumulate};
   if (graph_ && shape == graph_shape_) {  // the captured graph reads these tensors
     inputs_ = graph_inputs_;
     labels_ = graph_labels_;
@@ -347,7 +356,7 @@ void Replica::enqueue_step(const Shard& shard, int64_t global_labels, int accumu
   stream.record(*step_start_);
   ForwardContext context{true, dropout_seed, step_index, shard.first_row, step_options_.precision};
   const int64_t launches = graph_launches_;
-  run_body(shard, accumulate, context);
+  run_body(shape, shard, accumulate, context);
   last_step_graph_ = graph_launches_ != launches;
   graph_step_[step_index % StepOutcomes::kSlots] = last_step_graph_;
   outcomes_.export_outcome(step_index, loss_sum_, control_, stream);
@@ -368,7 +377,8 @@ StepOutcome Replica::outcome(int64_t step_index) {
   outcome.optimizer_steps = out.control.optimizer_steps;
   outcome.graph = graph_step_[step_index % StepOutcomes::kSlots];
   phase_ = Phase::kIdle;
-  optimizer_->set_steps_taken(out.control.optimizer_steps);
+  // A gated optimizer's steps are counted on the device; any other counts its own.
+  if (optimizer_->gated()) optimizer_->set_steps_taken(out.control.optimizer_steps);
   return outcome;
 }
 
@@ -376,7 +386,6 @@ StepControl Replica::read_control() {
   StepControl c{};
   control_.copy_to_host_async(&c, sizeof c, *compute_);
   compute_->synchronize();
-  optimizer_->set_steps_taken(c.optimizer_steps);
   return c;
 }
 

@@ -116,17 +116,19 @@ class Replica {
   // Enqueues step `step_index` (0-based) on this replica's shard of a global batch with
   // `global_labels` counted labels (the loss is their mean) and returns without waiting for the
   // device. `dropout_seed` keys the dropout masks. The shard's memory may be reused at return.
-  void enqueue_step(const Shard& shard, int64_t global_labels, int accumulate, int64_t step_index,
-                    uint64_t dropout_seed);
+  // `global_rows`: the global batch's rows (every replica decides on graphs by it).
+  void enqueue_step(const Shard& shard, int64_t global_rows, int64_t global_labels, int accumulate,
+                    int64_t step_index, uint64_t dropout_seed);
   // Waits for an enqueued step (one of the last StepOutcomes::kSlots) and returns its outcome.
   StepOutcome outcome(int64_t step_index);
   // Both: one step, waited for.
-  StepOutcome step(const Shard& shard, int64_t global_labels, int accumulate, int64_t step_index,
-                   uint64_t dropout_seed) {
-    enqueue_step(shard, global_labels, accumulate, step_index, dropout_seed);
+  StepOutcome step(const Shard& shard, int64_t global_rows, int64_t global_labels, int accumulate,
+                   int64_t step_index, uint64_t dropout_seed) {
+    enqueue_step(shard, global_rows, global_labels, accumulate, step_index, dropout_seed);
     return outcome(step_index);
   }
-  // The training state kept on the device (synchronizes): for checkpoints.
+  // The training state kept on the device (synchronizes): for checkpoints, and for the host's
+  // decision when the optimizer does not read it itself (Optimizer::gated()).
   StepControl read_control();
   // Restores it (a loaded checkpoint): optimizer steps and the loss scale.
   void restore_control(int64_t optimizer_steps, float loss_scale, int32_t good_steps);
@@ -170,9 +172,15 @@ class Replica {
   void step_body(const Shard& shard, int accumulate, const ForwardContext& context);
   // Forward and backward of the shard's micro-batches; adds each one's loss sum to loss_sum_.
   void forward_backward(const Shard& shard, int accumulate, const ForwardContext& context);
+  struct GraphShape {  // the global batch's: see Note [The step as a graph]
+    int64_t rows = -1, features = -1, label_width = -1;
+    int accumulate = -1;
+    bool operator==(const GraphShape&) const = default;
+  };
   // Runs step_body as a graph when it may (capturing it first), else eagerly.
-  void run_body(const Shard& shard, int accumulate, const ForwardContext& context);
-  bool capture_body(const Shard& shard, int accumulate, const ForwardContext& context);
+  void run_body(const GraphShape& shape, const Shard& shard, int accumulate,
+                const ForwardContext& context);
+  void capture_body(const Shard& shard, int accumulate, const ForwardContext& context);
   void notice_once(const std::string& message);
   // The uploaded inputs of rows [begin, end) as the model's input Var.
   Var input_rows(Tape& tape, const Shard& shard, int64_t begin, int64_t end) const;
@@ -197,11 +205,6 @@ class Replica {
   StepOutcomes outcomes_;
   // Graphs: the captured step and the shape it was captured for (its inputs are the tensors it
   // was captured reading; a step of another shape runs eagerly with its own).
-  struct GraphShape {
-    int64_t rows = -1, features = -1, label_width = -1;
-    int accumulate = -1;
-    bool operator==(const GraphShape&) const = default;
-  };
   std::unique_ptr<StreamGraph> graph_;
   GraphShape graph_shape_;
   GraphShape warm_shape_;  // the shape of the eager steps counted in warm_steps_

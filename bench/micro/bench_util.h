@@ -26,6 +26,21 @@ inline data::Batch random_batch(int64_t size, int64_t features) {
   return batch;
 }
 
+// `size` sequences of `seq` random tokens below `vocab` (seed 1) with next-token labels.
+inline data::Batch random_tokens(int64_t size, int64_t seq, int32_t vocab) {
+  std::mt19937 rng(1);
+  data::Batch b;
+  b.size = size;
+  b.features = seq;
+  b.label_width = seq;
+  for (int64_t i = 0; i < size * (seq + 1); ++i) {
+    const int32_t t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    if (i % (seq + 1) != seq) b.tokens.push_back(t);
+    if (i % (seq + 1) != 0) b.labels.push_back(t);
+  }
+  return b;
+}
+
 inline double gemm_flops(int64_t m, int64_t n, int64_t k) { return 2.0 * m * n * k; }
 
 }  // namespace ls::bench

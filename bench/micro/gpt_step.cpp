@@ -6,25 +6,12 @@
 
 #include <random>
 
+#include "bench_util.h"
 #include "parallel/data_parallel.h"
 
 namespace {
 
 const ls::Device kHost0{ls::DeviceKind::kHost, 0};
-
-ls::data::Batch random_tokens(int64_t size, int64_t seq, int32_t vocab) {
-  std::mt19937 rng(1);
-  ls::data::Batch b;
-  b.size = size;
-  b.features = seq;
-  b.label_width = seq;
-  for (int64_t i = 0; i < size * (seq + 1); ++i) {
-    const int32_t t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-    if (i % (seq + 1) != seq) b.tokens.push_back(t);
-    if (i % (seq + 1) != 0) b.labels.push_back(t);
-  }
-  return b;
-}
 
 void BM_gpt_step(benchmark::State& state) {
   const int64_t batch = 8;
@@ -32,7 +19,7 @@ void BM_gpt_step(benchmark::State& state) {
       ls::nn::gpt_config(state.range(0), 4, state.range(1), state.range(2), 258);
   ls::DataParallel trainer({kHost0}, ls::transformer_factory(config),
                            ls::make_optimizer_factory({}));
-  const ls::data::Batch tokens = random_tokens(batch, config.max_seq, 258);
+  const ls::data::Batch tokens = ls::bench::random_tokens(batch, config.max_seq, 258);
   trainer.step(tokens);  // warm-up: fills the allocator's cache
   for (auto _ : state) benchmark::DoNotOptimize(trainer.step(tokens).loss);
   const double token_count =

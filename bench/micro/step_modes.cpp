@@ -14,26 +14,13 @@
 #include <string>
 
 #include "bench_config.h"
+#include "bench_util.h"
 #include "parallel/data_parallel.h"
 
 namespace ls::bench {
 namespace {
 
 constexpr double kH200DenseBf16Flops = 989e12;
-
-data::Batch random_tokens(int64_t size, int64_t seq, int32_t vocab) {
-  std::mt19937 rng(1);
-  data::Batch b;
-  b.size = size;
-  b.features = seq;
-  b.label_width = seq;
-  for (int64_t i = 0; i < size * (seq + 1); ++i) {
-    const int32_t t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-    if (i % (seq + 1) != seq) b.tokens.push_back(t);
-    if (i % (seq + 1) != 0) b.labels.push_back(t);
-  }
-  return b;
-}
 
 struct StepMode {
   Device device;

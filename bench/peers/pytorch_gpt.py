@@ -16,8 +16,15 @@ contiguous int64; inputs are the first seq, targets the last seq). Each step: ze
 forward, loss, backward, optimizer step. --compile auto (default) measures eager and
 torch.compile(model) and reports the faster ("torch_compile" in the run).
 
+--precision f32 (default) runs everything in f32. --precision bf16 runs forward and loss under
+torch.autocast(device_type="cpu", dtype=torch.bfloat16): PyTorch's standard mixed
+precision, the split lockstep's bf16 uses -- matmul operands (Linear, attention, the tied
+lm_head) in bf16 with f32 accumulation, autocast's f32-listed ops (cross-entropy, ...) in f32;
+master weights, grads and AdamW state stay f32. "precision" in the JSON says which, and
+"onednn_bf16" whether this torch's oneDNN reports native bf16 support on this CPU.
+
   python3 bench/peers/pytorch_gpt.py --layers 4 --hidden 256 --heads 4 --seq 128 --vocab 258 \\
-      --batch 8 --steps 30 --warmup 5 --threads 1 --json out/gpt-pytorch.json
+      --batch 8 --steps 30 --warmup 5 --threads 1 --precision bf16 --json out/gpt-pytorch.json
 
 tokens_per_s = batch * seq / median step time over the timed steps (after --warmup);
 samples_per_s = sequences/s likewise. The JSON has the shape of pytorch_ddp.py's (one run,
@@ -25,6 +32,7 @@ devices 1) plus "gpt": {layers, hidden, heads, seq, vocab}, "batch", tokens_per_
 compare.py reads both. Exit codes: 0 success, 1 runtime failure, 2 usage error.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -51,6 +59,9 @@ def parse_args(argv):
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--compile", default="auto", choices=["auto", "off", "on"])
+    p.add_argument("--precision", default="f32", choices=["f32", "bf16"],
+                   help="bf16: forward and loss under torch.autocast bfloat16 (weights, grads, "
+                        "optimizer f32)")
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
     for name in ("layers", "hidden", "heads", "seq", "vocab", "batch", "steps", "windows", "threads"):
@@ -147,13 +158,18 @@ def measure(a, torch, use_compile):
     opt, opt_impl = make_optimizer(model, a, torch)
     net = torch.compile(model) if use_compile else model
     batches = [(b[:, :-1].contiguous(), b[:, 1:].contiguous()) for b in premade_batches(a, torch)]
+    if a.precision == "bf16":
+        autocast = lambda: torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+    else:
+        autocast = contextlib.nullcontext
     losses, step_s = [], []
     start = time.perf_counter()
     for s in range(a.steps):
         ids, targets = batches[s % len(batches)]
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = net(ids, targets)
+        with autocast():
+            loss = net(ids, targets)
         loss.backward()
         opt.step()
         dt = time.perf_counter() - t0
@@ -175,6 +191,14 @@ def measure(a, torch, use_compile):
             "first_loss": losses[0].item(), "window_tokens_per_s": windows,
             "window_samples_per_s": [w / a.seq for w in windows], "wall_s": wall,
             "torch_compile": use_compile}, sum(p.numel() for p in model.parameters()), opt_impl
+
+
+def onednn_bf16(torch):
+    """Whether oneDNN is present and reports native bf16 on this CPU (None where torch can't say)."""
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def cpu_model():
@@ -204,7 +228,7 @@ def main(argv):
         variants = [False]
     print(f"pytorch_gpt.py: {a.layers} layers, hidden {a.hidden}, {a.heads} heads, seq {a.seq}, "
           f"vocab {a.vocab}, batch {a.batch}, {a.steps} steps ({a.warmup} warm-up), "
-          f"{a.threads} thread(s), torch {torch.__version__}", file=sys.stderr, flush=True)
+          f"{a.threads} thread(s), {a.precision}, torch {torch.__version__}", file=sys.stderr, flush=True)
     tried, params, opt_impl = {}, 0, ""
     for use_compile in variants:
         name = "compiled" if use_compile else "eager"
@@ -229,6 +253,7 @@ def main(argv):
            "optimizer": "adamw", "optimizer_impl": opt_impl, "lr": a.lr, "seed": a.seed,
            "steps": a.steps, "warmup": a.warmup, "windows": a.windows, "global_batch": a.batch,
            "batch": a.batch, "data": a.data or "random", "compile": a.compile,
+           "precision": a.precision, "onednn_bf16": onednn_bf16(torch),
            "torch_version": torch.__version__, "threads_per_process": a.threads,
            "host_threads_per_device": a.threads,
            "machine": {"cores": len(os.sched_getaffinity(0)), "cpu": cpu_model(),
@@ -236,7 +261,7 @@ def main(argv):
            "runs": [run]}
     print(f"pytorch gpt {a.layers}x{a.hidden} ({params} params): {run['tokens_per_s']:.0f} tokens/s "
           f"({'torch.compile' if best else 'eager'}), step {run['step_ms_median']:.1f} ms, "
-          f"batch {a.batch} x seq {a.seq}, {a.threads} thread(s)")
+          f"batch {a.batch} x seq {a.seq}, {a.threads} thread(s), {a.precision}")
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:

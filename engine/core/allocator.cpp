@@ -57,6 +57,17 @@ void CachingAllocator::release_pool(uint64_t pool) {
   std::erase_if(capturing_, [&](const auto& entry) { return entry.second == pool; });
 }
 
+void* CachingAllocator::take_cached_locked(uint64_t pool, size_t size) {
+  for (FreeLists* lists : {&free_lists_locked(pool), &free_blocks_}) {
+    auto it = lists->find(size);
+    if (it == lists->end() || it->second.empty()) continue;
+    void* ptr = it->second.back();
+    it->second.pop_back();
+    return ptr;
+  }
+  return nullptr;
+}
+
 void* CachingAllocator::allocate(size_t bytes) {
   const size_t size = round_size(bytes);
   std::lock_guard lock(mutex_);
@@ -66,16 +77,22 @@ void* CachingAllocator::allocate(size_t bytes) {
     auto capture = capturing_.find(std::this_thread::get_id());
     if (capture != capturing_.end()) pool = capture->second;
   }
-  FreeLists& free_lists = free_lists_locked(pool);
-  auto it = free_lists.find(size);
-  if (it != free_lists.end() && !it->second.empty()) {
-    ptr = it->second.back();
-    it->second.pop_back();
+  // A capture takes from its pool's blocks first, then from the allocator's own cache (free in
+  // stream order like any cached block; the pool keeps it until the graph goes), so capturing a
+  // step after eager warm-up steps needs little new memory.
+  ptr = take_cached_locked(pool, size);
+  if (ptr != nullptr) {
     ++stats_.cache_hits;
   } else {
     ptr = raw_alloc_(size);
+    // Out of memory: give every cached block back and try once more before failing. Not while
+    // this thread captures a graph: a CUDA capture forbids freeing device memory.
+    if (ptr == nullptr && pool != 0) {
+      LS_THROW("out of memory while capturing a step as a graph: could not allocate ", size,
+               " bytes (", stats_.bytes_in_use, " bytes in use by tensors, ", stats_.bytes_reserved,
+               " reserved); use a smaller batch, or turn graphs off");
+    }
     if (ptr == nullptr) {
-      // Out of memory: give every cached block back and try once more before failing.
       for (auto& [cached_size, blocks] : free_blocks_) {
         for (void* block : blocks) raw_free_(block), ++stats_.system_frees;
         stats_.bytes_reserved -= static_cast<int64_t>(cached_size * blocks.size());

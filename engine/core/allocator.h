@@ -57,8 +57,10 @@ class CachingAllocator {
   // calling thread's allocations come from a pool of their own: blocks freed back to it are
   // handed out again within it (a capture reuses its memory in stream order, as an eager step
   // does) and never to anybody else, so a graph launch finds its memory where its capture left
-  // it. The pool lives as long as the handle (the graph holds it); then its cached blocks return
-  // to the allocator's, and blocks still live return there when freed.
+  // it. A pool with no block of a size takes one from the allocator's cache before asking the
+  // system. The pool lives as long as the handle (the graph holds it); then its cached blocks
+  // return to the allocator's, and blocks still live return there when freed. Out of memory
+  // while capturing is an error at once (a CUDA capture forbids freeing cached blocks).
   class CapturePool;
   std::shared_ptr<CapturePool> begin_capture_pool();
   void end_capture_pool();  // for the calling thread
@@ -74,6 +76,8 @@ class CachingAllocator {
   using FreeLists = std::map<size_t, std::vector<void*>>;  // size class -> cached blocks
   void release_pool(uint64_t pool);  // by ~CapturePool
   FreeLists& free_lists_locked(uint64_t pool);
+  // A cached block of `size` for `pool`: its own, else the allocator's; null when none.
+  void* take_cached_locked(uint64_t pool, size_t size);
 
   RawAlloc raw_alloc_;
   RawFree raw_free_;

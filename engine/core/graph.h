@@ -13,8 +13,11 @@
 // end_capture. Memory the capturing thread allocates meanwhile comes from a pool private to the
 // graph (CachingAllocator::begin_capture_pool): a launch writes where the capture's kernels
 // were told to write, so that memory stays the graph's until the graph is destroyed.
-// What a graph bakes in: kernel arguments (pointers, sizes, host scalars). Values that change
-// between launches must be read from device memory (ops/step_control.h); shapes must not change.
+// What a graph bakes in: kernel arguments (pointers, sizes, host scalars such as the optimizer's
+// learning rate). Values that change between launches must be read from device memory
+// (ops/step_control.h); shapes must not change. A model op that reads a per-step host value
+// (ForwardContext::step, seed, first_row) must call Tape::note_step_dependent(), as dropout
+// does, or its graph launches would repeat the captured step's value.
 // Thread-safety: a graph is launched by one thread at a time, on the thread that owns its streams.
 #pragma once
 

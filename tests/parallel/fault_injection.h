@@ -108,6 +108,7 @@ class FaultingOptimizer final : public optim::Optimizer {
     steps_ = inner_->steps_taken();
   }
   void set_step_control(Tensor control) override { inner_->set_step_control(std::move(control)); }
+  bool gated() const override { return inner_->gated(); }
   std::string name() const override { return inner_->name(); }
   std::vector<std::pair<std::string, Tensor>> state() const override { return inner_->state(); }
   float learning_rate() const override { return inner_->learning_rate(); }

@@ -5,11 +5,15 @@
 // result (and failure) in order.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/model/optim/optimizer.h"
+#include "ops/elementwise.h"
 #include "ops/softmax_xent.h"
 #include "parallel/data_parallel.h"
 #include "random_batch.h"
@@ -19,31 +23,10 @@ namespace ls {
 namespace {
 
 using testing::hosts;
+using testing::lm_batch;
 using testing::momentum_sgd;
 using testing::random_batch;
 using testing::tiny_gpt_config;
-
-// Language-model batches with random lengths (padding ignored): the counted labels, and so the
-// loss gradient's scale, change from batch to batch.
-data::Batch lm_batch(int64_t size, uint32_t seed) {
-  constexpr int64_t kSeq = 8;
-  std::mt19937 rng(seed);
-  data::Batch b;
-  b.size = size;
-  b.features = kSeq;
-  b.label_width = kSeq;
-  for (int64_t r = 0; r < size; ++r) {
-    const int64_t length = 2 + static_cast<int64_t>(rng() % (kSeq - 1));
-    for (int64_t t = 0; t < kSeq; ++t) {
-      b.tokens.push_back(t < length ? 1 + static_cast<int32_t>(rng() % 19) : 0);
-    }
-    for (int64_t t = 0; t < kSeq; ++t) {
-      b.labels.push_back(t + 1 < length ? b.tokens[static_cast<size_t>(r * kSeq + t + 1)]
-                                        : kIgnoreLabel);
-    }
-  }
-  return b;
-}
 
 struct TrainSetup {
   std::string name;
@@ -230,6 +213,94 @@ TEST(StepAsync, AFailingStepIsReportedWithItsNumber) {
       << what;
   EXPECT_NE(what.find("label 12"), std::string::npos) << what;
   EXPECT_THROW(dp.step_async(random_batch(8, 20, 4)), Error);  // unusable after a failure
+}
+
+// An optimizer of the application's own, which knows nothing of the StepControl.
+class PlainSgd final : public optim::Optimizer {
+ public:
+  void step(const Tensor& params, const Tensor& grads, Stream& stream) override {
+    axpy(-0.1f, grads, params, stream);
+    ++steps_;
+  }
+  std::string name() const override { return "plain-sgd"; }
+  std::vector<std::pair<std::string, Tensor>> state() const override { return {}; }
+  float learning_rate() const override { return 0.1f; }
+  void set_learning_rate(float) override {}
+};
+
+OptimizerFactory plain_sgd() {
+  return [](const Tensor&, Stream&) { return std::make_unique<PlainSgd>(); };
+}
+
+TEST(StepGraphs, AnOptimizerThatIgnoresTheDeviceDecisionIsSteppedByTheHost) {
+  std::vector<std::string> notices;
+  DataParallelOptions options;
+  options.notice = [&](const std::string& m) { notices.push_back(m); };
+  DataParallel dp(hosts(2), mlp_factory({20, 10}), plain_sgd(), options);
+  for (int s = 0; s < 4; ++s) EXPECT_FALSE(dp.step(random_batch(8, 20, 1)).skipped);
+  const std::vector<float> before = dp.parameters(0);
+  data::Batch poisoned = random_batch(8, 20, 2);
+  poisoned.images[3] = std::nanf("");
+  EXPECT_TRUE(dp.step(poisoned).skipped);
+  EXPECT_EQ(dp.parameters(0), before) << "a skipped step changed the parameters";
+  EXPECT_EQ(dp.graph_launches(), 0);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_NE(notices[0].find("plain-sgd"), std::string::npos) << notices[0];
+  options.precision = Precision::kF16;  // it would not undo the loss scale
+  EXPECT_THROW(DataParallel(hosts(1), mlp_factory({20, 10}), plain_sgd(), options), Error);
+}
+
+TEST(StepGraphs, CheckpointsAndEvaluationBetweenLaunchesKeepThemBitwiseEager) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / "lockstep_graph_checkpoint_test";
+  auto run = [&](bool graphs) {
+    std::filesystem::remove_all(dir);
+    DataParallelOptions options;
+    options.graphs = graphs;
+    auto make = [&] {
+      return std::make_unique<DataParallel>(hosts(2), transformer_factory(tiny_gpt_config()),
+                                            make_optimizer_factory({}), options);
+    };
+    auto dp = make();
+    std::vector<float> losses;
+    for (int s = 0; s < 5; ++s)
+      losses.push_back(dp->step(lm_batch(8, 60 + static_cast<uint32_t>(s))).loss);
+    dp->save(dir.string());
+    data::Dataset held_out;
+    held_out.name = "held out";
+    held_out.classes = 20;
+    const data::Batch b = lm_batch(6, 99);  // another shape than the steps'
+    held_out.count = b.size;
+    held_out.features = b.features;
+    held_out.label_width = b.label_width;
+    held_out.tokens = b.tokens;
+    held_out.labels = b.labels;
+    losses.push_back(static_cast<float>(dp->evaluate(held_out, 3).loss));
+    for (int s = 5; s < 8; ++s)
+      losses.push_back(dp->step(lm_batch(8, 60 + static_cast<uint32_t>(s))).loss);
+    dp->load(dir.string());  // back to step 5, into the tensors the graph reads
+    for (int s = 5; s < 8; ++s)
+      losses.push_back(dp->step(lm_batch(8, 60 + static_cast<uint32_t>(s))).loss);
+    EXPECT_EQ(dp->graph_launches(), graphs ? 9 : 0);
+    return std::pair{losses, dp->parameters(0)};
+  };
+  const auto eager = run(false);
+  const auto graph = run(true);
+  EXPECT_EQ(graph.first, eager.first);
+  EXPECT_EQ(graph.second, eager.second);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StepAsync, DestroyingWithStepsQueuedWaitsForThem) {
+  std::vector<float> after_queue;
+  {
+    DataParallel dp(hosts(2), mlp_factory({20, 10}), make_optimizer_factory({}));
+    dp.step_async(random_batch(8, 20, 1));
+    dp.step_async(random_batch(8, 20, 2));
+  }  // no result taken: the destructor waits for both, under the watchdog
+  DataParallel again(hosts(2), mlp_factory({20, 10}), make_optimizer_factory({}));
+  again.step_async(random_batch(8, 20, 1));
+  EXPECT_EQ(again.steps_taken(), 1);
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "engine/model/nn/transformer_config.h"
+#include "ops/softmax_xent.h"
 #include "parallel/data_parallel.h"
 
 namespace ls::testing {
@@ -25,6 +27,34 @@ inline nn::TransformerConfig tiny_gpt_config() {
   c.ffn = 24;
   c.pad_id = 0;
   return c;
+}
+
+// Language-model batches for the tiny GPT: `size` sequences of 8 tokens from 1..19 (0 pads),
+// labelled with the next token (the last position's and padding's ignored). kRandom: random
+// tokens and random lengths 2..8, so the counted labels change from batch to batch. kCounting:
+// full sequences where each token is the previous one plus one (mod 19), a rule a model learns.
+enum class Sequences { kRandom, kCounting };
+inline data::Batch lm_batch(int64_t size, uint32_t seed, Sequences kind = Sequences::kRandom) {
+  constexpr int64_t kSeq = 8;
+  std::mt19937 rng(seed);
+  data::Batch b;
+  b.size = size;
+  b.features = kSeq;
+  b.label_width = kSeq;
+  for (int64_t r = 0; r < size; ++r) {
+    const bool counting = kind == Sequences::kCounting;
+    const int64_t length = counting ? kSeq : 2 + static_cast<int64_t>(rng() % (kSeq - 1));
+    int32_t token = 1 + static_cast<int32_t>(rng() % 19);
+    for (int64_t t = 0; t < kSeq; ++t) {
+      b.tokens.push_back(t < length ? token : 0);
+      token = counting ? 1 + token % 19 : 1 + static_cast<int32_t>(rng() % 19);
+    }
+    for (int64_t t = 0; t < kSeq; ++t) {
+      b.labels.push_back(t + 1 < length ? b.tokens[static_cast<size_t>(r * kSeq + t + 1)]
+                                        : kIgnoreLabel);
+    }
+  }
+  return b;
 }
 
 // The largest |a - b| / max(|a|, 1e-3) over the elements both have.

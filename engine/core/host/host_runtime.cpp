@@ -49,9 +49,10 @@ class HostRuntime final : public DeviceRuntime {
 
   std::unique_ptr<StreamGraph> end_capture(Stream& origin) override {
     HostStream* stream = host_stream_of(origin, "end_capture");
-    std::unique_ptr<HostCapture> capture(stream->capture());
-    LS_CHECK(capture != nullptr && capture->streams.front() == stream,
+    HostCapture* captured = stream->capture();
+    LS_CHECK(captured != nullptr && captured->streams.front() == stream,
              "end_capture: end the capture on the stream it began on");
+    std::unique_ptr<HostCapture> capture(captured);  // owned here only once it is the right one
     for (HostStream* s : capture->streams) s->set_capture(nullptr);
     allocator_.end_capture_pool();
     return std::make_unique<HostGraph>(std::move(capture));

@@ -31,8 +31,13 @@ class Optimizer {
   void set_steps_taken(int64_t steps) { steps_ = steps; }
   // Gates every later step() by a StepControl on the device (ops/step_control.h): skipped steps
   // change nothing, gradients are unscaled, and AdamW counts its steps there. steps_taken() then
-  // is what the owner last read back from the control (set_steps_taken).
+  // is what the owner last read back from the control (set_steps_taken). Only optimizers whose
+  // gated() is true read it; DataParallel steps any other only after the host has read the
+  // step's decision (one wait per step, no graphs, no f16 loss scaling).
   virtual void set_step_control(Tensor control) { control_ = std::move(control); }
+  virtual bool gated() const { return false; }
+  // Hyper-parameters (the learning rate) are arguments of the kernels a step enqueues: a step
+  // captured as a graph keeps those it was captured with. Set them before the first step.
   virtual float learning_rate() const = 0;
   virtual void set_learning_rate(float lr) = 0;
 
@@ -47,6 +52,7 @@ class Sgd final : public Optimizer {
   Sgd(const Tensor& params, const SgdConfig& config, Stream& stream);
   void step(const Tensor& params, const Tensor& grads, Stream& stream) override;
   std::string name() const override { return "sgd"; }
+  bool gated() const override { return true; }
   std::vector<std::pair<std::string, Tensor>> state() const override;
   float learning_rate() const override { return config_.lr; }
   void set_learning_rate(float lr) override { config_.lr = lr; }
@@ -62,6 +68,7 @@ class AdamW final : public Optimizer {
   AdamW(const Tensor& params, const AdamWConfig& config, Stream& stream);
   void step(const Tensor& params, const Tensor& grads, Stream& stream) override;
   std::string name() const override { return "adamw"; }
+  bool gated() const override { return true; }
   std::vector<std::pair<std::string, Tensor>> state() const override;
   float learning_rate() const override { return config_.lr; }
   void set_learning_rate(float lr) override { config_.lr = lr; }
