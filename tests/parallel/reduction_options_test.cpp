@@ -35,28 +35,6 @@ DataParallelOptions small_buckets(bool fuse, DType dtype = DType::kF32,
   return o;
 }
 
-// GPT batches: full-length random sequences, each token's label the next token (the last
-// ignored).
-data::Batch token_batch(int64_t size, uint32_t seed) {
-  const nn::TransformerConfig config = testing::tiny_gpt_config();
-  const int64_t seq = config.max_seq;
-  std::mt19937 rng(seed);
-  data::Batch b;
-  b.size = size;
-  b.features = seq;
-  b.label_width = seq;
-  for (int64_t r = 0; r < size * seq; ++r) {
-    b.tokens.push_back(1 + static_cast<int32_t>(rng() % (config.vocab - 1)));
-  }
-  for (int64_t r = 0; r < size; ++r) {
-    for (int64_t t = 0; t < seq; ++t) {
-      b.labels.push_back(t + 1 < seq ? b.tokens[static_cast<size_t>(r * seq + t + 1)]
-                                     : data::kIgnoreLabel);
-    }
-  }
-  return b;
-}
-
 struct TrainRun {
   std::vector<float> losses;
   std::vector<float> parameters;
@@ -103,7 +81,7 @@ TEST(FusedBucketLaunches, MlpIsBitwiseTheUnfusedRunWithFewerLaunches) {
 
 TEST(FusedBucketLaunches, TinyGptIsBitwiseTheUnfusedRunWithFewerLaunches) {
   const ModelFactory gpt = transformer_factory(testing::tiny_gpt_config());
-  auto batch = [](int s) { return token_batch(8, static_cast<uint32_t>(200 + s)); };
+  auto batch = [](int s) { return testing::lm_batch(8, static_cast<uint32_t>(200 + s)); };
   const TrainRun fused = train(gpt, small_buckets(true), 5, batch);
   const TrainRun alone = train(gpt, small_buckets(false), 5, batch);
   expect_fusion_changes_only_the_launches(fused, alone);

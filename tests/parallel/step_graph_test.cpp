@@ -36,6 +36,13 @@ struct TrainSetup {
   OptimizerFactory optimizer = make_optimizer_factory({});  // AdamW
 };
 
+TrainSetup named(const char* name, bool gpt = false) {
+  TrainSetup setup;
+  setup.name = name;
+  setup.gpt = gpt;
+  return setup;
+}
+
 struct TrainRun {
   std::vector<float> losses;
   std::vector<bool> skipped;
@@ -69,28 +76,28 @@ TrainRun train(const TrainSetup& setup, bool graphs, int steps,
 
 std::vector<TrainSetup> setups() {
   std::vector<TrainSetup> out;
-  out.push_back({"mlp"});
-  out.push_back({"gpt", true});
-  TrainSetup zero1{"mlp zero-1"};
+  out.push_back(named("mlp"));
+  out.push_back(named("gpt", true));
+  TrainSetup zero1 = named("mlp zero-1");
   zero1.options.shard = ShardMode::kOptimizer;
   out.push_back(zero1);
-  TrainSetup zero2{"gpt zero-2", true};
+  TrainSetup zero2 = named("gpt zero-2", true);
   zero2.options.shard = ShardMode::kGradients;
   zero2.options.buckets.cap_bytes = 4 << 10;
   out.push_back(zero2);
-  TrainSetup accumulate{"mlp accumulate 2, sgd"};
+  TrainSetup accumulate = named("mlp accumulate 2, sgd");
   accumulate.options.accumulate = 2;
   accumulate.optimizer = momentum_sgd();
   out.push_back(accumulate);
-  TrainSetup bf16{"gpt bf16, bf16 gradients, small buckets", true};
+  TrainSetup bf16 = named("gpt bf16, bf16 gradients, small buckets", true);
   bf16.options.precision = Precision::kBF16;
   bf16.options.buckets.reduce_dtype = DType::kBF16;
   bf16.options.buckets.cap_bytes = 2 << 10;
   out.push_back(bf16);
-  TrainSetup f16{"gpt f16, loss scaling", true};
+  TrainSetup f16 = named("gpt f16, loss scaling", true);
   f16.options.precision = Precision::kF16;
   out.push_back(f16);
-  TrainSetup one{"mlp one device"};
+  TrainSetup one = named("mlp one device");
   one.devices = 1;
   out.push_back(one);
   return out;
@@ -111,7 +118,7 @@ TEST(StepGraphs, LaunchesAreBitwiseTheEagerSteps) {
 }
 
 TEST(StepGraphs, AnotherShapeRunsEagerlyAndSaysSoOnce) {
-  TrainSetup setup{"mlp"};
+  TrainSetup setup = named("mlp");
   std::vector<std::string> notices;
   setup.options.notice = [&](const std::string& m) { notices.push_back(m); };
   // 16-row steps, with a 12-row step (an epoch's last batch) every fourth step.
