@@ -3,6 +3,8 @@
 // launch), the graph's node count (the launches an eager step makes), and on GPUs the MFU.
 //   step_modes/gpt/host:1/{f32,bf16,f16}/{eager,graph}: 2 layers, hidden 128, 4 heads, seq 64,
 //     batch 8, byte vocabulary: host bf16/f16 emulate the rounding in f32 (no bf16 units used).
+//   step_modes/gpt4x256/host:1/{f32,bf16}/eager: 4 layers, hidden 256, seq 128, batch 8, the
+//     shape bench/peers/pytorch_gpt.py is compared at (its --precision bf16: CPU autocast).
 //   Gpt2/124M/cuda:0/{f32,bf16}/{eager,graph}: GPT-2 small's shape (12 layers, 12 heads, hidden
 //     768, vocabulary 50257, seq 1024), batch 16; MFU against the H200's dense bf16 peak,
 //     989 TFLOP/s (NVIDIA H200 datasheet: 1,979 TFLOP/s "with sparsity", half of it dense).
@@ -23,6 +25,7 @@ namespace {
 constexpr double kH200DenseBf16Flops = 989e12;
 
 struct StepMode {
+  std::string name;
   Device device;
   nn::TransformerConfig config;
   int64_t batch;
@@ -66,24 +69,29 @@ void run_step_mode(benchmark::State& state, const StepMode& mode) {
 
 void register_step_modes(const BenchConfig& config) {
   std::vector<StepMode> modes;
-  nn::TransformerConfig small = nn::gpt_config(2, 4, 128, 64, 258);
+  const Device host0{DeviceKind::kHost, 0};
+  const nn::TransformerConfig small = nn::gpt_config(2, 4, 128, 64, 258);
   for (Precision p : {Precision::kF32, Precision::kBF16, Precision::kF16}) {
     for (bool graphs : {false, true}) {
-      modes.push_back({Device{DeviceKind::kHost, 0}, small, 8, p, graphs, 0});
+      modes.push_back({"step_modes/gpt/host:1/", host0, small, 8, p, graphs, 0});
     }
   }
+  const nn::TransformerConfig larger = nn::gpt_config(4, 4, 256, 128, 258);
+  for (Precision p : {Precision::kF32, Precision::kBF16}) {
+    modes.push_back({"step_modes/gpt4x256/host:1/", host0, larger, 8, p, false, 0});
+  }
   if (config.gpu_count > 0) {
-    nn::TransformerConfig gpt2 = nn::gpt_config(12, 12, 768, 1024, 50257);
+    const nn::TransformerConfig gpt2 = nn::gpt_config(12, 12, 768, 1024, 50257);
+    const Device cuda0{DeviceKind::kCuda, 0};
     for (Precision p : {Precision::kF32, Precision::kBF16}) {
       for (bool graphs : {false, true}) {
-        modes.push_back({Device{DeviceKind::kCuda, 0}, gpt2, 16, p, graphs, kH200DenseBf16Flops});
+        modes.push_back({"Gpt2/124M/cuda:0/", cuda0, gpt2, 16, p, graphs, kH200DenseBf16Flops});
       }
     }
   }
   for (const StepMode& mode : modes) {
     const std::string name =
-        (mode.device.is_host() ? "step_modes/gpt/host:1/" : "Gpt2/124M/cuda:0/") +
-        std::string(precision_name(mode.precision)) + (mode.graphs ? "/graph" : "/eager");
+        mode.name + precision_name(mode.precision) + (mode.graphs ? "/graph" : "/eager");
     benchmark::RegisterBenchmark(name.c_str(),
                                  [mode](benchmark::State& state) { run_step_mode(state, mode); })
         ->UseRealTime()
