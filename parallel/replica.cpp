@@ -94,12 +94,7 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   // Only f16 scales the loss (engine/core/precision.h): its gradients underflow without it.
   const bool f16 = step_options_.precision == Precision::kF16;
   if (f16) check_loss_scale_config(step_options_.loss_scale);
-  StepControl initial{};
-  initial.loss_scale = f16 ? step_options_.loss_scale.initial_scale : 1.0f;
-  initial.labels = 1.0f;
-  control_.copy_from_host_async(&initial, sizeof initial, *compute_);
   if (!f16) step_options_.loss_scale.dynamic = false;
-  optimizer_->set_step_control(control_);
   LS_CHECK(optimizer_->gated() || !f16,
            "f16 precision needs an optimizer that reads the step's "
            "loss scale on the device (gated(): lockstep's sgd and adamw); optimizer '",
@@ -112,6 +107,12 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
                   "(Optimizer::gated()), so the host reads it first");
     }
   }
+  optimizer_->set_step_control(control_);
+  // Last, and waited for at once: nothing may throw while the copy still reads `initial`.
+  StepControl initial{};
+  initial.loss_scale = f16 ? step_options_.loss_scale.initial_scale : 1.0f;
+  initial.labels = 1.0f;
+  control_.copy_from_host_async(&initial, sizeof initial, *compute_);
   compute_->synchronize();
   phase_ = Phase::kIdle;
 }
@@ -382,11 +383,12 @@ StepOutcome Replica::outcome(int64_t step_index) {
   return outcome;
 }
 
+// Through a member, not the stack: a synchronize that ends early (an aborted CUDA stream) may
+// leave the copy to run after this frame is gone; the replica drains its streams before dying.
 StepControl Replica::read_control() {
-  StepControl c{};
-  control_.copy_to_host_async(&c, sizeof c, *compute_);
+  control_.copy_to_host_async(&control_host_, sizeof control_host_, *compute_);
   compute_->synchronize();
-  return c;
+  return control_host_;
 }
 
 void Replica::restore_control(int64_t optimizer_steps, float loss_scale, int32_t good_steps) {
@@ -398,7 +400,8 @@ void Replica::restore_control(int64_t optimizer_steps, float loss_scale, int32_t
     c.loss_scale = loss_scale;
     c.good_steps = good_steps;
   }
-  control_.copy_from_host_async(&c, sizeof c, *compute_);
+  control_host_ = c;
+  control_.copy_from_host_async(&control_host_, sizeof control_host_, *compute_);
   compute_->synchronize();
   optimizer_->set_steps_taken(optimizer_steps);
 }

@@ -201,6 +201,7 @@ class Replica {
   std::unique_ptr<Event> step_start_;
   Tensor inputs_, labels_;  // device copies of the shard, reused across steps
   Tensor control_;          // i32 [kStepControlWords]: the StepControl
+  StepControl control_host_;  // read_control / restore_control's host side of the copies
   StepInputs staging_;
   StepOutcomes outcomes_;
   // Graphs: the captured step and the shape it was captured for (its inputs are the tensors it
