@@ -62,6 +62,7 @@ struct RunSummary {
   double train_seconds = 0;
   ls::EvalResult test;
   std::optional<BubbleTotals> bubble;  // pipeline runs
+  bool graphs = false;                 // steps could run as graphs
 };
 
 std::chrono::milliseconds collective_timeout(const TrainOptions& o) {
@@ -108,6 +109,9 @@ ls::PipelineOptions pipeline_options(const TrainOptions& o) {
 }
 
 // What differs between the two trainers, for the shared loop below.
+bool runs_graphs(const ls::DataParallel& t) { return t.graphs(); }
+bool runs_graphs(const ls::Pipeline&) { return false; }  // pipelines run every step eagerly
+
 std::string layout(const ls::DataParallel& t) {
   return std::to_string(t.buckets().size()) + " gradient bucket(s)";
 }
@@ -329,6 +333,7 @@ RunSummary train_with(const TrainOptions& o, const std::vector<ls::Device>& devi
   summary.steps = total_steps;
   summary.steps_run = last_step - first_step + 1;
   summary.skipped_steps = trainer.skipped_steps();
+  summary.graphs = runs_graphs(trainer);
   summary.final_loss = recent.mean();
   if (!summary.stopped) summary.test = trainer.evaluate(test, work.transformer ? 64 : 1000);
   const bool lead = ls::World::current().rank() == 0;  // writes the files
@@ -379,7 +384,7 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, c
   json.field("accumulate", o.accumulate);
   json.field("precision", std::string(ls::precision_name(o.precision)));
   json.field("grad_reduce", std::string(ls::dtype_name(o.grad_reduce)));
-  json.field("graphs", o.graphs && o.pipeline == 0);  // pipelines run every step eagerly
+  json.field("graphs", s.graphs);
   json.field("shard", ls::shard_mode_name(o.shard));
   if (s.bubble) {
     json.field("pipeline_stages", o.pipeline);

@@ -66,7 +66,9 @@ Trains a model data-parallel and reports its test loss, accuracy and throughput.
   --grad-reduce T       f32 (default) or bf16: the type gradients are all-reduced in (bf16
                         halves the bytes; not with --shard gradients)
   --no-graphs           run every step eagerly (by default a step of an unchanged shape is
-                        captured once as a graph and launched after two warm-up steps)
+                        captured once as a graph and launched after two warm-up steps; not
+                        on several GPUs of one process until that is shown safe: docs/gpu.md)
+  --graphs              run steps as graphs on several GPUs of one process too
   --shard MODE          none (default); optimizer: ZeRO-1, each device keeps the optimizer
                         state of 1/N of the parameters; gradients: ZeRO-2, also 1/N of the
                         summed gradients (same results, less memory)
@@ -227,6 +229,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
                         {"--help", [&] { o.help = true; }},
                         {"--uneven-shards", [&] { o.uneven_shards = true; }},
                         {"--no-graphs", [&] { o.graphs = false; }},
+                        {"--graphs", [&] { o.graphs = true; }},
                         {"--resume", [&] { o.resume = true; }}});
   if (o.log_every < 0) throw UsageError("--log-every must be >= 0");
   const bool transformer = o.model == "gpt" || o.model == "classifier";

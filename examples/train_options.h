@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -38,7 +39,7 @@ struct TrainOptions {
   double bucket_mb = 25.0;
   ls::Precision precision = ls::Precision::kF32;  // --precision f32 | bf16 | f16
   ls::DType grad_reduce = ls::DType::kF32;        // --grad-reduce f32 | bf16
-  bool graphs = true;                             // --no-graphs: every step eager
+  std::optional<bool> graphs;  // --graphs / --no-graphs; unset: DataParallelOptions::graphs
   ls::ShardMode shard = ls::ShardMode::kNone;  // --shard none | optimizer | gradients
   std::string strategy = "manual";  // auto: the planner sets shard / pipeline (train_auto.h)
   double device_memory_gb = 0;      // --strategy auto; 0: host MemAvailable / devices

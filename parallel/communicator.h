@@ -8,8 +8,12 @@
 // Every rank must issue the same collectives in the same order with the same counts, dtypes and
 // roots; the host communicator checks this (desync) and raises an error naming both sides
 // instead of hanging or corrupting memory.
-// group_start()/group_end() bracket calls that may be fused (NCCL launches them together).
-// abort() ends every pending and future collective of the whole clique with an error.
+// group_start()/group_end() bracket calls that may be fused (NCCL launches them together, at
+// the outermost group_end(); the host communicator enqueues them there too).
+// abort() ends every pending and future collective of the whole clique with an error. It never
+// blocks: not on a peer, not on a lock held by a rank's thread, and not on a CUDA graph that
+// captured the clique's collectives (NCCL's ncclCommAbort can wait for those to be destroyed,
+// so the NCCL clique runs it on a helper thread joined at its teardown).
 // Thread-safety: a Communicator is used by its replica's thread only; abort() from any thread.
 #pragma once
 

@@ -2,6 +2,8 @@
 // construction, the step, evaluation, and run_on_all with its failure handling.
 #include "parallel/data_parallel.h"
 
+#include <algorithm>
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -53,6 +55,7 @@ int64_t DataParallel::step_async(const data::Batch& batch) { return impl_->step_
 StepResult DataParallel::result(int64_t step) { return impl_->result(step); }
 int64_t DataParallel::graph_launches() const { return impl_->graph_launches(); }
 int64_t DataParallel::graph_nodes() const { return impl_->graph_nodes(); }
+bool DataParallel::graphs() const { return impl_->graphs(); }
 EvalResult DataParallel::evaluate(const data::Dataset& dataset, int64_t batch_size) {
   return impl_->evaluate(dataset, batch_size);
 }
@@ -142,11 +145,29 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
   }
 }
 
+// Note [Graphs with several GPUs in one process]
+// NCCL's guide ("Using NCCL with CUDA Graphs") warns that capturing NCCL work with several GPUs
+// per process "may result in deadlocks". Until a run on several GPUs has shown lockstep's
+// capture to be safe (the CUDA tests CudaFailure.* and CudaStepGraphs.* on 2+ GPUs, both run by
+// scripts/gpu-check), graphs are off by default when this process drives more than one GPU;
+// DataParallelOptions::graphs = true (--graphs) turns them on. Host devices and one GPU per
+// process keep them on: the host backend replays its collectives through the communicator, and
+// one GPU per process is the case NCCL's guide supports.
+bool graphs_by_default(const std::vector<Device>& local_devices) {
+  const bool cuda = std::any_of(local_devices.begin(), local_devices.end(),
+                                [](const Device& d) { return d.is_cuda(); });
+  return !(cuda && local_devices.size() > 1);
+}
+
+bool DataParallel::Impl::graphs() const {
+  return options_.graphs.value_or(graphs_by_default(devices_));
+}
+
 StepOptions DataParallel::Impl::step_options() const {
   StepOptions step;
   step.precision = options_.precision;
   step.loss_scale = options_.loss_scale;
-  step.graphs = options_.graphs;
+  step.graphs = graphs();
   step.graph_warmup = options_.graph_warmup;
   // Past the watchdog's timeout and the communicators' own backstop (build_replicas).
   step.outcome_deadline = 3 * options_.collective_timeout + std::chrono::seconds(2);

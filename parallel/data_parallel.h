@@ -127,8 +127,9 @@ struct DataParallelOptions {
   // After graph_warmup eager steps of one shape, capture a replica's step as a graph and launch
   // it for every later step of that shape (engine/core/graph.h): results are bitwise the eager
   // ones. Steps of another shape run eagerly; models with dropout always do (said once each,
-  // through `notice`).
-  bool graphs = true;
+  // through `notice`). Unset: on, except on CUDA when this process drives more than one GPU
+  // (Note [Graphs with several GPUs in one process]); true or false decides it.
+  std::optional<bool> graphs;
   int graph_warmup = 2;
   // step_async(): steps queued ahead of the host before it waits for the oldest (1 to 3).
   int steps_in_flight = 2;
@@ -136,6 +137,10 @@ struct DataParallelOptions {
   // thread-safe against the caller's own output); default: a line on stderr.
   std::function<void(const std::string&)> notice;
 };
+
+// Whether steps run as graphs when DataParallelOptions::graphs is unset, for the devices this
+// process drives: false for several CUDA devices, else true.
+bool graphs_by_default(const std::vector<Device>& local_devices);
 
 struct StepResult {
   // Mean over the global batch. A step skipped for a non-finite loss has that loss; one skipped
@@ -191,6 +196,8 @@ class DataParallel {
   // Graph launches so far on local replica 0, and the nodes of its graph (0: no graph yet).
   int64_t graph_launches() const;
   int64_t graph_nodes() const;
+  // Whether steps may run as graphs: DataParallelOptions::graphs, or its default here.
+  bool graphs() const;
   // Splits the data set across the replicas and combines their counts.
   EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
 

@@ -46,6 +46,7 @@ class DataParallel::Impl {
   void finish_queued();
   int64_t graph_launches() const { return replicas_[0]->graph_launches(); }
   int64_t graph_nodes() const { return replicas_[0]->graph_nodes(); }
+  bool graphs() const;  // See Note [Graphs with several GPUs in one process]
   EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
   std::string save(const std::string& dir, const TrainingPosition& position,
                    const CheckpointRetention& retention);

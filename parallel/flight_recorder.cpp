@@ -6,6 +6,14 @@
 
 namespace ls {
 
+// Note [A group's collectives end at its end]
+// NCCL launches a group's collectives at the outermost ncclGroupEnd, and the host communicator
+// enqueues them there too. An end event recorded right after the call inside the group would
+// stand BEFORE the collective on the stream, so it would complete as soon as the earlier work
+// did and the watchdog would read a collective stuck in a fused launch as completed (and see the
+// hang only at the step's outcome deadline). So inside a group only the start is recorded at the
+// call; the ends are recorded, in order, once the outermost group_end has returned.
+
 void DesyncChecker::check(int replica, const CollectiveDesc& desc) {
   if (replicas_ <= 1) return;
   std::lock_guard lock(mutex_);
@@ -29,8 +37,8 @@ RecordingCommunicator::RecordingCommunicator(std::unique_ptr<Communicator> inner
     : CommunicatorDecorator(std::move(inner)), checker_(std::move(checker)) {
   DeviceRuntime& runtime = device_runtime(device());
   for (Slot& slot : slots_) {
-    slot.start = runtime.create_event();
-    slot.end = runtime.create_event();
+    slot.start = runtime.create_sync_event();
+    slot.end = runtime.create_sync_event();
   }
 }
 
@@ -65,9 +73,35 @@ void RecordingCommunicator::issue(CollectiveDesc desc, Stream& stream) {
     slot.start_of = sequence;
   }
   issue_collective(inner(), desc, stream);
+  if (group_depth_ > 0) {
+    unended_.push_back({sequence, &stream});
+    return;
+  }
+  record_end(sequence, stream);
+}
+
+void RecordingCommunicator::record_end(int64_t sequence, Stream& stream) {
+  Slot& slot = slots_[static_cast<size_t>(sequence) % kRingSize];
   stream.record(*slot.end);
   std::lock_guard lock(mutex_);
   slot.end_of = sequence;
+}
+
+void RecordingCommunicator::group_start() {
+  inner().group_start();
+  ++group_depth_;
+}
+
+void RecordingCommunicator::group_end() {
+  if (group_depth_ > 0) --group_depth_;  // an unbalanced end: the inner communicator says so
+  std::vector<Unended> unended;
+  if (group_depth_ == 0) unended.swap(unended_);
+  inner().group_end();  // may throw: the held collectives then never ran, and stay unended
+  // A ring slot reused inside one long group holds a newer collective: skip the older ends.
+  for (const Unended& u : unended) {
+    const Slot& slot = slots_[static_cast<size_t>(u.sequence) % kRingSize];
+    if (slot.record.desc.seq == u.sequence) record_end(u.sequence, *u.stream);
+  }
 }
 
 int64_t RecordingCommunicator::issued() const {

@@ -61,6 +61,9 @@ class RecordingCommunicator final : public CommunicatorDecorator {
 
   // Names the next collective in the record ("bucket 3"); cleared by the call.
   void label_next(std::string label) override { next_label_ = std::move(label); }
+  // See Note [A group's collectives end at its end].
+  void group_start() override;
+  void group_end() override;
 
   int64_t issued() const;
   // The recorded collectives, oldest first, with their started/completed state queried now.
@@ -77,8 +80,15 @@ class RecordingCommunicator final : public CommunicatorDecorator {
   // Numbers, labels, checks and logs the collective, and brackets the inner communicator's call
   // with the slot's events.
   void issue(CollectiveDesc desc, Stream& stream) override;
+  void record_end(int64_t sequence, Stream& stream);
 
   std::shared_ptr<DesyncChecker> checker_;
+  int group_depth_ = 0;
+  struct Unended {
+    int64_t sequence;
+    Stream* stream;
+  };
+  std::vector<Unended> unended_;  // the open group's collectives, their ends recorded at its end
   std::string next_label_;
   mutable std::mutex mutex_;  // guards slots_' records and issued_
   std::array<Slot, kRingSize> slots_;

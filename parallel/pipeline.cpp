@@ -118,7 +118,10 @@ void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFact
                        ranges_[static_cast<size_t>(s)].second,
                        options_.micro_batches,
                        options_.seed,
-                       options_.timeout};
+                       options_.timeout,
+                       {}};
+    const int base = static_cast<int>(i) - s;
+    for (int j = 0; j < p; ++j) config.pipeline.push_back(devices_[static_cast<size_t>(base + j)]);
     std::unique_ptr<Communicator> comm =
         data_parallel ? std::move(comms[static_cast<size_t>(s)][static_cast<size_t>(r)]) : nullptr;
     stages_[i] =

@@ -65,6 +65,8 @@ PipelineStage::PipelineStage(const StageConfig& config, Device device, const Mod
     : config_(config), device_(device), dp_comm_(std::move(dp_comm)) {
   DeviceRuntime& runtime = device_runtime(device);
   runtime.bind_current_thread();
+  // Activations, gradients and tied parameters are copied from the other stages' memory.
+  for (const Device& peer : config_.pipeline) runtime.enable_peer_access(peer);
   compute_ = runtime.create_stream();
   model_ = model();
   LS_CHECK(model_ != nullptr, "the model factory returned no model");
@@ -76,14 +78,15 @@ PipelineStage::PipelineStage(const StageConfig& config, Device device, const Mod
   optimizer_ = optimizer(store_->values(), *compute_);
   LS_CHECK(optimizer_ != nullptr, "the optimizer factory returned no optimizer");
   const int actions = 2 * config_.micro_batches;
-  for (auto* events : {&action_start_, &action_end_, &sent_}) {
-    for (int k = 0; k < actions; ++k) events->push_back(runtime.create_event());
+  for (auto* events : {&action_start_, &action_end_}) {
+    for (int k = 0; k < actions; ++k) events->push_back(runtime.create_event());  // timed
   }
-  tied_ready_ = runtime.create_event();
-  tied_copied_ = runtime.create_event();
+  for (int k = 0; k < actions; ++k) sent_.push_back(runtime.create_sync_event());
+  tied_ready_ = runtime.create_sync_event();
+  tied_copied_ = runtime.create_sync_event();
   for (int k = 0; k < kEvalWindow + 1; ++k) {
-    eval_sent_.push_back(runtime.create_event());
-    eval_copied_.push_back(runtime.create_event());
+    eval_sent_.push_back(runtime.create_sync_event());
+    eval_copied_.push_back(runtime.create_sync_event());
   }
   loss_sum_ = Tensor::empty({1}, DType::kF32, device);
   nonfinite_ = Tensor::empty({1}, DType::kI32, device);

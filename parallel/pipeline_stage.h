@@ -61,6 +61,7 @@ struct StageConfig {
   int micro_batches = 1;
   uint64_t seed = 1;
   std::chrono::milliseconds timeout{600000};  // the Pipeline's stall timeout
+  std::vector<Device> pipeline;  // the devices of this stage's pipeline, stage order
 };
 
 struct StageOutcome {

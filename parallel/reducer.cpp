@@ -126,12 +126,12 @@ void Reducer::make_events() {
   DeviceRuntime& runtime = device_runtime(compute_.device());
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (int p : buckets_[b].parameters) bucket_of_[static_cast<size_t>(p)] = b;
-    grads_ready_.push_back(runtime.create_event());
+    grads_ready_.push_back(runtime.create_sync_event());
     start_.push_back(runtime.create_event());
     end_.push_back(runtime.create_event());
   }
   backward_end_ = runtime.create_event();
-  all_reduced_ = runtime.create_event();
+  all_reduced_ = runtime.create_sync_event();
   pending_.resize(buckets_.size());
   launch_of_.resize(buckets_.size());
 }

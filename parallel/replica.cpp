@@ -46,12 +46,22 @@ std::vector<ParameterExtent> parameter_extents(const nn::ParameterStore& store) 
 
 int current_replica() { return t_current_replica; }
 
+namespace {
+// Makes `device` the calling thread's before any member touches it: the step's staging and
+// outcome events are made in the initializer list, and an event made on a thread with no device
+// bound lands on GPU 0 and makes a context there (Note [Bind before any device state]).
+Device bound_to_this_thread(Device device) {
+  device_runtime(device).bind_current_thread();
+  return device;
+}
+}  // namespace
+
 Replica::Replica(int rank, Device device, const ModelFactory& model,
                  const OptimizerFactory& optimizer, std::unique_ptr<Communicator> comm,
                  RecordingCommunicator& recorder, const BucketOptions& buckets, uint64_t seed,
                  ShardMode shard, StepOptions step_options)
     : rank_(rank),
-      device_(device),
+      device_(bound_to_this_thread(device)),
       step_options_(std::move(step_options)),
       recorder_(recorder),
       staging_(device),
@@ -61,7 +71,6 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   comm_ = std::move(graph_comm);
   t_current_replica = rank;
   DeviceRuntime& runtime = device_runtime(device);
-  runtime.bind_current_thread();
   compute_ = runtime.create_stream();
   comm_stream_ = runtime.create_stream();
   step_start_ = runtime.create_event();
@@ -117,7 +126,16 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   phase_ = Phase::kIdle;
 }
 
-Replica::~Replica() { drain(); }
+// Note [Graphs go before their communicator]
+// A CUDA graph that captured NCCL collectives holds NCCL's persistent references on the
+// communicator, and NCCL's teardown (and the end of ncclCommAbort) spins until every such graph
+// is destroyed (NCCL src/init.cc, commDestroySync; pytorch#115388). So the graph goes first,
+// explicitly, before the communicator and everything else; the NCCL clique's abort runs on a
+// helper thread that is joined only when the last communicator goes (parallel/nccl/).
+Replica::~Replica() {
+  drain();
+  graph_.reset();
+}
 
 void Replica::drain() {
   // Let queued work finish (or be skipped, after an abort) before what it uses goes away.
@@ -130,10 +148,14 @@ void Replica::drain() {
   }
 }
 
+// Streams first: their waits end at once. The communicator's abort never blocks either (the
+// NCCL clique aborts on a helper thread), but a wait on a stream is what holds the replica's
+// thread, and that thread must be free to destroy its graph (Note [Graphs go before their
+// communicator]).
 void Replica::abort() {
-  if (comm_) comm_->abort();
   if (compute_) compute_->abort();
   if (comm_stream_) comm_stream_->abort();
+  if (comm_) comm_->abort();
 }
 
 void Replica::broadcast_parameters() {

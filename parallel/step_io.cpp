@@ -33,7 +33,7 @@ bool wait_until_complete(const Event& event, std::chrono::milliseconds deadline)
 }  // namespace
 
 StepInputs::StepInputs(Device device) : device_(device) {
-  for (Slot& slot : slots_) slot.uploaded = device_runtime(device).create_event();
+  for (Slot& slot : slots_) slot.uploaded = device_runtime(device).create_sync_event();
 }
 
 StepInputs::~StepInputs() {
@@ -84,7 +84,7 @@ StepOutcomes::StepOutcomes(Device device) : device_(device) {
   for (Slot& slot : slots_) {
     slot.host = static_cast<ExportedOutcome*>(
         device_runtime(device).allocate_pinned(sizeof(ExportedOutcome)));
-    slot.copied = device_runtime(device).create_event();
+    slot.copied = device_runtime(device).create_sync_event();
   }
 }
 

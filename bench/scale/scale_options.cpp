@@ -90,8 +90,10 @@ device, step time and exposed communication per device count, as a table, JSON a
   --shard MODE          none (default), optimizer (ZeRO-1: optimizer state split across
                         the devices) or gradients (ZeRO-2: summed gradients split too)
   --precision P         f32 (default), bf16 or f16 matrix-product operands (f32 accumulation)
-  --no-graphs           run every step eagerly (default: steps run as graphs after warm-up;
-                        on GPUs the bucket timeline, and so the comm columns, need --no-graphs)
+  --no-graphs           run every step eagerly (default: steps run as graphs after warm-up,
+                        but not on several GPUs of one process, docs/gpu.md; on GPUs the
+                        bucket timeline, and so the comm columns, need eager steps)
+  --graphs              run steps as graphs on several GPUs of one process too
   --json PATH           write the results as JSON
   --plot PATH           draw throughput and efficiency vs device count into PATH (PNG) with
                         bench/scale/plot_scale.py (needs python3 + matplotlib:
@@ -197,7 +199,8 @@ ScaleOptions parse_scale_options(int argc, char** argv) {
   ls::cli::parse_flags(argc, argv, setters,
                        {{"-h", [&] { o.help = true; }},
                         {"--help", [&] { o.help = true; }},
-                        {"--no-graphs", [&] { o.graphs = false; }}});
+                        {"--no-graphs", [&] { o.graphs = false; }},
+                        {"--graphs", [&] { o.graphs = true; }}});
   const bool transformer = o.model != "mlp";
   if (o.hidden.empty() && !transformer) o.hidden = {1024, 1024};
   if (transformer && o.hidden.size() > 1) {

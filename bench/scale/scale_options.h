@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -45,7 +46,7 @@ struct ScaleOptions {
   double bucket_mb = 25.0;
   ls::ShardMode shard = ls::ShardMode::kNone;  // --shard none | optimizer | gradients
   ls::Precision precision = ls::Precision::kF32;  // --precision f32 | bf16 | f16
-  bool graphs = true;                             // --no-graphs: every step eager
+  std::optional<bool> graphs;  // --graphs / --no-graphs; unset: DataParallelOptions::graphs
   // Under mpirun: the process counts to test, each 1 or the job's process count (empty: the
   // job's count only). A 1-process run is process 0 alone; the others wait for it.
   std::vector<int> processes;

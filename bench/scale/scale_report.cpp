@@ -104,7 +104,7 @@ void write_scale_json(const ScaleOptions& o, const Workload& work, ls::DeviceKin
   json.field("host_threads_per_device", o.host_threads);
   json.field("shard", ls::shard_mode_name(o.shard));
   json.field("precision", ls::precision_name(o.precision));
-  json.field("graphs", o.graphs);
+  json.field("graphs", std::string(!o.graphs ? "auto" : *o.graphs ? "on" : "off"));
   json.key("machine").begin_object();
   json.field("cores", ls::host_core_count());
   json.field("cpu", cpu_model());
@@ -126,6 +126,7 @@ void write_scale_json(const ScaleOptions& o, const Workload& work, ls::DeviceKin
     json.field("comm_total_ms", p.comm_total_ms);
     json.field("final_loss", p.final_loss);
     json.field("buckets", p.buckets);
+    json.field("graphs", p.graphs);
     json.key("window_samples_per_s").begin_array();
     for (double r : p.window_samples_per_s) json.value(r);
     json.end_array();

@@ -89,6 +89,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   };
   point.widths = work.mlp_widths;
   point.params = trainer.parameter_count();
+  point.graphs = trainer.graphs();
   point.buckets = static_cast<int64_t>(trainer.buckets().size());
   point.state_bytes = trainer.state_bytes(0);
 
@@ -136,7 +137,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
       step_ms.push_back(ms);
       record_loss(loss);
       // A CUDA graph records no bucket timeline (DataParallel::last_timeline): no comm columns.
-      if (devices[0].is_host() || !o.graphs) {
+      if (devices[0].is_host() || !trainer.graphs()) {
         const CommTimes c = comm_times(trainer.last_timeline(0));  // not timed
         exposed_ms.push_back(c.exposed_ms);
         comm_ms.push_back(c.total_ms);

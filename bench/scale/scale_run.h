@@ -29,6 +29,7 @@ struct ScalePoint {
   int devices = 0;                      // over every process
   std::vector<ls::Device> device_list;  // process 0's
   int64_t global_batch = 0;
+  bool graphs = false;  // steps could run as graphs (DataParallel::graphs())
   std::vector<int64_t> widths;  // the MLP's layer widths, input to output (mlp only)
   int64_t params = 0;
   int64_t buckets = 0;

@@ -7,8 +7,15 @@
 
 namespace ls {
 
-CachingAllocator::CachingAllocator(RawAlloc raw_alloc, RawFree raw_free)
-    : raw_alloc_(std::move(raw_alloc)), raw_free_(std::move(raw_free)) {}
+// Note [Out of memory while peers communicate]
+// cudaFree synchronizes the device: on a replica thread while a peer's NCCL kernel waits for
+// this device's part of a collective, it waits for a kernel that waits for us, and the clique
+// hangs (the known NCCL deadlock; DESIGN.md). So the CUDA allocators never give their cache back
+// on out-of-memory: the allocation fails at once with an error naming the bytes asked, in use
+// and cached, and the step fails like any other (every replica aborted, the error to the caller).
+// Host memory has no such hazard, so the host allocators release their cache and retry.
+CachingAllocator::CachingAllocator(RawAlloc raw_alloc, RawFree raw_free, OnOutOfMemory on_oom)
+    : raw_alloc_(std::move(raw_alloc)), raw_free_(std::move(raw_free)), on_oom_(on_oom) {}
 
 CachingAllocator::~CachingAllocator() {
   release_cached();
@@ -85,12 +92,24 @@ void* CachingAllocator::allocate(size_t bytes) {
     ++stats_.cache_hits;
   } else {
     ptr = raw_alloc_(size);
-    // Out of memory: give every cached block back and try once more before failing. Not while
-    // this thread captures a graph: a CUDA capture forbids freeing device memory.
+    // Out of memory: give every cached block back and try once more before failing, where that
+    // is safe (Note [Out of memory while peers communicate]). Not while this thread captures a
+    // graph: a CUDA capture forbids freeing device memory.
     if (ptr == nullptr && pool != 0) {
       LS_THROW("out of memory while capturing a step as a graph: could not allocate ", size,
                " bytes (", stats_.bytes_in_use, " bytes in use by tensors, ", stats_.bytes_reserved,
                " reserved); use a smaller batch, or turn graphs off");
+    }
+    if (ptr == nullptr && on_oom_ == OnOutOfMemory::kFail) {
+      int64_t cached = 0;
+      for (const auto& [cached_size, blocks] : free_blocks_)
+        cached += static_cast<int64_t>(cached_size * blocks.size());
+      LS_THROW("out of memory: could not allocate ", size,
+                  " bytes (", stats_.bytes_in_use, " bytes in use by tensors, ",
+                  stats_.bytes_reserved, " reserved, of which ", cached,
+                  " cached in blocks of other sizes, kept: freeing them could hang the "
+                  "collectives in flight); use a smaller batch or model, or shard it "
+                  "(--shard, --pipeline)");
     }
     if (ptr == nullptr) {
       for (auto& [cached_size, blocks] : free_blocks_) {

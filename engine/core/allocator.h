@@ -36,14 +36,22 @@ class CachingAllocator {
   using RawAlloc = std::function<void*(size_t bytes)>;
   using RawFree = std::function<void(void* ptr)>;
 
-  CachingAllocator(RawAlloc raw_alloc, RawFree raw_free);
+  // What an allocation the system refuses does. See Note [Out of memory while peers communicate].
+  enum class OnOutOfMemory {
+    kReleaseCacheAndRetry,  // give every cached block back, ask once more (host memory)
+    kFail,                  // free nothing: fail with the bytes asked, in use and cached (CUDA)
+  };
+
+  CachingAllocator(RawAlloc raw_alloc, RawFree raw_free,
+                   OnOutOfMemory on_oom = OnOutOfMemory::kReleaseCacheAndRetry);
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
   void* allocate(size_t bytes);
   void free(void* ptr);
-  // Returns every cached (unused) block to the system.
+  // Returns every cached (unused) block to the system. On CUDA, only while no collective of any
+  // device may be in flight (cudaFree synchronizes the device).
   void release_cached();
   AllocatorStats stats() const;
   // Starts a new high-water mark: peak_bytes_in_use becomes bytes_in_use (as PyTorch's
@@ -88,6 +96,7 @@ class CachingAllocator {
   std::map<std::thread::id, uint64_t> capturing_;  // thread -> the pool it allocates from
   uint64_t next_pool_ = 1;
   AllocatorStats stats_;
+  OnOutOfMemory on_oom_;
 };
 
 class CachingAllocator::CapturePool {

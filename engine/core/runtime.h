@@ -24,6 +24,9 @@ class DeviceRuntime {
   virtual Device device() const = 0;
   virtual std::unique_ptr<Stream> create_stream() = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
+  // An event only recorded, waited for and queried, never timed (elapsed_ms_since refuses it):
+  // on CUDA made with cudaEventDisableTiming, which CUDA records and waits on more cheaply.
+  virtual std::unique_ptr<Event> create_sync_event() { return create_event(); }
   // Copies `bytes` between any two places that are host memory or memory of this device, in
   // stream order. Both buffers must stay valid until the stream has run the copy.
   virtual void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) = 0;
@@ -31,6 +34,11 @@ class DeviceRuntime {
   // Makes this device current for the calling thread (cudaSetDevice; nothing on the host). Every
   // thread that drives a device calls it first: CUDA's current device is per thread.
   virtual void bind_current_thread() {}
+  // Lets this device's copies read and write `peer`'s memory directly where the hardware allows
+  // (CUDA: cudaDeviceEnablePeerAccess when cudaDeviceCanAccessPeer says yes; "already enabled"
+  // counts as done). Where it does not, copies between the two still work, staged by the driver.
+  // Nothing on the host. Call it once, before the steps (the driver may synchronize).
+  virtual void enable_peer_access(Device peer) { (void)peer; }
 
   // Host memory the device copies to and from without the host waiting for the copy (CUDA:
   // page-locked, from cudaHostAlloc: a copy into pageable memory would make the host wait; host

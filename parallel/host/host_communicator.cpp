@@ -117,15 +117,26 @@ void HostCommunicator::issue(CollectiveDesc desc, Stream& stream) {
   check_collective(desc, rank_, size(), device_, stream);
   clique_->throw_if_failed();  // sticky: a failed clique never starts another collective
   desc.seq = clique_->note_issued(rank_);
-  host_enqueue(stream, [clique = clique_, rank = rank_, desc = std::move(desc)] {
-    run_collective(*clique, rank, desc);
-  });
+  if (group_depth_ > 0) {
+    held_.push_back({std::move(desc), &stream});
+    return;
+  }
+  enqueue(desc, stream);
+}
+
+void HostCommunicator::enqueue(const CollectiveDesc& desc, Stream& stream) {
+  host_enqueue(stream, [clique = clique_, rank = rank_, desc] { run_collective(*clique, rank, desc); });
 }
 
 void HostCommunicator::group_end() {
   LS_CHECK(group_depth_ > 0, "group_end() on rank ", rank_,
            " without a matching group_start(); calls to group_start()/group_end() must balance");
-  --group_depth_;
+  if (--group_depth_ > 0) return;
+  std::vector<Held> held;
+  held.swap(held_);
+  // A clique that failed inside the group launches nothing more (NCCL: an aborted group).
+  clique_->throw_if_failed();
+  for (const Held& h : held) enqueue(h.desc, *h.stream);
 }
 
 void HostCommunicator::abort() {

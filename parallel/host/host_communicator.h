@@ -4,7 +4,10 @@
 // Each call checks its arguments, takes the rank's next sequence number and enqueues ONE task on
 // the given host stream: publish the descriptor, arrival barrier + desync check, the work phase,
 // exit barrier (parallel/host/host_clique.h). It returns at once; errors (desync, timeout,
-// abort) surface at the stream's next synchronize(). Once the clique has failed, every later
+// abort) surface at the stream's next synchronize(). Inside a group, as with NCCL (which launches
+// a group's kernels at ncclGroupEnd), the tasks are enqueued in order when the outermost
+// group_end() returns, not at each call: work a caller puts on the stream between a call and the
+// group's end runs before the collective, on both backends. Once the clique has failed, every later
 // call throws that failure at once, from the call itself, and every pending one at its stream.
 // Reductions accumulate in f32 over ranks 0..N-1 in that order (bitwise deterministic); bf16 is
 // rounded once at the end; kAvg is the f32 sum divided by N; kMax propagates NaN.
@@ -14,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "parallel/communicator.h"
 #include "parallel/host/host_clique.h"
@@ -29,7 +33,7 @@ class HostCommunicator final : public DescribedCommunicator {
   Device device() const override { return device_; }
   std::string backend() const override { return "host"; }
 
-  // Calls inside a group are enqueued in order like any other; the group only has to balance.
+  // Calls inside a group are held and enqueued, in order, by the outermost group_end().
   void group_start() override { ++group_depth_; }
   void group_end() override;
   // Fails the whole clique with an "aborted" error; blocked and later collectives throw it.
@@ -46,10 +50,17 @@ class HostCommunicator final : public DescribedCommunicator {
   // Checks the arguments, numbers the collective and enqueues its one task.
   void issue(CollectiveDesc desc, Stream& stream) override;
 
+  void enqueue(const CollectiveDesc& desc, Stream& stream);
+
   std::shared_ptr<HostClique> clique_;
   int rank_;
   Device device_;
   int group_depth_ = 0;
+  struct Held {
+    CollectiveDesc desc;
+    Stream* stream;
+  };
+  std::vector<Held> held_;  // the open group's collectives, enqueued at its end
 };
 
 }  // namespace ls

@@ -22,7 +22,21 @@
 // aborts the clique) and ends at once when the clique is aborted. Every NCCL call on a rank's
 // communicator, polls included, holds that rank's mutex, and abort takes the mutex before
 // ncclCommAbort: NCCL does not allow a communicator to be aborted while another thread is inside
-// a call on it. A non-blocking call returns quickly, so the mutex is never held for long.
+// a call on it. A non-blocking call returns quickly, so a rank's thread holds the mutex only
+// briefly. The abort may hold it long (Note [NCCL abort waits for graphs]), so a rank's thread
+// takes it with try_lock and gives up, with the abort's error, once the clique is aborted.
+//
+// Note [NCCL abort waits for graphs]
+// A CUDA graph that captured a collective holds a persistent reference on its communicator, and
+// ncclCommAbort (like ncclCommDestroy) spins until every such graph is destroyed (NCCL
+// src/init.cc, commDestroySync: `while (comm->localPersistentRefs != 0)`; pytorch#115388). The
+// graphs belong to the replicas' threads, which destroy them only after the failure has reached
+// the caller. So abort_all never calls ncclCommAbort itself: it marks the clique aborted (every
+// poll and call then throws at once) and starts one helper thread that aborts the ranks, holding
+// no lock of anyone else's; ncclCommAbort sets NCCL's abort flag first, so kernels in flight
+// exit at once even while the helper waits for the graphs. The clique joins the helper when its
+// last communicator goes, which is after every replica destroyed its graph (parallel/replica.cpp,
+// Note [Graphs go before their communicator]).
 //
 // Note [NCCL groups and abort]
 // NCCL groups are per thread: ncclGroupStart only counts, and calls inside a group queue their
@@ -58,6 +72,7 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -154,9 +169,10 @@ class NcclClique : public std::enable_shared_from_this<NcclClique> {
   void collective(int rank, const CollectiveDesc& desc, Stream& stream, Call&& call);
   void group_start(int rank);
   void group_end(int rank);
-  // Aborts every communicator once (later calls return at once); never throws.
+  // Marks the clique aborted and starts the helper that aborts every communicator, once; never
+  // throws and never blocks. See Note [NCCL abort waits for graphs].
   void abort_all(const std::string& reason) noexcept;
-  // This thread's group closed: rank's communicator left it (aborted now if the clique was).
+  // This thread's group closed: rank's communicator left it (the helper aborts it if needed).
   void leave_group(int rank) noexcept;
   // Polls rank's communicator until it is no longer ncclInProgress. See Note [NCCL polling].
   void wait_ready(int rank, const NcclCall& op, Clock::time_point start);
@@ -182,6 +198,11 @@ class NcclClique : public std::enable_shared_from_this<NcclClique> {
   bool finalize_all() noexcept;
   void join_group_locked(Slot& slot, int rank, bool check_only = false);
   void abort_slot_locked(Slot& slot) noexcept;
+  // The helper thread's work: ncclCommAbort on every rank, each once it is in no other thread's
+  // open group (or the clique is being torn down).
+  void abort_slots() noexcept;
+  // rank's mutex, taken with try_lock: throws the abort's error once the clique is aborted.
+  std::unique_lock<std::mutex> lock_or_fail(int rank, const NcclCall& op);
   [[noreturn]] void fail_aborted(int rank, const NcclCall& op);
   [[noreturn]] void fail_nccl(int rank, const NcclCall& op, const std::string& text);
 
@@ -192,7 +213,9 @@ class NcclClique : public std::enable_shared_from_this<NcclClique> {
   ncclConfig_t config_ = NCCL_CONFIG_INITIALIZER;
   bool nonblocking_ = true;
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> tearing_down_{false};
   std::once_flag abort_once_;
+  std::thread aborter_;  // See Note [NCCL abort waits for graphs].
   mutable std::mutex reason_mutex_;
   std::string reason_;
 };
@@ -352,6 +375,9 @@ NcclClique::~NcclClique() {
     clean = clean && ours == 0;
   }
   for (int r = 0; r < n_; ++r) clean = clean && !slot(r).in_group;  // another thread's group
+  // Every graph that captured our collectives is gone by now, so the helper's aborts end.
+  tearing_down_.store(true, std::memory_order_release);
+  if (aborter_.joinable()) aborter_.join();
   if (clean && finalize_all()) return;
   for (int r = 0; r < n_; ++r) {
     std::lock_guard lock(slot(r).mutex);
@@ -408,11 +434,7 @@ void NcclClique::collective(int rank, const CollectiveDesc& desc, Stream& stream
   ncclResult_t result = ncclSuccess;
   std::string text;
   {
-    std::unique_lock lock(s.mutex);
-    if (aborted()) {
-      lock.unlock();
-      fail_aborted(rank, op);
-    }
+    const std::unique_lock lock = lock_or_fail(rank, op);
     if (t_group.depth > 0) join_group_locked(s, rank);
     DeviceGuard guard(s.device.index);
     result = call(s.comm, cuda_stream);
@@ -431,11 +453,7 @@ void NcclClique::wait_ready(int rank, const NcclCall& op, Clock::time_point star
     ncclResult_t state = ncclSuccess;
     std::string text;
     {
-      std::unique_lock lock(s.mutex);
-      if (aborted()) {
-        lock.unlock();
-        fail_aborted(rank, op);
-      }
+      const std::unique_lock lock = lock_or_fail(rank, op);
       const ncclResult_t result = ncclCommGetAsyncError(s.comm, &state);
       if (result != ncclSuccess) state = result;
       if (state != ncclSuccess && state != ncclInProgress) text = nccl_error_text(state, s.comm);
@@ -460,7 +478,7 @@ void NcclClique::group_start(int rank) {
   const auto start = Clock::now();
   if (aborted()) fail_aborted(rank, op);
   if (t_group.depth == 0) wait_ready(rank, op, start);
-  std::lock_guard lock(slot(rank).mutex);
+  const std::unique_lock lock = lock_or_fail(rank, op);
   join_group_locked(slot(rank), rank, /*check_only=*/true);  // before NCCL's depth changes
   const ncclResult_t result = ncclGroupStart();
   if (result != ncclSuccess) {
@@ -506,10 +524,25 @@ void NcclClique::join_group_locked(Slot& s, int rank, bool check_only) {
 }
 
 void NcclClique::leave_group(int rank) noexcept {
+  // The helper holds a mutex long only for a rank in no group, and this one is in ours.
   Slot& s = slot(rank);
   std::lock_guard lock(s.mutex);
   s.in_group = false;
-  if (aborted()) abort_slot_locked(s);
+}
+
+std::unique_lock<std::mutex> NcclClique::lock_or_fail(int rank, const NcclCall& op) {
+  std::unique_lock lock(slot(rank).mutex, std::defer_lock);
+  const auto start = Clock::now();
+  for (;;) {
+    if (aborted()) fail_aborted(rank, op);
+    if (lock.try_lock()) break;
+    pause_since(start);
+  }
+  if (aborted()) {  // the helper may have aborted this rank just before we got the mutex
+    lock.unlock();
+    fail_aborted(rank, op);
+  }
+  return lock;
 }
 
 void NcclClique::abort_slot_locked(Slot& s) noexcept {
@@ -527,18 +560,37 @@ void NcclClique::abort_all(const std::string& reason) noexcept {
         reason_ = reason;
       }
       aborted_.store(true, std::memory_order_release);  // pollers stop at their next check
-      // ncclCommAbort runs as a job of this thread's group: none may be open. See Note.
+      // Our own group would hold our ranks away from the helper: close it. See Note.
       if (t_group.depth > 0) close_thread_group();
-      const std::thread::id me = std::this_thread::get_id();
-      for (int r = 0; r < n_; ++r) {
-        Slot& s = slot(r);
-        std::lock_guard lock(s.mutex);  // waits until no NCCL call on this rank is running
-        if (s.in_group && s.group_thread != me) continue;  // its group's thread aborts it
-        abort_slot_locked(s);
+      try {
+        aborter_ = std::thread([this] { abort_slots(); });
+      } catch (const std::system_error&) {  // no thread to be had: abort here, and maybe wait
+        abort_slots();
       }
     });
   } catch (...) {
     // std::call_once or a mutex failed (a system error): there is nothing left to try.
+  }
+}
+
+void NcclClique::abort_slots() noexcept {
+  try {
+    set_thread_error_context("NCCL abort of " + devices_string());
+  } catch (...) {  // only a name for messages
+  }
+  for (;;) {
+    bool waiting = false;
+    for (int r = 0; r < n_; ++r) {
+      Slot& s = slot(r);
+      std::lock_guard lock(s.mutex);  // a rank's own thread holds it only briefly
+      if (s.in_group && !tearing_down_.load(std::memory_order_acquire)) {
+        waiting = true;  // in another thread's open group: aborted once it leaves
+        continue;
+      }
+      abort_slot_locked(s);  // may wait for the graphs: Note [NCCL abort waits for graphs]
+    }
+    if (!waiting) return;
+    std::this_thread::sleep_for(1ms);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 
 #include "engine/core/error.h"
 #include "engine/core/runtime.h"
@@ -72,6 +73,69 @@ TEST(CachingAllocator, OutOfMemoryIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos);
   }
+}
+
+// A system that has room for `limit` bytes in all, counting what it handed out and took back.
+struct LimitedSystem {
+  explicit LimitedSystem(size_t limit_bytes) : limit(limit_bytes) {}
+  size_t limit, held = 0;
+  int frees = 0;
+  std::map<void*, size_t> sizes;
+  CachingAllocator allocator(CachingAllocator::OnOutOfMemory on_oom) {
+    return CachingAllocator(
+        [this](size_t bytes) -> void* {
+          if (held + bytes > limit) return nullptr;
+          held += bytes;
+          void* p = ::operator new(bytes);
+          sizes[p] = bytes;
+          return p;
+        },
+        [this](void* p) {
+          held -= sizes.at(p);
+          sizes.erase(p);
+          ++frees;
+          ::operator delete(p);
+        },
+        on_oom);
+  }
+};
+
+// The CUDA policy (Note [Out of memory while peers communicate]): nothing is freed, and the
+// error names the bytes asked, in use and cached.
+TEST(CachingAllocator, OutOfMemoryThatMustNotFreeKeepsTheCacheAndSaysWhatIsHeld) {
+  LimitedSystem system{8192};
+  CachingAllocator alloc = system.allocator(CachingAllocator::OnOutOfMemory::kFail);
+  void* small = alloc.allocate(2048);
+  void* cached = alloc.allocate(4096);
+  alloc.free(cached);  // 4096 cached, 2048 in use, 2048 left in the system
+  try {
+    alloc.allocate(6000);  // 6144 after rounding: only possible by freeing the cache
+    FAIL() << "allocated past the system's limit";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("out of memory: could not allocate 6144 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("2048 bytes in use by tensors, 6144 reserved, of which 4096 cached"),
+              std::string::npos)
+        << m;
+  }
+  EXPECT_EQ(system.frees, 0);
+  EXPECT_EQ(alloc.stats().system_frees, 0);
+  EXPECT_EQ(alloc.allocate(4096), cached) << "the cache must survive the failure";
+  alloc.free(cached);
+  alloc.free(small);
+}
+
+// The host policy: the cache goes back to the system and the allocation is retried.
+TEST(CachingAllocator, OutOfMemoryThatMayFreeReleasesTheCacheAndRetries) {
+  LimitedSystem system{8192};
+  CachingAllocator alloc = system.allocator(CachingAllocator::OnOutOfMemory::kReleaseCacheAndRetry);
+  void* small = alloc.allocate(2048);
+  alloc.free(alloc.allocate(4096));
+  void* big = alloc.allocate(6000);
+  EXPECT_NE(big, nullptr);
+  EXPECT_EQ(system.frees, 1);  // the cached block went back
+  alloc.free(big);
+  alloc.free(small);
 }
 
 TEST(CachingAllocator, TensorsOnAHostDeviceAreServedFromTheCache) {

@@ -31,6 +31,70 @@
 #include "engine/core/runtime.h"
 
 namespace ls {
+
+// ---- DeviceGuard: See Note [Bind before any device state] -----------------------------------
+
+namespace {
+thread_local int t_bound_device = -1;  // what lockstep last made current on this thread
+
+// The device the calling thread really has current, or -1 when it has none.
+int current_device_or_none() noexcept {
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  if (current == t_bound_device || current != 0) return current;
+  return cuda_primary_context_active(0) ? 0 : -1;
+}
+}  // namespace
+
+bool cuda_primary_context_active(int device) noexcept {
+  using GetState = int (*)(int device, unsigned int* flags, int* active);  // CUresult, CUdevice
+  static const GetState get_state = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return GetState{nullptr};
+    }
+    return reinterpret_cast<GetState>(fn);
+  }();
+  unsigned int flags = 0;
+  int active = 0;
+  return get_state != nullptr && get_state(device, &flags, &active) == 0 && active != 0;
+}
+
+void bind_cuda_device(int device) {
+  LS_CUDA_CHECK(cudaSetDevice(device));
+  t_bound_device = device;
+}
+
+DeviceGuard::DeviceGuard(int device) : device_(device), previous_(current_device_or_none()) {
+  if (previous_ != device_) bind_cuda_device(device_);
+}
+
+DeviceGuard::DeviceGuard(int device, std::nothrow_t) noexcept
+    : device_(device), previous_(current_device_or_none()) {
+  if (previous_ == device_) return;
+  if (cudaSetDevice(device_) == cudaSuccess) {
+    t_bound_device = device_;
+  } else {
+    (void)cudaGetLastError();
+    previous_ = device_;  // nothing changed, nothing to restore
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ < 0 || previous_ == device_) return;  // a thread with none keeps ours
+  if (cudaSetDevice(previous_) == cudaSuccess) {  // best effort: destructors must not throw
+    t_bound_device = previous_;
+  } else {
+    (void)cudaGetLastError();
+  }
+}
 namespace {
 
 using AbortFlag = std::shared_ptr<std::atomic<bool>>;
@@ -73,9 +137,10 @@ void poll_until_done(Query query, const std::atomic<bool>* aborted, const char* 
 // Note [Events recorded during capture] (engine/core/cuda/cuda_graph.h).
 class CudaEvent final : public Event {
  public:
-  explicit CudaEvent(Device device) : device_(device) {
+  CudaEvent(Device device, bool timing) : device_(device), timing_(timing) {
     DeviceGuard guard(device_.index);
-    LS_CUDA_CHECK(cudaEventCreate(&event_));  // default flags: timing enabled
+    LS_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault
+                                                           : cudaEventDisableTiming));
   }
   ~CudaEvent() override {
     DeviceGuard guard(device_.index, std::nothrow);
@@ -106,6 +171,9 @@ class CudaEvent final : public Event {
              " event, but this one is on ", device_.str(), "; time events of one device");
     LS_CHECK(begin->device_ == device_, "elapsed_ms_since: events on ", begin->device_.str(),
              " and ", device_.str(), "; time events of one device");
+    LS_CHECK(timing_ && begin->timing_, "elapsed_ms_since on ", device_.str(),
+             ": a synchronisation event (DeviceRuntime::create_sync_event) cannot be timed; "
+             "make both with create_event()");
     DeviceGuard guard(device_.index);
     float ms = 0.0f;
     const cudaError_t status = cudaEventElapsedTime(&ms, begin->event_, event_);
@@ -136,6 +204,7 @@ class CudaEvent final : public Event {
   }
 
   Device device_;
+  bool timing_;
   cudaEvent_t event_ = nullptr;
   mutable std::mutex mutex_;  // guards recorded_on_ (record and synchronize may race)
   AbortFlag recorded_on_;     // abort flag of the stream of the last record(); null before
@@ -366,7 +435,8 @@ CachingAllocator& pinned_host_allocator() {
         }
         return ptr;
       },
-      [](void*) {});  // kept (see above)
+      [](void*) {},  // kept (see above)
+      CachingAllocator::OnOutOfMemory::kFail);
   return *allocator;
 }
 
@@ -375,11 +445,17 @@ class CudaRuntime final : public DeviceRuntime {
   explicit CudaRuntime(Device device)
       : device_(device),
         allocator_([index = device.index](size_t bytes) { return cuda_raw_alloc(index, bytes); },
-                   [index = device.index](void* ptr) { cuda_raw_free(index, ptr); }) {}
+                   [index = device.index](void* ptr) { cuda_raw_free(index, ptr); },
+                   CachingAllocator::OnOutOfMemory::kFail) {}
 
   Device device() const override { return device_; }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(device_); }
-  std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(device_); }
+  std::unique_ptr<Event> create_event() override {
+    return std::make_unique<CudaEvent>(device_, /*timing=*/true);
+  }
+  std::unique_ptr<Event> create_sync_event() override {
+    return std::make_unique<CudaEvent>(device_, /*timing=*/false);
+  }
 
   // cudaMemcpyDefault infers the direction from the pointers (unified addressing). Copies from
   // pageable host memory are staged by the driver; the source may be reused once this returns.
@@ -403,7 +479,20 @@ class CudaRuntime final : public DeviceRuntime {
   void free_pinned(void* ptr) override { pinned_host_allocator().free(ptr); }
 
   // Also creates the device's primary context if this is the first use (CUDA 12+ semantics).
-  void bind_current_thread() override { LS_CUDA_CHECK(cudaSetDevice(device_.index)); }
+  void bind_current_thread() override { bind_cuda_device(device_.index); }
+  void enable_peer_access(Device peer) override {
+    if (!peer.is_cuda() || peer.index == device_.index) return;
+    DeviceGuard guard(device_.index);
+    int can = 0;
+    LS_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device_.index, peer.index));
+    if (can == 0) return;  // copies are staged through host memory by the driver
+    const cudaError_t status = cudaDeviceEnablePeerAccess(peer.index, 0);
+    if (status == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();  // not sticky, but leave nothing behind
+      return;
+    }
+    LS_CUDA_CHECK(status);
+  }
 
   // engine/core/cuda/cuda_graph.h. The joined streams need nothing here: on CUDA a stream enters
   // the capture by waiting on an event recorded on a capturing stream, as the engine does.
@@ -525,7 +614,21 @@ cudaEvent_t cuda_event_of(const Event& event) {
   return cuda_event->handle();
 }
 
+// Note [Eager module loading]
+// With lazy loading (CUDA's default since 12.2) a kernel's module is loaded at its first launch,
+// and loading may synchronize the context: a first launch of some kernel on one replica while a
+// peer's all-reduce is resident can then wait for a kernel that waits for it (CUDA Programming
+// Guide, "Lazy Loading"). lockstep asks for eager loading before its first CUDA call, unless the
+// environment says otherwise (CUDA_MODULE_LOADING=LAZY is kept). CUDA reads the variable when
+// the driver initialises, so an application that made CUDA calls of its own before lockstep's
+// first must set it itself (docs/gpu.md).
+void prefer_eager_module_loading() {
+  static const bool once = [] { return setenv("CUDA_MODULE_LOADING", "EAGER", 0) == 0; }();
+  (void)once;
+}
+
 CudaAvailability cuda_availability() {
+  prefer_eager_module_loading();
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   (void)cudaGetLastError();
