@@ -28,7 +28,7 @@ void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, Stream& o
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (rows * cols == 0) return;
-  bias_add_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(y, bias, rows, cols);
+  LS_LAUNCH(bias_add_kernel, grid_for(rows * cols), kThreads, 0, stream, y, bias, rows, cols);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -37,7 +37,8 @@ void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, bool a
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (cols == 0) return;
-  bias_grad_kernel<<<grid_for(cols), kThreads, 0, stream>>>(dy, dbias, rows, cols, accumulate);
+  LS_LAUNCH(bias_grad_kernel, grid_for(cols), kThreads, 0, stream, dy, dbias, rows, cols,
+            accumulate);
   LS_CUDA_CHECK_LAUNCH();
 }
 

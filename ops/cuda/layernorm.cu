@@ -96,8 +96,8 @@ void layernorm(const float* x, const float* gamma, const float* beta, int64_t ro
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (rows * cols == 0) return;
-  layernorm_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, gamma, beta, rows, cols, eps, y,
-                                                              mean, rstd);
+  LS_LAUNCH(layernorm_kernel, row_blocks(rows), kThreads, 0, stream, x, gamma, beta, rows, cols,
+            eps, y, mean, rstd);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -108,11 +108,11 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean, c
   const cudaStream_t stream = launch.stream();
   if (rows * cols == 0) return;
   // First, in stream order: it reads dy, which dx may be.
-  layernorm_param_grad_kernel<<<grid_for(cols), kThreads, 0, stream>>>(x, mean, rstd, dy, rows,
-                                                                       cols, dgamma, dbeta);
+  LS_LAUNCH(layernorm_param_grad_kernel, grid_for(cols), kThreads, 0, stream, x, mean, rstd, dy,
+            rows, cols, dgamma, dbeta);
   LS_CUDA_CHECK_LAUNCH();
-  layernorm_input_grad_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(
-      x, gamma, mean, rstd, dy, rows, cols, dx, accumulate);
+  LS_LAUNCH(layernorm_input_grad_kernel, row_blocks(rows), kThreads, 0, stream, x, gamma, mean,
+            rstd, dy, rows, cols, dx, accumulate);
   LS_CUDA_CHECK_LAUNCH();
 }
 

@@ -163,17 +163,16 @@ void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int6
   const bool overlap = row_blocks > 0 && begin(dlogits) < begin(logits) + bytes &&
                        begin(logits) < begin(dlogits) + bytes;
   if (overlap) {
-    softmax_xent_kernel<<<1, kThreads, 0, stream>>>(logits, labels, rows, cols, grad_scale,
-                                                    device_scale, loss, nullptr, launch.fault(),
-                                                    kLabelHint);
+    LS_LAUNCH(softmax_xent_kernel, 1, kThreads, 0, stream, logits, labels, rows, cols, grad_scale,
+              device_scale, loss, nullptr, launch.fault(), kLabelHint);
     LS_CUDA_CHECK_LAUNCH();
-    softmax_xent_kernel<<<static_cast<unsigned int>(row_blocks), kThreads, 0, stream>>>(
-        logits, labels, rows, cols, grad_scale, device_scale, nullptr, dlogits, launch.fault(),
-        kLabelHint);
+    LS_LAUNCH(softmax_xent_kernel, static_cast<unsigned int>(row_blocks), kThreads, 0, stream,
+              logits, labels, rows, cols, grad_scale, device_scale, nullptr, dlogits,
+              launch.fault(), kLabelHint);
   } else {
-    softmax_xent_kernel<<<static_cast<unsigned int>(1 + row_blocks), kThreads, 0, stream>>>(
-        logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits, launch.fault(),
-        kLabelHint);
+    LS_LAUNCH(softmax_xent_kernel, static_cast<unsigned int>(1 + row_blocks), kThreads, 0, stream,
+              logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits, launch.fault(),
+              kLabelHint);
   }
   LS_CUDA_CHECK_LAUNCH();
 }
@@ -184,9 +183,8 @@ void count_correct(const float* logits, const int32_t* labels, int64_t rows, int
   const cudaStream_t stream = launch.stream();
   LS_CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(int32_t), stream));
   if (rows == 0) return;
-  count_correct_kernel<<<grid_for(rows), kThreads, 0, stream>>>(logits, labels, rows, cols,
-                                                                correct, launch.fault(),
-                                                                kLabelHint);
+  LS_LAUNCH(count_correct_kernel, grid_for(rows), kThreads, 0, stream, logits, labels, rows, cols,
+            correct, launch.fault(), kLabelHint);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -195,7 +193,7 @@ void count_labels(const int32_t* labels, int64_t n, int32_t* count, Stream& on) 
   const cudaStream_t stream = launch.stream();
   LS_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int32_t), stream));
   if (n == 0) return;
-  count_labels_kernel<<<grid_for(n), kThreads, 0, stream>>>(labels, n, count);
+  LS_LAUNCH(count_labels_kernel, grid_for(n), kThreads, 0, stream, labels, n, count);
   LS_CUDA_CHECK_LAUNCH();
 }
 
