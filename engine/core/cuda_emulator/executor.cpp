@@ -2,8 +2,11 @@
 //
 // Note [Fibers for CUDA threads]
 // A launch runs its blocks in turn on the calling OS thread; within a block every CUDA thread is
-// a fiber (glibc makecontext/swapcontext) with a stack from a pool that the OS thread keeps and
-// reuses (mmap, a guard page below each). A fiber runs a thread to its end and then starts the
+// a fiber with a stack from a pool that the OS thread keeps and reuses (mmap, a guard page below
+// each). On x86-64 a switch saves the callee-saved registers, MXCSR and the x87 control word and
+// swaps stack pointers (ls_emu_switch_stack below): about a hundred times cheaper than glibc's
+// swapcontext, which also makes a system call for the signal mask, and block reductions switch
+// once per thread per barrier. Elsewhere makecontext/swapcontext do the same. A fiber runs a thread to its end and then starts the
 // block's next unstarted thread itself, and after the block's last thread it sets up the next
 // block: a kernel without barriers costs a function call per thread and one switch per launch.
 // A thread that reaches a barrier (__syncthreads, or the warp barrier of a shuffle) before the
@@ -21,6 +24,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -44,12 +48,87 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
+#if defined(__x86_64__)
+// ls_emu_switch_stack(save, load): pushes the System V callee-saved registers, MXCSR and the
+// x87 control word, stores the stack pointer in *save, loads `load` and pops the same from it.
+extern "C" void ls_emu_switch_stack(void** save, void* load);
+asm(R"(
+  .text
+  .globl ls_emu_switch_stack
+  .hidden ls_emu_switch_stack
+  .type ls_emu_switch_stack, @function
+ls_emu_switch_stack:
+  .cfi_startproc
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .cfi_endproc
+  .size ls_emu_switch_stack, .-ls_emu_switch_stack
+)");
+#endif
+
 namespace ls::cuda_emu {
 namespace detail {
 constinit thread_local ThreadCoords t_coords{};
 }  // namespace detail
 
 namespace {
+
+#if defined(__x86_64__)
+struct Context {
+  void* sp = nullptr;
+};
+
+// A stack that ls_emu_switch_stack "returns" into `entry` (which never returns) with the
+// current MXCSR and x87 control word.
+void make_context(Context& context, char* stack, size_t bytes, void (*entry)()) {
+  auto top = reinterpret_cast<uintptr_t>(stack + bytes);
+  auto* slot = reinterpret_cast<uint64_t*>((top - 32) & ~uintptr_t{15});  // 16-byte aligned
+  slot[1] = 0;  // entry's return address: none (ends backtraces)
+  slot[0] = reinterpret_cast<uint64_t>(entry);
+  uint64_t* frame = slot - 7;  // 6 registers, then MXCSR and the control word
+  for (int i = 1; i < 7; ++i) frame[i] = 0;
+  uint32_t control[2] = {0, 0};
+  asm volatile("stmxcsr %0" : "=m"(control[0]));
+  asm volatile("fnstcw %0" : "=m"(control[1]));
+  std::memcpy(frame, control, sizeof control);
+  context.sp = frame;
+}
+
+void swap_context(Context& from, Context& to) { ls_emu_switch_stack(&from.sp, to.sp); }
+#else
+struct Context {
+  ucontext_t context{};
+};
+
+void make_context(Context& context, char* stack, size_t bytes, void (*entry)()) {
+  getcontext(&context.context);
+  context.context.uc_stack.ss_sp = stack;
+  context.context.uc_stack.ss_size = bytes;
+  context.context.uc_link = nullptr;
+  makecontext(&context.context, entry, 0);
+}
+
+void swap_context(Context& from, Context& to) { swapcontext(&from.context, &to.context); }
+#endif
 
 constexpr size_t kStackBytes = 256 * 1024;  // room for ASan's larger frames
 constexpr size_t kGuardBytes = 4096;
@@ -60,7 +139,7 @@ constexpr size_t kMaxSharedBytes = 48 * 1024;
 enum class WaitKind { kNone, kBlock, kWarp };
 
 struct Fiber {
-  ucontext_t context{};
+  Context context;
   char* stack = nullptr;       // kStackBytes usable, a guard page below
   int thread = -1;             // the thread (linear index in its block) it runs; -1 when idle
   WaitKind waiting = WaitKind::kNone;
@@ -98,7 +177,7 @@ struct Launch {
 };
 
 struct Executor {
-  ucontext_t main_context{};
+  Context main_context;
   const void* main_stack = nullptr;  // the OS thread's stack, for ASan
   size_t main_stack_bytes = 0;
   void* main_fake_stack = nullptr;
@@ -132,11 +211,7 @@ void make_fresh(Fiber& fiber) {
 #ifdef LS_EMU_ASAN
   __asan_unpoison_memory_region(fiber.stack, kStackBytes);  // a dropped fiber left poison
 #endif
-  getcontext(&fiber.context);
-  fiber.context.uc_stack.ss_sp = fiber.stack;
-  fiber.context.uc_stack.ss_size = kStackBytes;
-  fiber.context.uc_link = nullptr;
-  makecontext(&fiber.context, fiber_main, 0);
+  make_context(fiber.context, fiber.stack, kStackBytes, fiber_main);
   fiber.fresh = false;
   fiber.thread = -1;
   fiber.waiting = WaitKind::kNone;
@@ -251,14 +326,14 @@ size_t stack_bytes(const Executor& ex, const Fiber* fiber) {
 
 // Switches from the running fiber (null: the launching code) to `to` (null: back to it).
 void switch_to(Executor& ex, Fiber* from, Fiber* to) {
-  ucontext_t* from_context = from != nullptr ? &from->context : &ex.main_context;
-  ucontext_t* to_context = to != nullptr ? &to->context : &ex.main_context;
+  Context& from_context = from != nullptr ? from->context : ex.main_context;
+  Context& to_context = to != nullptr ? to->context : ex.main_context;
   ex.current = to;
 #ifdef LS_EMU_ASAN
   void** fake = from != nullptr ? &from->fake_stack : &ex.main_fake_stack;
   __sanitizer_start_switch_fiber(fake, stack_bottom(ex, to), stack_bytes(ex, to));
 #endif
-  swapcontext(from_context, to_context);
+  swap_context(from_context, to_context);
 #ifdef LS_EMU_ASAN
   __sanitizer_finish_switch_fiber(*fake, nullptr, nullptr);
 #endif
