@@ -16,6 +16,7 @@
 #include "engine/core/cuda/cuda_stream_access.h"
 #include "engine/core/device_fault.h"
 #include "engine/core/error.h"
+#include "engine/core/runtime.h"
 #include "engine/core/stream.h"
 
 namespace ls::cuda_ops {
@@ -44,6 +45,25 @@ class CudaLaunch {
   int device_;
   DeviceGuard guard_;
   cudaStream_t stream_;
+};
+
+// Scratch memory for one op call (partial sums), from the device's caching allocator: no
+// cudaMalloc once the cache is warm, and in a graph capture it comes from the graph's pool. Freed
+// when the call returns, after its kernels were enqueued: the allocator hands a block out again
+// only in stream order (engine/core/allocator.h; a step allocates on one stream per device).
+class CudaScratch {
+ public:
+  CudaScratch(int device, size_t bytes)
+      : allocator_(device_runtime(Device{DeviceKind::kCuda, device}).allocator()),
+        ptr_(allocator_.allocate(bytes)) {}
+  ~CudaScratch() { allocator_.free(ptr_); }
+  CudaScratch(const CudaScratch&) = delete;
+  CudaScratch& operator=(const CudaScratch&) = delete;
+  float* f32() const { return static_cast<float*>(ptr_); }
+
+ private:
+  CachingAllocator& allocator_;
+  void* ptr_;
 };
 
 constexpr int kThreads = 256;
