@@ -62,8 +62,8 @@ void launch(const char* name, dim3 grid, dim3 block, size_t shared_bytes, cudaSt
 void syncthreads();
 int syncthreads_count(int predicate);  // also __syncthreads_or / __syncthreads_and
 
-// Warp exchange: every thread of the warp deposits `bits`, waits for the warp, reads its
-// source lane's deposit (its own when the source lane does not exist) and waits again.
+// Warp exchange: every thread of the warp deposits `bits`, waits for the warp and reads its
+// source lane's deposit (its own when the source lane does not exist).
 enum class Shuffle { kIdx, kUp, kDown, kXor };
 uint64_t warp_shuffle(unsigned mask, uint64_t bits, Shuffle kind, int arg, int width);
 void syncwarp(unsigned mask);

@@ -144,6 +144,7 @@ struct Fiber {
   int thread = -1;             // the thread (linear index in its block) it runs; -1 when idle
   WaitKind waiting = WaitKind::kNone;
   int warp = -1;               // the warp barrier it waits at
+  unsigned shuffles = 0;       // warp exchanges of its thread so far (picks the slot buffer)
   bool fresh = true;           // needs makecontext before it runs
   void* fake_stack = nullptr;  // ASan's bookkeeping while switched out
 };
@@ -169,7 +170,7 @@ struct Launch {
   int waiting = 0;
   Barrier block_barrier;
   Barrier warp_barriers[kMaxThreads / kWarpSize];
-  uint64_t warp_slots[kMaxThreads] = {};
+  uint64_t warp_slots[2][kMaxThreads] = {};  // double-buffered: see warp_shuffle
   std::vector<Fiber*> runnable;  // released from a barrier, in release order
   size_t runnable_head = 0;
   std::string error;
@@ -354,6 +355,7 @@ void fiber_main() {
     for (;;) {
       if (l.next_unstarted < l.threads) {
         self->thread = l.next_unstarted++;
+        self->shuffles = 0;
         set_thread(l, self->thread);
         l.body(l.context);
         self->thread = -1;
@@ -535,7 +537,11 @@ uint64_t warp_shuffle(unsigned mask, uint64_t bits, Shuffle kind, int arg, int w
   const int thread = ex.current->thread;
   const int warp = thread / kWarpSize, lane = thread % kWarpSize;
   Barrier& b = l.warp_barriers[warp];
-  l.warp_slots[thread] = bits;
+  // Exchanges alternate between two slot buffers, so one warp barrier each is enough: a lane
+  // writes a buffer again two exchanges later, after the barrier of the exchange between, which
+  // every lane reaches only after reading this one.
+  uint64_t* slots = l.warp_slots[ex.current->shuffles++ & 1u];
+  slots[thread] = bits;
   arrive(ex, b, WaitKind::kWarp, warp);
   if (width <= 0 || width > kWarpSize) width = kWarpSize;
   const int segment = lane / width * width, in_segment = lane % width;
@@ -551,10 +557,7 @@ uint64_t warp_shuffle(unsigned mask, uint64_t bits, Shuffle kind, int arg, int w
     }
   }
   const int source_thread = warp * kWarpSize + source;
-  const uint64_t value =
-      source_thread < l.threads ? l.warp_slots[source_thread] : l.warp_slots[thread];
-  arrive(ex, b, WaitKind::kWarp, warp);  // nobody deposits again before every lane has read
-  return value;
+  return source_thread < l.threads ? slots[source_thread] : slots[thread];
 }
 
 void syncwarp(unsigned mask) {
