@@ -1,6 +1,9 @@
 # Finds what lockstep builds on. Host: oneTBB, OpenBLAS (CBLAS), zlib, threads.
 # CUDA backend: the CUDA toolkit (cudart, cuBLAS) and NCCL. LOCKSTEP_CUDA=AUTO builds the backend
 # whenever both are found, so that every CUDA compile error shows up wherever a toolkit exists.
+# LOCKSTEP_CUDA=EMULATED needs no toolkit: the CUDA sources are compiled as C++ against the CPU
+# emulator of engine/core/cuda_emulator/ (LOCKSTEP_HAVE_CUDA and LOCKSTEP_CUDA_EMULATED set, no
+# NCCL), so every kernel runs on the CPU (docs/gpu.md, "CUDA emulator").
 find_package(Threads REQUIRED)
 find_package(TBB REQUIRED)
 find_package(ZLIB REQUIRED)
@@ -13,7 +16,14 @@ add_library(lockstep_openblas INTERFACE)
 target_link_libraries(lockstep_openblas INTERFACE PkgConfig::OPENBLAS)
 
 set(LOCKSTEP_HAVE_CUDA OFF)
-if(NOT LOCKSTEP_CUDA STREQUAL "OFF")
+set(LOCKSTEP_CUDA_EMULATED OFF)
+if(LOCKSTEP_CUDA STREQUAL "EMULATED")
+  set(LOCKSTEP_HAVE_CUDA ON)
+  set(LOCKSTEP_CUDA_EMULATED ON)
+  message(STATUS "lockstep: CUDA backend EMULATED (kernels run on the CPU; no toolkit, no NCCL)")
+elseif(NOT LOCKSTEP_CUDA MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "LOCKSTEP_CUDA must be AUTO, ON, OFF or EMULATED; got '${LOCKSTEP_CUDA}'")
+elseif(NOT LOCKSTEP_CUDA STREQUAL "OFF")
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES 90)
   endif()

@@ -84,7 +84,7 @@ void relu(const float* x, float* y, int64_t n, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  relu_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  LS_LAUNCH(relu_kernel, grid_for(n), kThreads, 0, stream, x, y, n);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -93,7 +93,7 @@ void relu_backward(const float* x, const float* dy, float* dx, int64_t n, bool a
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  relu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, dy, dx, n, accumulate);
+  LS_LAUNCH(relu_backward_kernel, grid_for(n), kThreads, 0, stream, x, dy, dx, n, accumulate);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -101,7 +101,7 @@ void gelu(const float* x, float* y, int64_t n, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  gelu_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  LS_LAUNCH(gelu_kernel, grid_for(n), kThreads, 0, stream, x, y, n);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -110,7 +110,7 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool a
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, dy, dx, n, accumulate);
+  LS_LAUNCH(gelu_backward_kernel, grid_for(n), kThreads, 0, stream, x, dy, dx, n, accumulate);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -118,7 +118,7 @@ void gelu_erf(const float* x, float* y, int64_t n, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  gelu_erf_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  LS_LAUNCH(gelu_erf_kernel, grid_for(n), kThreads, 0, stream, x, y, n);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -127,7 +127,7 @@ void gelu_erf_backward(const float* x, const float* dy, float* dx, int64_t n, bo
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  gelu_erf_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, dy, dx, n, accumulate);
+  LS_LAUNCH(gelu_erf_backward_kernel, grid_for(n), kThreads, 0, stream, x, dy, dx, n, accumulate);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -135,7 +135,7 @@ void tanh_op(const float* x, float* y, int64_t n, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  tanh_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  LS_LAUNCH(tanh_kernel, grid_for(n), kThreads, 0, stream, x, y, n);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -144,7 +144,7 @@ void tanh_backward(const float* y, const float* dy, float* dx, int64_t n, bool a
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  tanh_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, dy, dx, n, accumulate);
+  LS_LAUNCH(tanh_backward_kernel, grid_for(n), kThreads, 0, stream, y, dy, dx, n, accumulate);
   LS_CUDA_CHECK_LAUNCH();
 }
 

@@ -84,8 +84,8 @@ void launch_permute(const float* src, float* dst, const std::array<int64_t, 5>& 
   const CudaLaunch launch(on);
   const int64_t n = dims[0] * dims[1] * dims[2] * dims[3] * dims[4];
   if (n == 0) return;
-  permute_heads_kernel<<<grid_for(n), kThreads, 0, launch.stream()>>>(
-      src, dst, dims[0], dims[1], dims[2], dims[3], dims[4], to_head_major, accumulate);
+  LS_LAUNCH(permute_heads_kernel, grid_for(n), kThreads, 0, launch.stream(), src, dst, dims[0],
+            dims[1], dims[2], dims[3], dims[4], to_head_major, accumulate);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -103,8 +103,8 @@ void attention_softmax(const float* scores, const int32_t* key_valid, int64_t ba
   const int64_t rows = batch_heads * t;
   if (rows == 0) return;
   check_rows("attention_softmax", rows);
-  attention_softmax_kernel<<<static_cast<unsigned int>(rows), row_threads(t), 0, launch.stream()>>>(
-      scores, key_valid, heads, t, causal, scale, probs);
+  LS_LAUNCH(attention_softmax_kernel, static_cast<unsigned int>(rows), row_threads(t), 0,
+            launch.stream(), scores, key_valid, heads, t, causal, scale, probs);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -113,8 +113,8 @@ void attention_softmax_backward(const float* probs, const float* dprobs, int64_t
   const CudaLaunch launch(on);
   if (rows == 0 || cols == 0) return;
   check_rows("attention_softmax_backward", rows);
-  attention_softmax_backward_kernel<<<static_cast<unsigned int>(rows), row_threads(cols), 0,
-                                      launch.stream()>>>(probs, dprobs, cols, scale, dscores);
+  LS_LAUNCH(attention_softmax_backward_kernel, static_cast<unsigned int>(rows), row_threads(cols),
+            0, launch.stream(), probs, dprobs, cols, scale, dscores);
   LS_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,11 +1,12 @@
-// Launch helpers shared by the ops/cuda/*.cu files (nvcc only): CudaLaunch (the stream's device
-// current, its cudaStream_t), the block size, a grid size for grid-stride loops, the grid-stride
-// loop itself, the post-launch check and report_out_of_range (bad input seen on the device).
-// Every launch is followed by LS_CUDA_CHECK_LAUNCH(), which reports bad configurations at the
-// call site (asynchronous faults surface at the next synchronize or check of the stream).
+// Launch helpers shared by the ops/cuda/*.cu files (nvcc, or the host compiler for the CPU
+// emulator): CudaLaunch (the stream's device current, its cudaStream_t), the block size, a grid
+// size for grid-stride loops, the grid-stride loop itself, LS_LAUNCH, the post-launch check and
+// report_out_of_range (bad input seen on the device). Every launch is followed by
+// LS_CUDA_CHECK_LAUNCH(), which reports bad configurations at the call site (asynchronous faults
+// surface at the next synchronize or check of the stream).
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include <cuda_runtime.h>  // the toolkit's, or the CPU emulator's (LOCKSTEP_CUDA=EMULATED)
 
 #include <algorithm>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "engine/core/cuda/cuda_stream_access.h"
 #include "engine/core/device_fault.h"
 #include "engine/core/error.h"
+#include "engine/core/runtime.h"
 #include "engine/core/stream.h"
 
 namespace ls::cuda_ops {
@@ -45,6 +47,25 @@ class CudaLaunch {
   cudaStream_t stream_;
 };
 
+// Scratch memory for one op call (partial sums), from the device's caching allocator: no
+// cudaMalloc once the cache is warm, and in a graph capture it comes from the graph's pool. Freed
+// when the call returns, after its kernels were enqueued: the allocator hands a block out again
+// only in stream order (engine/core/allocator.h; a step allocates on one stream per device).
+class CudaScratch {
+ public:
+  CudaScratch(int device, size_t bytes)
+      : allocator_(device_runtime(Device{DeviceKind::kCuda, device}).allocator()),
+        ptr_(allocator_.allocate(bytes)) {}
+  ~CudaScratch() { allocator_.free(ptr_); }
+  CudaScratch(const CudaScratch&) = delete;
+  CudaScratch& operator=(const CudaScratch&) = delete;
+  float* f32() const { return static_cast<float*>(ptr_); }
+
+ private:
+  CachingAllocator& allocator_;
+  void* ptr_;
+};
+
 constexpr int kThreads = 256;
 // Enough blocks to fill any current GPU several times over; grid-stride loops cover the rest.
 constexpr int64_t kMaxBlocks = 65535;
@@ -62,7 +83,21 @@ inline unsigned int grid_for(int64_t n, int threads = kThreads) {
 
 #define LS_CUDA_CHECK_LAUNCH() LS_CUDA_CHECK(cudaGetLastError())
 
+// LS_LAUNCH(kernel, grid, block, shared_bytes, stream, args...): every kernel launch, so the
+// kernels keep one source. nvcc: kernel<<<grid, block, shared_bytes, stream>>>(args...). The host
+// compiler (LOCKSTEP_CUDA=EMULATED): the CPU emulator runs the grid on the calling thread
+// (engine/core/cuda_emulator/emulator.h) and records the launch under the kernel's name.
 #ifdef __CUDACC__
+#define LS_LAUNCH(kernel, grid, block, shared_bytes, stream, ...) \
+  kernel<<<grid, block, shared_bytes, stream>>>(__VA_ARGS__)
+#else
+#define LS_LAUNCH(kernel, grid, block, shared_bytes, stream, ...)            \
+  ::ls::cuda_emu::launch(                                                    \
+      #kernel, grid, block, shared_bytes, stream,                            \
+      [](auto... kernel_args) { kernel(kernel_args...); }, __VA_ARGS__)
+#endif
+
+#if defined(__CUDACC__) || defined(LOCKSTEP_CUDA_EMULATED)
 namespace ls::cuda_ops {
 // Records the first out-of-range value in the stream's fault record (first writer wins); the
 // stream raises it at its next synchronize(). `op`, `what` and `hint` are host string literals.

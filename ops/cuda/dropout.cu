@@ -32,8 +32,8 @@ void dropout(const float* x, float* y, int64_t n, int64_t row_len, int64_t first
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  dropout_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n, row_len, first_row, threshold,
-                                                       scale, key, accumulate);
+  LS_LAUNCH(dropout_kernel, grid_for(n), kThreads, 0, stream, x, y, n, row_len, first_row,
+            threshold, scale, key, accumulate);
   LS_CUDA_CHECK_LAUNCH();
 }
 

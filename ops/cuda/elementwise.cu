@@ -63,7 +63,7 @@ void fill(float* x, int64_t n, float value, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  fill_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, value);
+  LS_LAUNCH(fill_kernel, grid_for(n), kThreads, 0, stream, x, n, value);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -71,7 +71,7 @@ void scale(float* x, int64_t n, float alpha, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, alpha);
+  LS_LAUNCH(scale_kernel, grid_for(n), kThreads, 0, stream, x, n, alpha);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -79,7 +79,7 @@ void axpy(float alpha, const float* x, float* y, int64_t n, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  axpy_kernel<<<grid_for(n), kThreads, 0, stream>>>(alpha, x, y, n);
+  LS_LAUNCH(axpy_kernel, grid_for(n), kThreads, 0, stream, alpha, x, y, n);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -87,7 +87,7 @@ void add(const float* a, const float* b, float* out, int64_t n, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(a, b, out, n);
+  LS_LAUNCH(add_kernel, grid_for(n), kThreads, 0, stream, a, b, out, n);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -97,7 +97,7 @@ void count_nonfinite_as(const float* x, int64_t n, Count* count, Stream& on) {
   const cudaStream_t stream = launch.stream();
   LS_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(Count), stream));  // 0 bits: 0 and 0.0f
   if (n == 0) return;
-  count_nonfinite_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, count);
+  LS_LAUNCH(count_nonfinite_kernel, grid_for(n), kThreads, 0, stream, x, n, count);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -113,7 +113,7 @@ void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  cast_f32_to_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  LS_LAUNCH(cast_f32_to_bf16_kernel, grid_for(n), kThreads, 0, stream, x, y, n);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -121,7 +121,7 @@ void cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n == 0) return;
-  cast_bf16_to_f32_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  LS_LAUNCH(cast_bf16_to_f32_kernel, grid_for(n), kThreads, 0, stream, x, y, n);
   LS_CUDA_CHECK_LAUNCH();
 }
 

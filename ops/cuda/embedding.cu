@@ -72,8 +72,8 @@ void embedding(const float* table, const int32_t* ids, int64_t n, int64_t vocab,
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (n * dim == 0) return;
-  embedding_kernel<<<grid_for(n * dim), kThreads, 0, stream>>>(table, ids, n, vocab, dim, out,
-                                                               launch.fault(), kEmbeddingIdHint);
+  LS_LAUNCH(embedding_kernel, grid_for(n * dim), kThreads, 0, stream, table, ids, n, vocab, dim,
+            out, launch.fault(), kEmbeddingIdHint);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -83,8 +83,8 @@ void embedding_backward(const float* dy, const int32_t* ids, int64_t n, int64_t 
   const cudaStream_t stream = launch.stream();
   if (n * dim == 0) return;
   const auto blocks = static_cast<unsigned int>(std::min<int64_t>(n, kMaxBlocks));
-  embedding_backward_kernel<<<blocks, kThreads, 0, stream>>>(dy, ids, n, vocab, dim, dtable,
-                                                             launch.fault(), kEmbeddingIdHint);
+  LS_LAUNCH(embedding_backward_kernel, blocks, kThreads, 0, stream, dy, ids, n, vocab, dim, dtable,
+            launch.fault(), kEmbeddingIdHint);
   LS_CUDA_CHECK_LAUNCH();
 }
 

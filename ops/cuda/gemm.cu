@@ -184,10 +184,10 @@ class HalfOperands {
     a_ = block_;
     b_ = block_ + b_offset;
     const bool bf16 = precision == Precision::kBF16;
-    round_operand_kernel<<<grid_for(span_a), kThreads, 0, stream>>>(a, block_, span_a, bf16);
+    LS_LAUNCH(round_operand_kernel, grid_for(span_a), kThreads, 0, stream, a, block_, span_a, bf16);
     LS_CUDA_CHECK_LAUNCH();
-    round_operand_kernel<<<grid_for(span_b), kThreads, 0, stream>>>(b, block_ + b_offset, span_b,
-                                                                    bf16);
+    LS_LAUNCH(round_operand_kernel, grid_for(span_b), kThreads, 0, stream, b, block_ + b_offset,
+              span_b, bf16);
     LS_CUDA_CHECK_LAUNCH();
   }
   ~HalfOperands() { allocator_.free(block_); }
@@ -227,7 +227,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) {
     if (beta == 1.0f) return;
-    scale_matrix_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(c, m, n, ldc, beta, 1, 0);
+    LS_LAUNCH(scale_matrix_kernel, grid_for(m * n), kThreads, 0, stream, c, m, n, ldc, beta, 1, 0);
     LS_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -268,8 +268,8 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   if (m == 0 || n == 0 || batch == 0) return;
   if (k == 0 || alpha == 0.0f) {
     if (beta == 1.0f) return;
-    scale_matrix_kernel<<<grid_for(batch * m * n), kThreads, 0, stream>>>(c, m, n, ldc, beta, batch,
-                                                                          stride_c);
+    LS_LAUNCH(scale_matrix_kernel, grid_for(batch * m * n), kThreads, 0, stream, c, m, n, ldc, beta,
+              batch, stride_c);
     LS_CUDA_CHECK_LAUNCH();
     return;
   }

@@ -110,11 +110,11 @@ void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
   // With momentum 0 the buffer is neither read nor written, even when one is given.
   float* buf = config.momentum != 0.0f ? momentum_buf : nullptr;
   if (control != nullptr) {
-    sgd_step_kernel<true><<<grid_for(n), kThreads, 0, stream>>>(
-        param, grad, buf, n, config.lr, config.momentum, config.weight_decay, control);
+    LS_LAUNCH(sgd_step_kernel<true>, grid_for(n), kThreads, 0, stream, param, grad, buf, n,
+              config.lr, config.momentum, config.weight_decay, control);
   } else {
-    sgd_step_kernel<false><<<grid_for(n), kThreads, 0, stream>>>(
-        param, grad, buf, n, config.lr, config.momentum, config.weight_decay, nullptr);
+    LS_LAUNCH(sgd_step_kernel<false>, grid_for(n), kThreads, 0, stream, param, grad, buf, n,
+              config.lr, config.momentum, config.weight_decay, nullptr);
   }
   LS_CUDA_CHECK_LAUNCH();
 }
@@ -128,15 +128,13 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
   if (n == 0) return;
   const float decay = 1.0f - config.lr * config.weight_decay;
   if (control != nullptr) {
-    adamw_step_kernel<true><<<grid_for(n), kThreads, 0, stream>>>(
-        param, grad, m, v, n, config.lr, config.beta1, config.beta2, config.eps, decay,
-        AdamWFactors{}, control);
+    LS_LAUNCH(adamw_step_kernel<true>, grid_for(n), kThreads, 0, stream, param, grad, m, v, n,
+              config.lr, config.beta1, config.beta2, config.eps, decay, AdamWFactors{}, control);
   } else {
     // Bias corrections in double on the host, as PyTorch computes them.
     const AdamWFactors factors = adamw_factors(config.lr, config.beta1, config.beta2, step);
-    adamw_step_kernel<false>
-        <<<grid_for(n), kThreads, 0, stream>>>(param, grad, m, v, n, config.lr, config.beta1,
-                                               config.beta2, config.eps, decay, factors, nullptr);
+    LS_LAUNCH(adamw_step_kernel<false>, grid_for(n), kThreads, 0, stream, param, grad, m, v, n,
+              config.lr, config.beta1, config.beta2, config.eps, decay, factors, nullptr);
   }
   LS_CUDA_CHECK_LAUNCH();
 }

@@ -84,8 +84,8 @@ void pool(const float* x, const int32_t* valid, int64_t batch, int64_t t, int64_
           float* y, Stream& on) {
   const CudaLaunch launch(on);
   if (batch * c == 0) return;
-  pool_kernel<<<grid_for(batch * c), kThreads, 0, launch.stream()>>>(x, valid, batch, t, c, mode,
-                                                                     y);
+  LS_LAUNCH(pool_kernel, grid_for(batch * c), kThreads, 0, launch.stream(), x, valid, batch, t, c,
+            mode, y);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -93,15 +93,15 @@ void pool_backward(const float* dy, const int32_t* valid, int64_t batch, int64_t
                    Pooling mode, float* dx, bool accumulate, Stream& on) {
   const CudaLaunch launch(on);
   if (batch * t * c == 0) return;
-  pool_backward_kernel<<<grid_for(batch * c), kThreads, 0, launch.stream()>>>(
-      dy, valid, batch, t, c, mode, dx, accumulate);
+  LS_LAUNCH(pool_backward_kernel, grid_for(batch * c), kThreads, 0, launch.stream(), dy, valid,
+            batch, t, c, mode, dx, accumulate);
   LS_CUDA_CHECK_LAUNCH();
 }
 
 void token_mask(const int32_t* tokens, int64_t n, int32_t pad_id, int32_t* valid, Stream& on) {
   const CudaLaunch launch(on);
   if (n == 0) return;
-  token_mask_kernel<<<grid_for(n), kThreads, 0, launch.stream()>>>(tokens, n, pad_id, valid);
+  LS_LAUNCH(token_mask_kernel, grid_for(n), kThreads, 0, launch.stream(), tokens, n, pad_id, valid);
   LS_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,14 +1,17 @@
 // Softmax cross-entropy (mean loss + dlogits), count_correct and count_labels on CUDA: the CUDA
 // kernels of ops/softmax_xent.h. Rows labelled kIgnoreLabel add 0 and get a 0 gradient row.
 //
-// Note [Deterministic softmax_xent without scratch memory]
-// One launch, no scratch: block 0 computes the mean loss alone (thread t sums the losses of rows
-// t, t+T, t+2T, ... in order, in double, then the T partial sums are added in a fixed tree),
-// while blocks 1..rows each compute one row's softmax and write its dlogits. Every sum has a
-// fixed order, so the result is bitwise the same on every run, and nothing is allocated in the
-// step. The loss block reads each row once more; for the class counts of classification heads
-// that is cheap. In place (dlogits == logits) the loss block runs first as a launch of its own.
-// A label outside [0, cols) cannot raise an error on the device: the loss block records it in
+// Note [Deterministic softmax_xent in two passes]
+// Pass 1: block r computes row r alone (kThreads threads striding over the columns; block max
+// and sum in a fixed shape, block_reduce.cuh): its loss -log softmax(x)[label] into a per-row
+// scratch array (the device's caching allocator, CudaScratch), and its dlogits when asked.
+// Pass 2: one block adds the row losses: thread t sums rows t, t + T, t + 2T, ... in order, in
+// double, then the T partial sums are added in a fixed tree, and the mean is rounded to f32. So
+// [16384, 50257] logits are read by 16,384 blocks, not summed by one, and every sum has a fixed
+// order: bitwise the same result on every run. (The host adds the row losses in row order, in
+// double: equal to rounding.) In place (dlogits == logits) is safe: a row block reads x[label]
+// and finishes its reductions, which end with a barrier, before any of its threads writes.
+// A label outside [0, cols) cannot raise an error on the device: its row block records it in
 // the stream's DeviceFault (engine/core/device_fault.h), which the stream raises at its next
 // synchronize() with the host kernel's message; that row's loss and dlogits are NaN meanwhile.
 // count_correct and count_labels are integer-only, so a per-block count added with atomicAdd is
@@ -28,62 +31,41 @@
 namespace ls::cuda_ops {
 namespace {
 
-// -log softmax(x)[label] for one row, computed by one thread, columns in order.
-__device__ float row_loss(const float* x, int64_t cols, int32_t label) {
-  if (label == kIgnoreLabel) return 0.0f;
-  if (label < 0 || label >= cols) return __int_as_float(0x7fc00000);  // NaN, see the Note
-  float max_value = x[0];
-  for (int64_t c = 1; c < cols; ++c) max_value = fmaxf(max_value, x[c]);
-  float sum = 0.0f;
-  for (int64_t c = 0; c < cols; ++c) sum += expf(x[c] - max_value);
-  return logf(sum) - (x[label] - max_value);  // the difference first: exact for close values
-}
-
-// See Note [Deterministic softmax_xent without scratch memory]. Launched with kThreads threads.
-// With `loss` set, block 0 computes the loss and rows start at block 1; without, every block is
-// a row (the in-place launch, see softmax_xent below).
-__global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int64_t rows,
-                                    int64_t cols, float grad_scale, const float* device_scale,
-                                    float* loss, float* dlogits, DeviceFault* fault,
-                                    const char* hint) {
-  __shared__ double partials[kThreads];
+// Pass 1 (see Note [Deterministic softmax_xent in two passes]): block r, kThreads threads, row r.
+// dlogits may be null (the loss only) or logits itself.
+__global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int64_t cols,
+                                    float grad_scale, const float* device_scale, float* row_loss,
+                                    float* dlogits, DeviceFault* fault, const char* hint) {
   __shared__ float shared[kWarp];
   const int tid = static_cast<int>(threadIdx.x);
-  if (loss != nullptr && blockIdx.x == 0) {
-    double partial = 0.0;
-    for (int64_t r = tid; r < rows; r += kThreads) {
-      if ((labels[r] < 0 || labels[r] >= cols) && labels[r] != kIgnoreLabel) {
-        report_out_of_range(fault, "softmax_xent", "label", hint, r, labels[r], cols);
-      }
-      partial += row_loss(logits + r * cols, cols, labels[r]);
-    }
-    partials[tid] = partial;
-    __syncthreads();
-    for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-      if (tid < stride) partials[tid] += partials[tid + stride];
-      __syncthreads();
-    }
-    if (tid == 0) *loss = static_cast<float>(partials[0] / static_cast<double>(rows));
-    return;
-  }
-  const int64_t r = static_cast<int64_t>(blockIdx.x) - (loss != nullptr ? 1 : 0);
+  const int64_t r = blockIdx.x;
   const float* x = logits + r * cols;
-  float* dx = dlogits + r * cols;  // may be x itself: each thread reads x[c] before writing dx[c]
+  float* dx = dlogits == nullptr ? nullptr : dlogits + r * cols;
   const int32_t label = labels[r];
-  if (label == kIgnoreLabel) {
-    for (int64_t c = tid; c < cols; c += kThreads) dx[c] = 0.0f;
+  if (label == kIgnoreLabel) {  // uniform over the block, as are the returns below
+    if (tid == 0) row_loss[r] = 0.0f;
+    if (dx != nullptr)
+      for (int64_t c = tid; c < cols; c += kThreads) dx[c] = 0.0f;
     return;
   }
   if (label < 0 || label >= cols) {
-    for (int64_t c = tid; c < cols; c += kThreads) dx[c] = __int_as_float(0x7fc00000);
+    if (tid == 0) {
+      report_out_of_range(fault, "softmax_xent", "label", hint, r, label, cols);
+      row_loss[r] = __int_as_float(0x7fc00000);  // NaN, see the Note
+    }
+    if (dx != nullptr)
+      for (int64_t c = tid; c < cols; c += kThreads) dx[c] = __int_as_float(0x7fc00000);
     return;
   }
+  const float label_logit = tid == 0 ? x[label] : 0.0f;  // before anyone writes dx (in place)
   float max_value = -INFINITY;
   for (int64_t c = tid; c < cols; c += kThreads) max_value = fmaxf(max_value, x[c]);
   max_value = block_max(max_value, shared);
   float sum = 0.0f;
   for (int64_t c = tid; c < cols; c += kThreads) sum += expf(x[c] - max_value);
   sum = block_sum(sum, shared);  // ends with a barrier: every read of other columns is done
+  if (tid == 0) row_loss[r] = logf(sum) - (label_logit - max_value);  // difference first: exact
+  if (dx == nullptr) return;
   if (device_scale == nullptr) {
     for (int64_t c = tid; c < cols; c += kThreads) {
       const float p = expf(x[c] - max_value) / sum;
@@ -97,6 +79,21 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
     const float p = expf(x[c] - max_value) / sum;
     dx[c] = ((p - (c == label ? 1.0f : 0.0f)) * grad_scale) * scale;
   }
+}
+
+// Pass 2: *loss = the mean of the row losses, summed in a fixed order in double.
+__global__ void softmax_xent_loss_kernel(const float* row_loss, int64_t rows, float* loss) {
+  __shared__ double partials[kThreads];
+  const int tid = static_cast<int>(threadIdx.x);
+  double partial = 0.0;
+  for (int64_t r = tid; r < rows; r += kThreads) partial += row_loss[r];
+  partials[tid] = partial;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (tid < stride) partials[tid] += partials[tid + stride];
+    __syncthreads();
+  }
+  if (tid == 0) *loss = static_cast<float>(partials[0] / static_cast<double>(rows));
 }
 
 // One thread per row: argmax with the first maximum winning ties, as the host kernel does.
@@ -147,8 +144,7 @@ __global__ void count_labels_kernel(const int32_t* labels, int64_t n, int32_t* c
 
 }  // namespace
 
-// dlogits may be logits itself (ops/softmax_xent.h). Then the loss must read the rows before
-// they are overwritten: the loss block runs as its own launch first, in stream order.
+// See Note [Deterministic softmax_xent in two passes]; dlogits may be logits itself.
 void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                   float grad_scale, const float* device_scale, float* loss, float* dlogits,
                   Stream& on) {
@@ -157,24 +153,14 @@ void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int6
   LS_CHECK(loss != nullptr, "softmax_xent: the loss pointer is null");
   LS_CHECK(rows < INT_MAX, "softmax_xent: ", rows, " rows is more than one launch handles (",
            INT_MAX - 1, "); split the batch");
-  const int64_t row_blocks = dlogits != nullptr && cols > 0 ? rows : 0;
-  const auto begin = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };
-  const uintptr_t bytes = static_cast<uintptr_t>(rows * cols) * sizeof(float);
-  const bool overlap = row_blocks > 0 && begin(dlogits) < begin(logits) + bytes &&
-                       begin(logits) < begin(dlogits) + bytes;
-  if (overlap) {
-    softmax_xent_kernel<<<1, kThreads, 0, stream>>>(logits, labels, rows, cols, grad_scale,
-                                                    device_scale, loss, nullptr, launch.fault(),
-                                                    kLabelHint);
+  const CudaScratch row_loss(launch.device(), sizeof(float) * std::max<int64_t>(rows, 1));
+  if (rows > 0) {
+    LS_LAUNCH(softmax_xent_kernel, static_cast<unsigned int>(rows), kThreads, 0, stream, logits,
+              labels, cols, grad_scale, device_scale, row_loss.f32(), dlogits, launch.fault(),
+              kLabelHint);
     LS_CUDA_CHECK_LAUNCH();
-    softmax_xent_kernel<<<static_cast<unsigned int>(row_blocks), kThreads, 0, stream>>>(
-        logits, labels, rows, cols, grad_scale, device_scale, nullptr, dlogits, launch.fault(),
-        kLabelHint);
-  } else {
-    softmax_xent_kernel<<<static_cast<unsigned int>(1 + row_blocks), kThreads, 0, stream>>>(
-        logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits, launch.fault(),
-        kLabelHint);
   }
+  LS_LAUNCH(softmax_xent_loss_kernel, 1, kThreads, 0, stream, row_loss.f32(), rows, loss);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -184,9 +170,8 @@ void count_correct(const float* logits, const int32_t* labels, int64_t rows, int
   const cudaStream_t stream = launch.stream();
   LS_CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(int32_t), stream));
   if (rows == 0) return;
-  count_correct_kernel<<<grid_for(rows), kThreads, 0, stream>>>(logits, labels, rows, cols,
-                                                                correct, launch.fault(),
-                                                                kLabelHint);
+  LS_LAUNCH(count_correct_kernel, grid_for(rows), kThreads, 0, stream, logits, labels, rows, cols,
+            correct, launch.fault(), kLabelHint);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -195,7 +180,7 @@ void count_labels(const int32_t* labels, int64_t n, int32_t* count, Stream& on) 
   const cudaStream_t stream = launch.stream();
   LS_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(int32_t), stream));
   if (n == 0) return;
-  count_labels_kernel<<<grid_for(n), kThreads, 0, stream>>>(labels, n, count);
+  LS_LAUNCH(count_labels_kernel, grid_for(n), kThreads, 0, stream, labels, n, count);
   LS_CUDA_CHECK_LAUNCH();
 }
 

@@ -38,19 +38,19 @@ __global__ void update_loss_scale_kernel(StepControl* control, LossScaleConfig c
 
 void step_begin(StepControl* control, Stream& on) {
   const CudaLaunch launch(on);
-  step_begin_kernel<<<1, 1, 0, launch.stream()>>>(control);
+  LS_LAUNCH(step_begin_kernel, 1, 1, 0, launch.stream(), control);
   LS_CUDA_CHECK_LAUNCH();
 }
 
 void step_decide(StepControl* control, const float* loss_and_count, Stream& on) {
   const CudaLaunch launch(on);
-  step_decide_kernel<<<1, 1, 0, launch.stream()>>>(control, loss_and_count);
+  LS_LAUNCH(step_decide_kernel, 1, 1, 0, launch.stream(), control, loss_and_count);
   LS_CUDA_CHECK_LAUNCH();
 }
 
 void update_loss_scale(StepControl* control, const LossScaleConfig& config, Stream& on) {
   const CudaLaunch launch(on);
-  update_loss_scale_kernel<<<1, 1, 0, launch.stream()>>>(control, config);
+  LS_LAUNCH(update_loss_scale_kernel, 1, 1, 0, launch.stream(), control, config);
   LS_CUDA_CHECK_LAUNCH();
 }
 

@@ -42,6 +42,23 @@ TEST_F(CudaLayerOpsTest, EmbeddingAndItsGradientMatchHostBitwise) {
   }
 }
 
+// GPT-2's 50,257-token vocabulary: a table that size, ids over all of it with many repeats
+// (one id in four from a handful of common tokens). Bitwise the host's, and the same again.
+TEST_F(CudaLayerOpsTest, EmbeddingGradientAtTheGpt2VocabularyMatchesHostBitwise) {
+  const int64_t vocab = 50257, dim = 16, n = 600;
+  std::vector<int32_t> id_values = random_labels(n, static_cast<int32_t>(vocab), 4);
+  for (int64_t i = 0; i < n; i += 4) id_values[i] = static_cast<int32_t>((i * 7) % 5) * 10000;
+  id_values[1] = static_cast<int32_t>(vocab - 1);
+  Pair ids = upload_i32(id_values, {n});
+  Pair dy = upload(random_vector(n * dim, 3, -10, 10), {n, dim});
+  Pair table = upload(random_vector(vocab * dim, 1), {vocab, dim});
+  run_both([&](Stream& s, auto side) { embedding_backward(side(dy), side(ids), side(table), s); });
+  expect_bitwise(table);
+  Tensor again = Tensor::from_host(random_vector(vocab * dim, 1), {vocab, dim}, kCuda0, *cuda_);
+  embedding_backward(dy.cuda, ids.cuda, again, *cuda_);
+  EXPECT_TRUE(bitwise_equal(again.to_host_f32(*cuda_), cuda_values(table)));
+}
+
 TEST_F(CudaLayerOpsTest, InvalidIdIsTheSameErrorOnBothBackends) {
   Pair table = upload(random_vector(4 * 3, 1), {4, 3});
   Pair bad = upload_i32({0, 9, 2}, {3}), good = upload_i32({0, 3, 2}, {3});
@@ -67,7 +84,8 @@ TEST_F(CudaLayerOpsTest, InvalidIdIsTheSameErrorOnBothBackends) {
 
 TEST_F(CudaLayerOpsTest, LayerNormMatchesHostAndRepeats) {
   for (auto [rows, cols] :
-       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 7}, {129, 65}, {64, 768}, {7, 3000}}) {
+       std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {3, 7}, {129, 65}, {64, 768}, {7, 3000}, {1, 5000}, {300, 33}}) {
     for (bool accumulate : {false, true}) {
       SCOPED_TRACE(testing::Message() << rows << "x" << cols << " accumulate=" << accumulate);
       Pair x = upload(random_vector(rows * cols, 1, -3, 3), {rows, cols});
@@ -100,6 +118,18 @@ TEST_F(CudaLayerOpsTest, LayerNormMatchesHostAndRepeats) {
       if (!accumulate) {
         EXPECT_TRUE(bitwise_equal(cuda_values(dx), first_dx));
       }
+      // dgamma and dbeta (tiled column sums: 2 row tiles at 300 rows) repeat bitwise too.
+      std::vector<float> param_grads[2];
+      for (auto& grads : param_grads) {
+        Tensor g = Tensor::from_host(std::vector<float>(cols, 0.0f), {cols}, kCuda0, *cuda_);
+        Tensor b = Tensor::from_host(std::vector<float>(cols, 0.0f), {cols}, kCuda0, *cuda_);
+        layernorm_backward(x.cuda, gamma.cuda, mean.cuda, rstd.cuda, dy.cuda, dx2, false, g, b,
+                           *cuda_);
+        grads = g.to_host_f32(*cuda_);
+        const auto beta_grads = b.to_host_f32(*cuda_);
+        grads.insert(grads.end(), beta_grads.begin(), beta_grads.end());
+      }
+      EXPECT_TRUE(bitwise_equal(param_grads[0], param_grads[1]));
     }
   }
 }

@@ -112,7 +112,8 @@ TEST_F(CudaOpsTest, GemmMatchesHostForAllTransposesAndLeadingDimensions) {
 
 TEST_F(CudaOpsTest, BiasAddAndBiasGradMatchHost) {
   for (auto [rows, cols] :
-       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 7}, {129, 65}, {1000, 3}}) {
+       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 7}, {129, 65}, {1000, 3}, {0, 5},
+                                                {1, 5000}, {300, 768}, {513, 33}}) {
     SCOPED_TRACE(testing::Message() << rows << "x" << cols);
     Pair y = upload(random_vector(rows * cols, 1), {rows, cols});
     Pair bias = upload(random_vector(cols, 2), {cols});
@@ -126,6 +127,36 @@ TEST_F(CudaOpsTest, BiasAddAndBiasGradMatchHost) {
         ops_of<BiasOps>(k).bias_grad(side(y).f32(), side(dbias).f32(), rows, cols, accumulate, s);
       });
       expect_close(dbias, kRtol, 1e-5);  // sums of `rows` terms, in different orders
+    }
+    // The tiled CUDA sum (several row tiles from 257 rows on) repeats bitwise.
+    Tensor first = Tensor::empty({cols}, DType::kF32, kCuda0);
+    Tensor second = Tensor::empty({cols}, DType::kF32, kCuda0);
+    for (Tensor* out : {&first, &second}) {
+      ops_of<BiasOps>(DeviceKind::kCuda)
+          .bias_grad(y.cuda.f32(), out->f32(), rows, cols, false, *cuda_);
+    }
+    EXPECT_TRUE(bitwise_equal(first.to_host_f32(*cuda_), second.to_host_f32(*cuda_)));
+  }
+}
+
+// tanh (BERT's pooler) and its backward, which takes the forward's output.
+TEST_F(CudaOpsTest, TanhAndItsGradientMatchHost) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    Pair x = upload(random_vector(n, 1, -4.0f, 4.0f), {n});
+    Pair dy = upload(random_vector(n, 2), {n});
+    Pair y = empty({n}, DType::kF32);
+    run_both([&](DeviceKind k, Stream& s, auto side) {
+      ops_of<ActivationOps>(k).tanh(side(x).f32(), side(y).f32(), n, s);
+    });
+    expect_close(y);
+    for (bool accumulate : {false, true}) {
+      Pair dx = upload(random_vector(n, 3), {n});
+      run_both([&](DeviceKind k, Stream& s, auto side) {
+        ops_of<ActivationOps>(k).tanh_backward(side(y).f32(), side(dy).f32(), side(dx).f32(), n,
+                                               accumulate, s);
+      });
+      expect_close(dx);
     }
   }
 }
@@ -231,8 +262,8 @@ TEST_F(CudaOpsTest, CastsMatchHostBitwise) {
 
 // ---- softmax cross-entropy -------------------------------------------------------------------
 
-const std::vector<std::pair<int64_t, int64_t>> kXentShapes = {{1, 1},    {1, 10},    {7, 3},
-                                                              {128, 10}, {33, 1000}, {300, 17}};
+const std::vector<std::pair<int64_t, int64_t>> kXentShapes = {
+    {1, 1}, {1, 10}, {7, 3}, {128, 10}, {33, 1000}, {300, 17}, {1, 5000}, {257, 33}};
 
 TEST_F(CudaOpsTest, SoftmaxXentMatchesHost) {
   for (auto [rows, cols] : kXentShapes) {
@@ -293,6 +324,33 @@ TEST_F(CudaOpsTest, SoftmaxXentIsBitwiseRepeatable) {
       EXPECT_TRUE(bitwise_equal(first, result));
     }
   }
+}
+
+// GPT-2's vocabulary: 50,257 classes (8 rows here; the model's [16384, 50257] has the same
+// per-row work). Matches the host, and the loss and dlogits repeat bitwise.
+TEST_F(CudaOpsTest, SoftmaxXentAtTheGpt2VocabularyMatchesHostAndRepeats) {
+  const int64_t rows = 8, cols = 50257;
+  Pair logits = upload(random_vector(rows * cols, 1, -8.0f, 8.0f), {rows, cols});
+  std::vector<int32_t> label_values = random_labels(rows, static_cast<int32_t>(cols), 2);
+  label_values[0] = 0;
+  label_values[1] = static_cast<int32_t>(cols - 1);
+  label_values[2] = kIgnoreLabel;
+  Pair labels = upload_i32(label_values, {rows});
+  Pair loss = empty({1}, DType::kF32);
+  Pair dlogits = empty({rows, cols}, DType::kF32);
+  run_both([&](DeviceKind k, Stream& s, auto side) {
+    ops_of<SoftmaxXentOps>(k).softmax_xent(side(logits).f32(), side(labels).i32(), rows, cols,
+                                           1.0f / rows, nullptr, side(loss).f32(),
+                                           side(dlogits).f32(), s);
+  });
+  expect_close(loss);
+  expect_close(dlogits, kRtol, 1e-7);
+  const auto first_loss = cuda_values(loss), first_grad = cuda_values(dlogits);
+  ops_of<SoftmaxXentOps>(DeviceKind::kCuda)
+      .softmax_xent(logits.cuda.f32(), labels.cuda.i32(), rows, cols, 1.0f / rows, nullptr,
+                    loss.cuda.f32(), dlogits.cuda.f32(), *cuda_);
+  EXPECT_TRUE(bitwise_equal(cuda_values(loss), first_loss));
+  EXPECT_TRUE(bitwise_equal(cuda_values(dlogits), first_grad));
 }
 
 // Both backends fail alike on a bad label: the same message, raised by the stream at its next
