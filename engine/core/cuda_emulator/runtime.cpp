@@ -274,6 +274,14 @@ cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int) {
   return emu::valid_device(peer) ? cudaSuccess : fail(cudaErrorInvalidDevice);
 }
 
+cudaError_t cudaGetDriverEntryPointByVersion(const char*, void** fn, unsigned int,
+                                             unsigned long long,
+                                             cudaDriverEntryPointQueryResult* status) {
+  if (fn != nullptr) *fn = nullptr;
+  if (status != nullptr) *status = cudaDriverEntryPointSymbolNotFound;
+  return cudaSuccess;
+}
+
 cudaError_t cudaDeviceDisablePeerAccess(int peer) {
   return emu::valid_device(peer) ? cudaSuccess : fail(cudaErrorInvalidDevice);
 }

@@ -144,6 +144,16 @@ cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer);
 cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags);
 cudaError_t cudaDeviceDisablePeerAccess(int peer);
 cudaError_t cudaDriverGetVersion(int* version);
+// No driver: every symbol is "not found" (DeviceGuard then relies on what lockstep bound).
+enum cudaDriverEntryPointQueryResult {
+  cudaDriverEntryPointSuccess = 0,
+  cudaDriverEntryPointSymbolNotFound = 1,
+  cudaDriverEntryPointVersionNotSufficent = 2,
+};
+enum : unsigned long long { cudaEnableDefault = 0 };
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int version,
+                                             unsigned long long flags,
+                                             cudaDriverEntryPointQueryResult* status);
 cudaError_t cudaRuntimeGetVersion(int* version);
 
 // Memory: cudaMalloc counts against the device's limit (LOCKSTEP_EMULATED_GPU_MEMORY bytes,
