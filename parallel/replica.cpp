@@ -42,11 +42,7 @@ std::vector<ParameterExtent> parameter_extents(const nn::ParameterStore& store) 
   }
   return extents;
 }
-}  // namespace
 
-int current_replica() { return t_current_replica; }
-
-namespace {
 // Makes `device` the calling thread's before any member touches it: the step's staging and
 // outcome events are made in the initializer list, and an event made on a thread with no device
 // bound lands on GPU 0 and makes a context there (Note [Bind before any device state]).
@@ -55,6 +51,8 @@ Device bound_to_this_thread(Device device) {
   return device;
 }
 }  // namespace
+
+int current_replica() { return t_current_replica; }
 
 Replica::Replica(int rank, Device device, const ModelFactory& model,
                  const OptimizerFactory& optimizer, std::unique_ptr<Communicator> comm,
