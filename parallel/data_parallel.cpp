@@ -148,8 +148,8 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
 // Note [Graphs with several GPUs in one process]
 // NCCL's guide ("Using NCCL with CUDA Graphs") warns that capturing NCCL work with several GPUs
 // per process "may result in deadlocks". Until a run on several GPUs has shown lockstep's
-// capture to be safe (the CUDA tests CudaFailure.* and CudaStepGraphs.* on 2+ GPUs, both run by
-// scripts/gpu-check), graphs are off by default when this process drives more than one GPU;
+// capture to be safe (the CUDA tests CudaFailure.* and CudaStepGraphs.* on 2+ GPUs,
+// tests/parallel/cuda_multi_gpu_test.cpp, both run by scripts/gpu-check), graphs are off by default when this process drives more than one GPU;
 // DataParallelOptions::graphs = true (--graphs) turns them on. Host devices and one GPU per
 // process keep them on: the host backend replays its collectives through the communicator, and
 // one GPU per process is the case NCCL's guide supports.

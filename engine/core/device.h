@@ -42,6 +42,10 @@ CudaAvailability cuda_availability();
 // Whether this build of lockstep contains the CUDA backend.
 bool built_with_cuda();
 
+// True when CUDA device `device` has its primary context in this process (it holds GPU memory
+// there); false when it has none, when the driver cannot be asked, or without the CUDA backend.
+bool cuda_primary_context_active(int device) noexcept;
+
 // Host devices: how many cores each one uses for its kernels (oneTBB arena size and GEMM
 // splits). Default 1, so N host devices use N cores and never oversubscribe the machine.
 // Must be set before the first host device is used; later calls are an error.

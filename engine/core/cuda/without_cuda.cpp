@@ -17,6 +17,8 @@ constexpr const char* kNoCudaReason =
 
 bool built_with_cuda() { return false; }
 
+bool cuda_primary_context_active(int) noexcept { return false; }
+
 CudaAvailability cuda_availability() { return {0, kNoCudaReason}; }
 
 std::unique_ptr<DeviceRuntime> make_cuda_runtime(Device device) {
