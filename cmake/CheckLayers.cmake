@@ -1,8 +1,8 @@
 # Fails when a library file includes a header of a layer above its own.
 #   cmake -DROOT=<source dir> -P cmake/CheckLayers.cmake
 # Layers, lowest first: engine/core <- ops <- engine/model <- parallel. A file may include its own
-# layer and the ones below; nothing in the library includes bench/, examples/ or tests/; and
-# examples/ include no library header but <lockstep/lockstep.h>.
+# layer and the ones below; nothing in the library includes bench/, examples/, programs/ or tests/;
+# and programs/ and examples/ include no library header but <lockstep/lockstep.h>.
 # Only quoted project includes ("engine/...", "ops/...", "parallel/...") are checked.
 set(layers engine/core ops engine/model parallel)
 set(violations "")
@@ -16,7 +16,7 @@ foreach(layer IN LISTS layers)
     file(STRINGS "${file}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"")
     foreach(line IN LISTS includes)
       string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]+\"([^\"]+)\".*" "\\1" header "${line}")
-      if(NOT header MATCHES "^(engine|ops|parallel|bench|examples|tests)/")
+      if(NOT header MATCHES "^(engine|ops|parallel|bench|examples|programs|tests)/")
         continue()  # a system or third-party header
       endif()
       set(allowed FALSE)
@@ -37,13 +37,14 @@ foreach(layer IN LISTS layers)
   endforeach()
   math(EXPR level "${level} + 1")
 endforeach()
-# examples/ embed lockstep as an outside application would: the public header only.
-file(GLOB example_files "${ROOT}/examples/*.cpp" "${ROOT}/examples/*.h" "${ROOT}/examples/consumer/*.cpp")
+# programs/ and examples/ embed lockstep as an outside application would: the public header only.
+file(GLOB_RECURSE example_files "${ROOT}/programs/*.cpp" "${ROOT}/programs/*.h"
+     "${ROOT}/examples/*.cpp" "${ROOT}/examples/*.h")
 foreach(file IN LISTS example_files)
   file(STRINGS "${file}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"(engine|ops|parallel)/")
   foreach(line IN LISTS includes)
     file(RELATIVE_PATH rel "${ROOT}" "${file}")
-    string(APPEND violations "  ${rel} (an example) includes an internal header: ${line}\n")
+    string(APPEND violations "  ${rel} (a program or example) includes an internal header: ${line}\n")
   endforeach()
 endforeach()
 if(violations)

@@ -19,7 +19,7 @@ torch has one, and --compile auto (the default) runs each device count both eage
 torch.compile(ddp_model) and reports the faster, naming it in each run's "torch_compile"
 (false/true) next to "compile_samples_per_s" with both numbers. --compile off / on run one.
 
-  python3 bench/peers/pytorch_ddp.py --devices 1,2 --per-device-batch 128 --steps 100 \\
+  python3 bench/peers/pytorch_ddp.py --devices host:2 --per-device-batch 128 --steps 100 \\
       --warmup 10 --host-threads 1 --json out/pytorch-ddp.json
 
 Needs PyTorch (Debian: apt-get install -y python3-torch, then run with /usr/bin/python3).
@@ -48,10 +48,12 @@ def parse_args(argv):
         prog="pytorch_ddp.py",
         description="Scaling test with PyTorch DDP, mirroring lockstep-scale's flags and JSON.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="--devices lists device COUNTS: 1,2 (host processes), host:1,2, cuda:1,2,4 (the "
-               "first N GPUs), auto (1,2,4,... up to every GPU, else up to the core count plus "
-               "the core count). The list must contain 1.")
+        epilog="--devices names the devices as lockstep-scale does: host:N (N processes on the "
+               "host), host (one per core), cuda (every GPU), cuda:N (the first N GPUs), auto "
+               "(every GPU, else one per core); --counts the device counts to run (default 1,2,4,"
+               "... up to all, and all). The counts must contain 1.")
     p.add_argument("--devices", default="auto")
+    p.add_argument("--counts", default="")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--model", default="mlp", choices=["mlp"])
     p.add_argument("--hidden", default="1024,1024")
@@ -102,27 +104,34 @@ def parse_args(argv):
 def resolve_devices(a, torch):
     spec = a.devices
     kind = "cuda" if spec.startswith("cuda") else "host"
+    if spec == "auto" and torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        kind = "cuda"
     if spec in ("auto", "host", "cuda"):
-        if spec == "auto" and torch.cuda.is_available() and torch.cuda.device_count() > 0:
-            kind = "cuda"
         top = torch.cuda.device_count() if kind == "cuda" else len(os.sched_getaffinity(0))
         if top == 0:
             raise RuntimeError("--devices cuda: no GPU is usable")
+    elif spec.startswith(("host:", "cuda:")) and spec[5:].isdigit() and int(spec[5:]) > 0:
+        top = int(spec[5:])
+    else:
+        raise UsageError(f"--devices: unknown spec '{spec}'; use host:N, host, cuda, cuda:N or auto "
+                         "(the counts to run go in --counts)")
+    if a.counts:
+        try:
+            counts = sorted(int(c) for c in a.counts.split(","))
+        except ValueError:
+            raise UsageError(f"--counts: '{a.counts}' is not a list of device counts")
+        if counts[0] <= 0 or len(set(counts)) != len(counts):
+            raise UsageError(f"--counts {a.counts}: counts must be positive and listed once")
+        if counts[-1] > top:
+            raise UsageError(f"--counts asks for {counts[-1]} devices; --devices {spec} gives {top}")
+    else:
         counts, n = [], 1
         while n < top:
             counts.append(n)
             n *= 2
         counts.append(top)
-    else:
-        text = spec.split(":", 1)[1] if spec.startswith(("host:", "cuda:")) else spec
-        try:
-            counts = sorted(int(c) for c in text.split(","))
-        except ValueError:
-            raise UsageError(f"--devices: unknown spec '{spec}'; use 1,2,... host:1,2 cuda:1,2 or auto")
-        if counts[0] <= 0 or len(set(counts)) != len(counts):
-            raise UsageError(f"--devices {spec}: counts must be positive and listed once")
     if counts[0] != 1:
-        raise UsageError(f"--devices {spec} has no 1-device run; scaling efficiency is measured "
+        raise UsageError(f"--counts {a.counts} has no 1-device run; scaling efficiency is measured "
                          "against one device, so the list must contain 1")
     if a.mode == "strong":
         for n in counts:

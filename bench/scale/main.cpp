@@ -17,12 +17,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "engine/core/device.h"
 #include "engine/core/runtime.h"
 #include "engine/model/data/dataset.h"
-#include "examples/stop_signals.h"
+#include "programs/common/stop_signals.h"
 #include "parallel/world.h"
 #include "progress.h"
 #include "scale_options.h"
@@ -39,7 +40,7 @@ void print_plan(const ScaleOptions& o, const DevicePlan& plan) {
     counts += std::to_string(n);
   }
   std::printf("lockstep-scale: %s scaling on %s device counts %s (%d cores), ",
-              scale_mode_name(o.mode), std::string(ls::device_kind_name(plan.kind)).c_str(),
+              scale_mode_name(o.mode), std::string(ls::device_kind_name(plan.kind())).c_str(),
               counts.c_str(), ls::host_core_count());
   if (o.mode == ScaleMode::kWeak) {
     std::printf("%lld examples per device per step", static_cast<long long>(o.per_device_batch));
@@ -48,7 +49,7 @@ void print_plan(const ScaleOptions& o, const DevicePlan& plan) {
   }
   std::printf(", %lld steps (%lld warm-up, %lld timed windows)\n", static_cast<long long>(o.steps),
               static_cast<long long>(o.warmup), static_cast<long long>(o.windows));
-  if (plan.kind == ls::DeviceKind::kHost &&
+  if (plan.kind() == ls::DeviceKind::kHost &&
       plan.counts.back() * o.host_threads > ls::host_core_count()) {
     std::printf(
         "lockstep-scale: warning: %d host device(s) x %d thread(s) is more than the %d "
@@ -83,7 +84,7 @@ std::optional<ScalePoint> run_alone(const ScaleOptions& o, const Workload& work,
                                     ProgressBar& progress, const StopSignals& stop) {
   std::optional<ScalePoint> point;
   if (world.rank() == 0) {
-    point = run_scale_point(o, work, first_devices(plan.kind, n), nullptr, progress, stop);
+    point = run_scale_point(o, work, plan.first(n), nullptr, progress, stop);
   }
   const bool stopped = world.any_process(world.rank() == 0 && !point, kAloneBound);
   if (stopped) return std::nullopt;
@@ -104,7 +105,7 @@ int run(const ScaleOptions& o, const DevicePlan& plan, const ls::WorldScope& wor
                 world->size());
     // Open MPI binds each process to one core by default (-np <= 2: --bind-to core), which
     // would make host devices of one process share that core.
-    if (plan.kind == ls::DeviceKind::kHost && ls::host_core_count() < plan.counts.back()) {
+    if (plan.kind() == ls::DeviceKind::kHost && ls::host_core_count() < plan.counts.back()) {
       std::printf(
           "lockstep-scale: note: this process may use %d core(s); mpirun binds processes to "
           "cores unless told otherwise: add --bind-to none (or --map-by ...:PE=N)\n",
@@ -130,8 +131,8 @@ int run(const ScaleOptions& o, const DevicePlan& plan, const ls::WorldScope& wor
         point = run_alone(o, work, plan, n, *world, progress, stop);
       } else {
         const std::unique_ptr<ls::World> span =
-            world->with_local_devices(first_devices(plan.kind, n));
-        point = run_scale_point(o, work, first_devices(plan.kind, n),
+            world->with_local_devices(plan.first(n));
+        point = run_scale_point(o, work, plan.first(n),
                                 world->size() > 1 ? span.get() : nullptr, progress, stop);
       }
       if (!point) {  // every replica thread of that run is joined by now
@@ -158,7 +159,7 @@ int run(const ScaleOptions& o, const DevicePlan& plan, const ls::WorldScope& wor
                  ("lockstep-scale-" + std::to_string(getpid()) + ".json"))
                     .string();
   }
-  if (!json_path.empty()) write_scale_json(o, work, plan.kind, points, json_path);
+  if (!json_path.empty()) write_scale_json(o, work, plan.kind(), points, json_path);
   if (!o.json_path.empty()) std::printf("results written to %s\n", o.json_path.c_str());
   if (!o.plot_path.empty() && draw_scale_plot(json_path, o.plot_path, !temporary_json)) {
     std::printf("plot written to %s\n", o.plot_path.c_str());
@@ -171,7 +172,9 @@ int run(const ScaleOptions& o, const DevicePlan& plan, const ls::WorldScope& wor
 
 int main(int argc, char** argv) {
   const StopSignals stop;  // first: every thread started later inherits its signal mask
-  ScaleOptions options;
+  std::variant<ScaleOptions, int> parsed = parse_scale_options(argc, argv);
+  if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
+  const ScaleOptions& options = std::get<ScaleOptions>(parsed);
   std::optional<ls::WorldScope> world;
   // A process that fails must not leave the others waiting (MPI_Finalize waits for all).
   const auto end_job = [&](int code) {
@@ -179,21 +182,16 @@ int main(int argc, char** argv) {
     return code;
   };
   try {
-    options = parse_scale_options(argc, argv);
-    if (options.help) {
-      std::printf("%s", scale_usage());
-      return 0;
-    }
     const DevicePlan plan = resolve_device_counts(options);  // may throw UsageError
     ls::set_host_threads_per_device(options.host_threads);
     // Under mpirun this joins the other processes (each drives up to the largest count).
-    world.emplace(first_devices(plan.kind, plan.counts.back()));
+    world.emplace(plan.first(plan.counts.back()));
     return run(options, plan, *world, stop);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "lockstep-scale: %s\n\n%s", e.what(), scale_usage());
-    return end_job(2);
+    std::fprintf(stderr, "lockstep-scale: %s\nRun with --help for more information.\n", e.what());
+    return end_job(ls::cli::kUsageExit);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lockstep-scale: error: %s\n", e.what());
-    return end_job(1);
+    return end_job(ls::cli::exit_code_of(e));
   }
 }

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/core/device.h"
-#include "examples/workload.h"
+#include "programs/common/workload.h"
 #include "scale_options.h"
 #include "scale_run.h"
 

@@ -17,8 +17,8 @@
 
 #include "engine/core/device.h"
 #include "engine/model/data/dataset.h"
-#include "examples/stop_signals.h"
-#include "examples/workload.h"
+#include "programs/common/stop_signals.h"
+#include "programs/common/workload.h"
 #include "parallel/data_parallel.h"
 #include "parallel/world.h"
 #include "progress.h"

@@ -148,7 +148,7 @@ def second_signal_trial(train, workdir):
 def scale_trial(scale, rng, trial):
     sig = rng.choice([signal.SIGINT, signal.SIGTERM])
     delay = rng.uniform(0.5, 3.0)
-    cmd = [scale, "--devices", "host:1,2", "--steps", "100000", "--warmup", "1", "--windows", "1",
+    cmd = [scale, "--devices", "host:2", "--steps", "100000", "--warmup", "1", "--windows", "1",
            "--hidden", "32"]
     rc, out, err, took, handled = stop_after(cmd, delay, [sig])
     if not handled and rc == -sig:

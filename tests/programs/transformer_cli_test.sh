@@ -31,7 +31,7 @@ grep -q '"test_accuracy"' "$dir/cls.json" || fail "no test_accuracy in cls.json"
 
 out=$("$train" --model classifier "${tiny[@]}" --init "$fixtures/gpt2-cls" --steps 1 2>&1)
 rc=$?
-[ $rc -eq 1 ] || { echo "$out"; fail "exit $rc for a vocabulary mismatch, expected 1"; }
+[ $rc -eq 2 ] || { echo "$out"; fail "exit $rc for a vocabulary mismatch, expected 2 (usage)"; }
 grep -q "smaller than the tokenizer's (258); pass the model's --tokenizer" <<<"$out" ||
   { echo "$out"; fail "no vocabulary message"; }
 echo "ok: gpt -> export -> classifier --init -> baseline; vocabulary mismatch refused"

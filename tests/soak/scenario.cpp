@@ -1,13 +1,12 @@
 // lockstep-soak-run's command line (see tests/soak/scenario.h).
 #include "soak/scenario.h"
 
-#include <cstdio>
-#include <cstdlib>
-#include <map>
+#include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
-#include "examples/cli_values.h"
+#include "programs/common/cli.h"
 
 namespace ls::soak {
 namespace {
@@ -24,26 +23,12 @@ constexpr std::pair<Kind, const char*> kFaultNames[] = {
     {Kind::kNaN, "nan"},
 };
 
-constexpr const char* kUsage = R"(lockstep-soak-run: one scenario of the fault soak (scripts/soak)
-  --devices N                 host devices (default 2)
-  --fault KIND                none (default), throw-forward, throw-backward, throw-optimizer,
-                              skip-collective, wrong-count, stall, nan
-  --replica R --step S        where the fault fires (replica 0.., step 1..)
-  --steps TOTAL               steps to train (default 6)
-  --seed X                    parameters and batches (default 1)
-  --collective-timeout-ms T   the watchdog's bound (default 400)
-  --stall-ms M                how long a stall lasts (default 3 x the collective timeout)
-  --checkpoint-dir D          save a checkpoint every K steps (--checkpoint-every K, default 1)
-  --resume                    continue from D's latest checkpoint (a fresh start without one)
-  --digest-out FILE           write the final parameters' digest (plain runs)
-Exit: 0 when the run ended as it must, 1 when it did not, 2 on a usage error.
-)";
-
+// A name of kFaultNames (the flag's check has seen to it).
 Kind parse_fault(std::string_view text) {
   for (const auto& [kind, name] : kFaultNames) {
     if (text == name) return kind;
   }
-  throw cli::UsageError("--fault: unknown fault '" + std::string(text) + "'");
+  return Kind::kThrowInForward;
 }
 
 }  // namespace
@@ -55,55 +40,53 @@ const char* fault_name(Kind kind) {
   return "unknown";
 }
 
-Scenario parse_scenario(int argc, char** argv) {
+std::variant<Scenario, int> parse_scenario(int argc, char** argv) {
   Scenario s;
   testing::Fault fault;
-  bool faulty = false;
-  std::optional<int64_t> stall_ms;
-  const std::map<std::string_view, cli::FlagSetter> flags = {
-      {"--devices", [&](auto f, auto v) { s.devices = cli::parse_positive<int>(f, v); }},
-      {"--fault",
-       [&](auto, auto v) {
-         faulty = v != "none";
-         if (faulty) fault.kind = parse_fault(v);
-       }},
-      {"--replica", [&](auto f, auto v) { fault.replica = cli::parse_number<int>(f, v); }},
-      {"--step", [&](auto f, auto v) { fault.step = cli::parse_positive<int64_t>(f, v); }},
-      {"--steps", [&](auto f, auto v) { s.steps = cli::parse_positive<int64_t>(f, v); }},
-      {"--seed", [&](auto f, auto v) { s.seed = cli::parse_number<uint32_t>(f, v); }},
-      {"--collective-timeout-ms",
-       [&](auto f, auto v) {
-         s.collective_timeout = std::chrono::milliseconds(cli::parse_positive<int64_t>(f, v));
-       }},
-      {"--stall-ms", [&](auto f, auto v) { stall_ms = cli::parse_positive<int64_t>(f, v); }},
-      {"--checkpoint-dir", [&](auto, auto v) { s.checkpoint_dir = v; }},
-      {"--checkpoint-every",
-       [&](auto f, auto v) { s.checkpoint_every = cli::parse_positive<int64_t>(f, v); }},
-      {"--digest-out", [&](auto, auto v) { s.digest_out = v; }},
-  };
-  const std::map<std::string_view, std::function<void()>> switches = {
-      {"--resume", [&] { s.resume = true; }},
-      {"--help",
-       [] {
-         std::fputs(kUsage, stdout);
-         std::exit(0);
-       }},
-  };
-  cli::parse_flags(argc, argv, flags, switches);
-  if (faulty) {
-    if (fault.replica < 0 || fault.replica >= s.devices) {
-      throw cli::UsageError("--replica " + std::to_string(fault.replica) + " is not one of the " +
-                            std::to_string(s.devices) + " replicas");
+  std::string fault_text = "none";
+  int64_t stall_ms = 0;
+  std::vector<std::string> faults{"none"};
+  for (const auto& [kind, name] : kFaultNames) faults.emplace_back(name);
+  CLI::App app("One scenario of the fault soak (scripts/soak): a small training run with one "
+               "injected fault, its outcome judged.",
+               "lockstep-soak-run");
+  app.footer("Exit: 0 when the run ended as it must, 1 when it did not, 2 on a usage error.");
+  app.add_option("--devices", s.devices, "host devices")->capture_default_str()->check(cli::positive());
+  app.add_option("--fault", fault_text, "the fault to inject")
+      ->capture_default_str()->check(cli::one_of(faults, "fault"));
+  app.add_option("--replica", fault.replica, "the replica the fault fires on (0..)")
+      ->check(cli::non_negative());
+  app.add_option("--step", fault.step, "the step it fires in (1..)")->check(cli::positive());
+  app.add_option("--steps", s.steps, "steps to train")->capture_default_str()->check(cli::positive());
+  app.add_option("--seed", s.seed, "parameters and batches")->capture_default_str();
+  app.add_option_function<int64_t>(
+         "--collective-timeout-ms",
+         [&s](int64_t ms) { s.collective_timeout = std::chrono::milliseconds(ms); },
+         "the watchdog's bound (default 400)")
+      ->check(cli::positive());
+  app.add_option("--stall-ms", stall_ms, "how long a stall lasts (default 3 x the collective timeout)")
+      ->check(cli::positive());
+  CLI::Option* dir =
+      app.add_option("--checkpoint-dir", s.checkpoint_dir, "save a checkpoint every K steps");
+  app.add_option("--checkpoint-every", s.checkpoint_every, "K")
+      ->capture_default_str()->check(cli::positive())->needs(dir);
+  app.add_flag("--resume", s.resume, "continue from the directory's latest checkpoint (a fresh "
+               "start without one)")->needs(dir);
+  app.add_option("--digest-out", s.digest_out, "write the final parameters' digest (plain runs)");
+  if (const std::optional<int> exit_code = cli::parse(app, argc, argv)) return *exit_code;
+  if (fault_text != "none") {
+    fault.kind = parse_fault(fault_text);
+    if (fault.replica >= s.devices) {
+      return cli::usage_error(app, "--replica " + std::to_string(fault.replica) +
+                                       " is not one of the " + std::to_string(s.devices) +
+                                       " replicas");
     }
     if (fault.step > s.steps) {
-      throw cli::UsageError("--step " + std::to_string(fault.step) + " is past --steps " +
-                            std::to_string(s.steps) + ": the fault would never fire");
+      return cli::usage_error(app, "--step " + std::to_string(fault.step) + " is past --steps " +
+                                       std::to_string(s.steps) + ": the fault would never fire");
     }
-    fault.stall = std::chrono::milliseconds(stall_ms.value_or(3 * s.collective_timeout.count()));
+    fault.stall = std::chrono::milliseconds(stall_ms > 0 ? stall_ms : 3 * s.collective_timeout.count());
     s.fault = fault;
-  }
-  if (s.resume && s.checkpoint_dir.empty()) {
-    throw cli::UsageError("--resume needs --checkpoint-dir");
   }
   return s;
 }

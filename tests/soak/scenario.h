@@ -1,12 +1,13 @@
 // One scenario of the fault soak (tests/soak/soak.py drives many): what lockstep-soak-run
 // trains, which fault it injects where, and where it checkpoints. Parsed from the command line;
-// a bad flag is a cli::UsageError (the program exits with 2 on it).
+// a bad flag exits with 2.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 
 #include "parallel/fault_injection.h"
 
@@ -27,7 +28,8 @@ struct Scenario {
 // "throw-forward", "stall", ...: the names the command line and the driver use.
 const char* fault_name(testing::Fault::Kind kind);
 
-// Throws cli::UsageError naming the bad flag; prints the usage and exits 0 on --help.
-Scenario parse_scenario(int argc, char** argv);
+// The scenario, or the exit code to return at once (0 after --help, 2 after a usage error it
+// printed).
+std::variant<Scenario, int> parse_scenario(int argc, char** argv);
 
 }  // namespace ls::soak

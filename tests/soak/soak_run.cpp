@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
-#include "examples/cli_values.h"
+#include "programs/common/cli.h"
 #include "parallel/data_parallel.h"
 #include "parallel/fault_injection.h"
 #include "parallel/random_batch.h"
@@ -295,13 +295,9 @@ int run(const Scenario& s) {
 }  // namespace ls::soak
 
 int main(int argc, char** argv) {
-  ls::soak::Scenario scenario;
-  try {
-    scenario = ls::soak::parse_scenario(argc, argv);
-  } catch (const ls::cli::UsageError& e) {
-    std::fprintf(stderr, "lockstep-soak-run: %s (--help lists the flags)\n", e.what());
-    return 2;
-  }
+  std::variant<ls::soak::Scenario, int> parsed = ls::soak::parse_scenario(argc, argv);
+  if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
+  const ls::soak::Scenario& scenario = std::get<ls::soak::Scenario>(parsed);
   try {
     const int status = ls::soak::run(scenario);
     std::fflush(stdout);

@@ -23,13 +23,15 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "engine/core/error.h"
 #include "engine/core/gpu_monitor.h"
 #include "engine/core/runtime.h"
 #include "engine/core/system_info.h"
-#include "examples/cli_values.h"
+#include "programs/common/cli.h"
+#include "programs/common/flags.h"
 #include "parallel/mpi/mpi_runtime.h"
 #include "parallel/world.h"
 #include "tools/doctor/allreduce_check.h"
@@ -47,35 +49,30 @@ namespace {
 using ls::cli::UsageError;
 using namespace ls::doctor;  // NOLINT: the doctor's own checks
 
-constexpr const char* kUsage =
-    "usage: lockstep-doctor [--devices SPEC] [--timeout-ms N] [--json]\n"
-    "  --devices SPEC   devices to check (default auto: every GPU, else one host device per core)\n"
-    "  --timeout-ms N   how long one test collective or copy may take (default 20000)\n"
-    "  --json           print the findings as JSON (for machines) instead of the table\n"
-    "Exit codes: 0 no FAIL, 1 a FAIL, 2 usage error.\n";
-
 struct DoctorOptions {
   std::string devices = "auto";
   std::chrono::milliseconds timeout{20000};
   bool json = false;
   bool all_reduce_only = false;  // internal: the child the P2P checks run (see p2p_checks.h)
-  bool help = false;
 };
 
-DoctorOptions parse_options(int argc, char** argv) {
+// The options, or the exit code to return at once (0 after --help, 2 after a usage error).
+std::variant<DoctorOptions, int> parse_options(int argc, char** argv) {
   DoctorOptions o;
-  const std::map<std::string_view, ls::cli::FlagSetter> flags = {
-      {"--devices", [&](auto, auto v) { o.devices = v; }},
-      {"--timeout-ms",
-       [&](auto f, auto v) {
-         o.timeout = std::chrono::milliseconds(ls::cli::parse_positive<int64_t>(f, v));
-       }},
-  };
-  ls::cli::parse_flags(argc, argv, flags,
-                       {{"-h", [&] { o.help = true; }},
-                        {"--help", [&] { o.help = true; }},
-                        {"--json", [&] { o.json = true; }},
-                        {"--all-reduce-only", [&] { o.all_reduce_only = true; }}});
+  CLI::App app("Checks that this machine can train on its devices: PCIe, ACS, IOMMU, peer "
+               "access, NVML sharing, power and thermals, Xid errors, and a known-answer "
+               "all-reduce.",
+               "lockstep-doctor");
+  app.footer("Exit codes: 0 no FAIL, 1 a FAIL, 2 usage error.");
+  ls::cli::add_devices(app, o.devices);
+  app.add_option_function<int64_t>(
+         "--timeout-ms", [&o](int64_t ms) { o.timeout = std::chrono::milliseconds(ms); },
+         "how long one test collective or copy may take (default 20000)")
+      ->check(ls::cli::positive());
+  app.add_flag("--json", o.json, "print the findings as JSON (for machines) instead of the table");
+  // The child the P2P checks start (p2p_checks.cpp): not for users, so not in --help.
+  app.add_flag("--all-reduce-only", o.all_reduce_only)->group("");
+  if (const std::optional<int> exit_code = ls::cli::parse(app, argc, argv)) return *exit_code;
   return o;
 }
 
@@ -269,18 +266,16 @@ int run_world(const DoctorOptions& o, const ls::World& world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  DoctorOptions options;
+  std::variant<DoctorOptions, int> parsed = parse_options(argc, argv);
+  if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
+  const DoctorOptions& options = std::get<DoctorOptions>(parsed);
   std::vector<ls::Device> devices;
   try {
-    options = parse_options(argc, argv);
-    if (!options.help) devices = ls::cli::parse_devices_flag("--devices", options.devices);
+    devices = ls::cli::devices_of("--devices", options.devices);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "lockstep-doctor: %s\n%s", e.what(), kUsage);
-    return 2;
-  }
-  if (options.help) {
-    std::printf("%s", kUsage);
-    return 0;
+    std::fprintf(stderr, "lockstep-doctor: %s\nRun with --help for more information.\n",
+                 e.what());
+    return ls::cli::kUsageExit;
   }
   bool hung = false;
   if (options.all_reduce_only) {

@@ -1,10 +1,10 @@
-// lockstep-train --strategy auto (see examples/train_auto.h).
-#include "examples/train_auto.h"
+// lockstep-train --strategy auto (see programs/train/train_auto.h).
+#include "programs/train/train_auto.h"
 
 #include <cstdio>
 #include <numeric>
 
-#include "examples/plan_support.h"
+#include "programs/common/plan_support.h"
 
 void apply_auto_strategy(TrainOptions& o, const WorkloadOptions& workload,
                          const std::vector<ls::Device>& devices) {

@@ -1,5 +1,5 @@
 // lockstep-train: trains a model (an MLP on Fashion-MNIST, a GPT on dict-gcide, a transformer
-// classifier on WordNet supersenses; examples/workload.h) data-parallel over the given devices
+// classifier on WordNet supersenses; programs/common/workload.h) data-parallel over the given devices
 // (ZeRO-1/2 with --shard), or with its layers cut into --pipeline stages (pipelines x data
 // parallel when the devices are a multiple), and reports test loss, accuracy and throughput. It
 // is also the example of embedding the engine: load data, make a DataParallel (or a Pipeline:
@@ -20,11 +20,13 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <variant>
 
-#include "examples/stop_signals.h"
-#include "examples/train_auto.h"
-#include "examples/train_options.h"
-#include "examples/workload.h"
+#include "programs/common/cli.h"
+#include "programs/common/stop_signals.h"
+#include "programs/common/workload.h"
+#include "programs/train/train_auto.h"
+#include "programs/train/train_options.h"
 
 namespace {
 
@@ -427,21 +429,16 @@ int report_stop(const TrainOptions& o, const RunSummary& s, const StopSignals& s
 
 int main(int argc, char** argv) {
   const StopSignals stop;  // first: every thread started later inherits its signal mask
-  TrainOptions options;
+  std::variant<TrainOptions, int> parsed = parse_train_options(argc, argv);
+  if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
+  TrainOptions& options = std::get<TrainOptions>(parsed);
   std::vector<ls::Device> devices;
   try {
-    options = parse_train_options(argc, argv);
-    if (!options.help) {
-      ls::set_host_threads_per_device(options.host_threads);
-      devices = ls::cli::parse_devices_flag("--devices", options.devices);
-    }
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "lockstep-train: %s\n\n%s", e.what(), train_usage());
-    return 2;
-  }
-  if (options.help) {
-    std::printf("%s", train_usage());
-    return 0;
+    ls::set_host_threads_per_device(options.host_threads);
+    devices = ls::cli::devices_of("--devices", options.devices);
+  } catch (const ls::cli::UsageError& e) {
+    std::fprintf(stderr, "lockstep-train: %s\nRun with --help for more information.\n", e.what());
+    return ls::cli::kUsageExit;
   }
   const Clock::time_point start = Clock::now();
   std::optional<ls::WorldScope> world;
@@ -485,8 +482,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lockstep-train: error: %s\n", e.what());
     // The other processes must not wait for this one (MPI_Finalize waits for every process).
-    if (world && (*world)->size() > 1) ls::World::abort_job(1);
-    return 1;
+    const int exit_code = ls::cli::exit_code_of(e);
+    if (world && (*world)->size() > 1) ls::World::abort_job(exit_code);
+    return exit_code;
   }
   return 0;
 }

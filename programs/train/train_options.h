@@ -1,25 +1,23 @@
-// Command-line options of lockstep-train and their parser.
-// parse_train_options throws UsageError (exit code 2) for unknown flags and bad values.
+// Command-line options of lockstep-train: its own flags beside the shared ones of
+// programs/common/flags.h, and the checks of flags that do not combine (every one a usage error,
+// exit 2). parse_train_options returns the exit code instead when the program should stop there
+// (after --help, or a usage error it printed).
 #pragma once
 
 #include <cstdint>
 #include <optional>
-#include <stdexcept>
 #include <string>
-#include <vector>
+#include <variant>
 
-#include "examples/cli_values.h"
+#include "programs/common/flags.h"
 
-using UsageError = ls::cli::UsageError;
-
-struct TrainOptions {
+struct TrainOptions : ls::cli::ModelShapeFlags,
+                      ls::cli::OptimizerFlags,
+                      ls::cli::DataParallelFlags,
+                      ls::cli::PipelineScheduleFlags {
   std::string devices = "host:1";
-  std::string data_dir;  // empty: the model's installed data set (examples/workload.h)
+  std::string data_dir;  // empty: the model's installed data set (programs/common/workload.h)
   std::string model = "mlp";
-  std::vector<int64_t> hidden;  // empty: the model's default (mlp 256, transformers 256)
-  int64_t layers = 4;           // transformers
-  int64_t heads = 4;
-  int64_t seq = 128;
   float dropout = 0.0f;
   std::string layout = "gpt2";  // classifier: gpt2 | bert
   std::string pooling;          // classifier: last | first | mean
@@ -33,26 +31,14 @@ struct TrainOptions {
   int64_t batch = 0;  // global, split across the devices; 0: mlp 128, transformers 32
   int64_t accumulate = 1;
   bool uneven_shards = false;
-  int64_t pipeline = 0;           // > 0: pipeline parallelism with this many stages
-  std::string schedule = "1f1b";  // pipeline: 1f1b | gpipe
-  int64_t micro_batches = 4;      // pipeline: micro-batches per step
-  double bucket_mb = 25.0;
-  ls::Precision precision = ls::Precision::kF32;  // --precision f32 | bf16 | f16
-  ls::DType grad_reduce = ls::DType::kF32;        // --grad-reduce f32 | bf16
-  std::optional<bool> graphs;  // --graphs / --no-graphs; unset: DataParallelOptions::graphs
-  ls::ShardMode shard = ls::ShardMode::kNone;  // --shard none | optimizer | gradients
+  int64_t pipeline = 0;  // > 0: pipeline parallelism with this many stages
+  ls::DType grad_reduce = ls::DType::kF32;  // --grad-reduce f32 | bf16
   std::string strategy = "manual";  // auto: the planner sets shard / pipeline (train_auto.h)
   double device_memory_gb = 0;      // --strategy auto; 0: host MemAvailable / devices
   double collective_timeout_s = 600;
   double heartbeat_s = 30;
   std::string telemetry_path;  // empty: no telemetry
   double telemetry_interval_s = 1;
-  std::string optimizer = "adamw";
-  float lr = 1e-3f;
-  float momentum = 0.0f;
-  float weight_decay = 0.01f;
-  uint64_t seed = 1;
-  int host_threads = 1;
   int64_t log_every = 100;
   std::string json_path;
   std::string checkpoint_dir;
@@ -60,8 +46,7 @@ struct TrainOptions {
   int64_t keep_checkpoints = 3;  // the newest N checkpoints stay; 0: all
   int64_t keep_every = 0;        // > 0: also every checkpoint whose step is a multiple of it
   bool resume = false;
-  bool help = false;
 };
 
-TrainOptions parse_train_options(int argc, char** argv);
-const char* train_usage();
+// The options, or the exit code to return at once (0 after --help, 2 after a usage error).
+std::variant<TrainOptions, int> parse_train_options(int argc, char** argv);

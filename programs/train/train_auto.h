@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "examples/train_options.h"
-#include "examples/workload.h"
+#include "programs/train/train_options.h"
+#include "programs/common/workload.h"
 
 void apply_auto_strategy(TrainOptions& o, const WorkloadOptions& workload,
                          const std::vector<ls::Device>& devices);

@@ -1,5 +1,5 @@
-// plan_support (see examples/plan_support.h).
-#include "examples/plan_support.h"
+// plan_support (see programs/common/plan_support.h).
+#include "programs/common/plan_support.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,5 +1,5 @@
-// The workloads of lockstep-train and lockstep-scale (see examples/workload.h).
-#include "examples/workload.h"
+// The workloads of lockstep-train and lockstep-scale (see programs/common/workload.h).
+#include "programs/common/workload.h"
 
 #include <memory>
 #include <sstream>

@@ -6,7 +6,7 @@
 // not block them; a handler installed with sigaction() covers a signal delivered to one of those.
 // A signal the parent set to be ignored (a non-interactive shell's background job ignores
 // SIGINT) stays ignored, as POSIX programs conventionally do.
-#include "examples/stop_signals.h"
+#include "programs/common/stop_signals.h"
 
 #include <pthread.h>
 #include <signal.h>

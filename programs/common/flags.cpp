@@ -1,0 +1,179 @@
+#include "programs/common/flags.h"
+
+#include <utility>
+
+#include "programs/common/cli.h"
+
+namespace ls::cli {
+namespace {
+
+constexpr const char* kModelGroup = "Model";
+constexpr const char* kTrainingGroup = "Training";
+constexpr const char* kParallelGroup = "Parallelism";
+constexpr const char* kOutputGroup = "Output";
+
+// What each model a program may build is (programs/common/workload.h).
+std::string model_help(const std::string& name) {
+  if (name == "mlp") return "mlp: an MLP on Fashion-MNIST images (784-hidden-10)";
+  if (name == "gpt") return "gpt: a GPT-2-layout language model on dict-gcide's English text";
+  if (name == "classifier")
+    return "classifier: a transformer + 4-way linear head on WordNet noun glosses (supersenses "
+           "animal, artifact, food, plant)";
+  if (name == "bag-of-bytes")
+    return "bag-of-bytes: the classifier's baseline, logistic regression on the glosses' byte "
+           "frequencies";
+  return name;
+}
+
+}  // namespace
+
+CLI::Option* add_devices(CLI::App& app, std::string& spec) {
+  return app
+      .add_option("--devices", spec,
+                  "the devices, one replica each: host:N (N host devices), host (one per core), "
+                  "cuda (every GPU), cuda:I,J,... (those GPUs), auto (every GPU, else one host "
+                  "device per core)")
+      ->type_name("SPEC")
+      ->capture_default_str()
+      ->group(kParallelGroup);
+}
+
+CLI::Option* add_model(CLI::App& app, std::string& model, const std::vector<std::string>& models) {
+  std::string help = "the model to build:";
+  for (const std::string& name : models) help += "\n" + model_help(name);
+  return app.add_option("--model", model, help)
+      ->type_name("NAME")
+      ->capture_default_str()
+      ->check(one_of(models, "model"))
+      ->group(kModelGroup);
+}
+
+CLI::Option* add_data(CLI::App& app, std::string& path) {
+  return app
+      .add_option("--data", path,
+                  "the model's data (default: its Debian package's files: mlp "
+                  "/usr/share/datasets/fashion-mnist, gpt /usr/share/dictd/gcide.dict.dz, "
+                  "classifier and bag-of-bytes /usr/share/wordnet/data.noun)")
+      ->type_name("PATH")
+      ->group(kModelGroup);
+}
+
+void add_model_shape(CLI::App& app, ModelShapeFlags& flags, const std::string& hidden_default) {
+  app.add_option("--hidden", flags.hidden,
+                 "mlp: hidden widths; transformers: the hidden size (" + hidden_default + ")")
+      ->type_name("W[,W...]")
+      ->delimiter(',')
+      ->check(positive())
+      ->group(kModelGroup);
+  app.add_option("--layers", flags.layers, "transformer blocks")
+      ->capture_default_str()
+      ->check(positive())
+      ->group(kModelGroup);
+  app.add_option("--heads", flags.heads, "attention heads")
+      ->capture_default_str()
+      ->check(positive())
+      ->group(kModelGroup);
+  app.add_option("--seq", flags.seq, "tokens per example")
+      ->capture_default_str()
+      ->check(positive())
+      ->group(kModelGroup);
+}
+
+void add_optimizer_kind(CLI::App& app, OptimizerFlags& flags) {
+  app.add_option("--optimizer", flags.optimizer, "adamw or sgd")
+      ->type_name("NAME")
+      ->capture_default_str()
+      ->check(one_of({"adamw", "sgd"}, "optimizer"))
+      ->group(kTrainingGroup);
+  app.add_option("--momentum", flags.momentum, "SGD momentum")
+      ->capture_default_str()
+      ->check(in_range(0, 1))
+      ->group(kTrainingGroup);
+}
+
+void add_optimizer(CLI::App& app, OptimizerFlags& flags) {
+  add_optimizer_kind(app, flags);
+  app.add_option("--lr", flags.lr, "learning rate")
+      ->capture_default_str()
+      ->check(positive())
+      ->group(kTrainingGroup);
+  app.add_option("--weight-decay", flags.weight_decay, "AdamW decoupled weight decay / SGD L2")
+      ->capture_default_str()
+      ->check(non_negative())
+      ->group(kTrainingGroup);
+  app.add_option("--seed", flags.seed, "seed for initialisation and shuffling")
+      ->capture_default_str()
+      ->check(non_negative())
+      ->group(kTrainingGroup);
+}
+
+CLI::Option* add_bucket_mb(CLI::App& app, double& mib) {
+  return app.add_option("--bucket-mb", mib, "gradient bucket cap in MiB (the first bucket is 1 MiB)")
+      ->capture_default_str()
+      ->check(positive())
+      ->group(kParallelGroup);
+}
+
+void add_data_parallel(CLI::App& app, DataParallelFlags& flags) {
+  add_bucket_mb(app, flags.bucket_mb);
+  app.add_option_function<std::string>(
+         "--shard", [&flags](const std::string& v) { flags.shard = shard_mode_of(v); },
+         "none (default); optimizer: ZeRO-1, each device keeps the optimizer state of 1/N of the "
+         "parameters; gradients: ZeRO-2, also 1/N of the summed gradients (same results, less "
+         "memory)")
+      ->type_name("MODE")
+      ->check(one_of({"none", "optimizer", "gradients"}, "shard mode"))
+      ->group(kParallelGroup);
+  app.add_option_function<std::string>(
+         "--precision", [&flags](const std::string& v) { flags.precision = *parse_precision(v); },
+         "f32 (default), bf16 or f16: the precision of every matrix product's operands (f32 "
+         "accumulation; weights, gradients and optimizer state stay f32); f16 scales the loss "
+         "dynamically")
+      ->type_name("P")
+      ->check(one_of({"f32", "bf16", "f16"}, "precision"))
+      ->group(kParallelGroup);
+  CLI::Option* eager =
+      app.add_flag_callback("--no-graphs", [&flags] { flags.graphs = false; },
+                            "run every step eagerly (by default a step of an unchanged shape is "
+                            "captured once as a graph and launched after two warm-up steps; not "
+                            "on several GPUs of one process until that is shown safe: "
+                            "docs/gpu.md)")
+          ->group(kParallelGroup);
+  app.add_flag_callback("--graphs", [&flags] { flags.graphs = true; },
+                        "run steps as graphs on several GPUs of one process too")
+      ->excludes(eager)
+      ->group(kParallelGroup);
+  app.add_option("--host-threads", flags.host_threads, "cores per host device")
+      ->capture_default_str()
+      ->check(positive())
+      ->group(kParallelGroup);
+}
+
+void add_pipeline_schedule(CLI::App& app, PipelineScheduleFlags& flags) {
+  app.add_option("--schedule", flags.schedule, "pipeline schedule: 1f1b or gpipe")
+      ->type_name("NAME")
+      ->capture_default_str()
+      ->check(one_of({"1f1b", "gpipe"}, "schedule"))
+      ->group(kParallelGroup);
+  app.add_option("--micro-batches", flags.micro_batches, "pipeline micro-batches per step")
+      ->capture_default_str()
+      ->check(positive())
+      ->group(kParallelGroup);
+}
+
+CLI::Option* add_device_memory(CLI::App& app, double& gb) {
+  return app
+      .add_option("--device-memory-gb", gb,
+                  "memory per device for the planner (default for host devices: MemAvailable / "
+                  "devices)")
+      ->check(positive())
+      ->group(kParallelGroup);
+}
+
+CLI::Option* add_json(CLI::App& app, std::string& path) {
+  return app.add_option("--json", path, "write the results as JSON")
+      ->type_name("PATH")
+      ->group(kOutputGroup);
+}
+
+}  // namespace ls::cli
