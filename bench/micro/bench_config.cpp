@@ -2,12 +2,11 @@
 #include "bench/micro/bench_config.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
-#include <cstring>
-#include <exception>
 #include <string>
-#include <string_view>
+
+#include "programs/common/cli.h"
+#include "programs/common/flags.h"
 
 namespace ls::bench {
 namespace {
@@ -17,63 +16,41 @@ std::vector<Registrar>& registrars() {
   return list;
 }
 
-// Matches `--name VALUE` or `--name=VALUE` at argv[*i]; on a match stores VALUE, advances *i past
-// it and returns true. A missing value leaves *value null.
-bool take_flag(int argc, char** argv, int* i, std::string_view name, const char** value) {
-  const std::string_view arg = argv[*i];
-  if (arg == name) {
-    *value = *i + 1 < argc ? argv[*i + 1] : nullptr;
-    *i += *value ? 2 : 1;
-    return true;
-  }
-  if (arg.size() > name.size() && arg.starts_with(name) && arg[name.size()] == '=') {
-    *value = argv[*i] + name.size() + 1;
-    *i += 1;
-    return true;
-  }
-  return false;
-}
-
-bool parse_positive(const char* text, int* out) {
-  const std::string_view s = text;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && end == s.data() + s.size() && *out >= 1;
-}
-
 }  // namespace
 
-bool parse_bench_flags(int* argc, char** argv, BenchConfig* config) {
+std::optional<int> parse_bench_flags(int* argc, char** argv, BenchConfig* config) {
   std::string spec = "auto";
   int host_ranks = 0;
-  int kept = 1;
-  for (int i = 1; i < *argc;) {
-    const char* value = nullptr;
-    if (take_flag(*argc, argv, &i, "--devices", &value)) {
-      if (!value || !*value) {
-        std::fprintf(stderr,
-                     "lockstep-bench: --devices needs a value (auto, host:N, cuda, cuda:0,1)\n");
-        return false;
-      }
-      spec = value;
-    } else if (take_flag(*argc, argv, &i, "--host-ranks", &value)) {
-      if (!value || !parse_positive(value, &host_ranks)) {
-        std::fprintf(stderr, "lockstep-bench: --host-ranks needs a positive integer, got '%s'\n",
-                     value ? value : "");
-        return false;
-      }
-    } else {
-      argv[kept++] = argv[i++];
-    }
+  bool help = false;
+  CLI::App app("Microbenchmarks of lockstep's ops, ceilings, collectives and training steps; "
+               "Google Benchmark's flags (--benchmark_filter=..., --benchmark_format=json, ...) "
+               "work as usual.",
+               "lockstep-bench");
+  app.allow_extras();  // Google Benchmark's flags, passed on in order
+  app.set_help_flag();
+  app.add_flag("-h,--help", help, "this help, then Google Benchmark's");
+  ls::cli::add_devices(app, spec);
+  app.add_option("--host-ranks", host_ranks,
+                 "also run the host collectives on up to N ranks (oversubscribed)")
+      ->check(ls::cli::positive());
+  if (const std::optional<int> exit_code = ls::cli::parse(app, *argc, argv)) return exit_code;
+  std::vector<std::string> rest = app.remaining();
+  if (help) {
+    std::printf("%s\n", app.help().c_str());
+    rest.emplace_back("--help");  // Google Benchmark prints its own and exits
   }
-  *argc = kept;
-  argv[kept] = nullptr;
+  // argv keeps the program's name, then the arguments Google Benchmark is to see.
+  static std::vector<std::string> kept;  // argv points into it until the program ends
+  kept = std::move(rest);
+  *argc = 1;
+  for (std::string& arg : kept) argv[(*argc)++] = arg.data();
+  argv[*argc] = nullptr;
 
   std::vector<Device> devices;
   try {
-    devices = parse_devices(spec);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "lockstep-bench: bad --devices '%s': %s\n", spec.c_str(), e.what());
-    return false;
+    devices = ls::cli::devices_of("--devices", spec);
+  } catch (const ls::cli::UsageError& e) {
+    return ls::cli::usage_error(app, e.what());
   }
   config->gpu_count = cuda_availability().device_count;
   if (devices.front().is_cuda()) {
@@ -83,7 +60,7 @@ bool parse_bench_flags(int* argc, char** argv, BenchConfig* config) {
     config->host_devices = devices;
   }
   config->host_ranks = std::max(host_ranks, static_cast<int>(config->host_devices.size()));
-  return true;
+  return std::nullopt;
 }
 
 bool add_registrar(Registrar registrar) {

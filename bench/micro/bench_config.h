@@ -1,13 +1,14 @@
 // lockstep-bench's own command-line flags and the registry through which each benchmark file
 // registers its benchmarks once the flags are known.
 //
-// main() calls parse_bench_flags() before benchmark::Initialize: it removes --devices SPEC and
-// --host-ranks N (also --flag=value) from argv, so Google Benchmark never sees them, then runs
-// every registrar. Registrars call benchmark::RegisterBenchmark; they run once, in link order.
+// main() calls parse_bench_flags() before benchmark::Initialize: it parses lockstep-bench's flags
+// with CLI11 (--devices as in every program, --host-ranks N) and leaves the rest in argv for
+// Google Benchmark, then runs every registrar. Registrars call benchmark::RegisterBenchmark; they run once, in link order.
 // Diagnostics go to stderr only: stdout belongs to Google Benchmark (--benchmark_format=json).
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "engine/core/device.h"
@@ -24,9 +25,10 @@ struct BenchConfig {
   int gpu_count = 0;
 };
 
-// Parses and removes lockstep-bench's flags from argv. Returns false (after printing why to
-// stderr) on a bad flag.
-bool parse_bench_flags(int* argc, char** argv, BenchConfig* config);
+// Parses lockstep-bench's flags and leaves in argv only what Google Benchmark is to read (with
+// "--help" when help was asked: it prints its own after lockstep-bench's). Returns the exit code
+// when the program should stop (2 after printing a usage error to stderr).
+std::optional<int> parse_bench_flags(int* argc, char** argv, BenchConfig* config);
 
 using Registrar = std::function<void(const BenchConfig&)>;
 // Called from a namespace-scope initializer in each benchmark file: `const bool kRegistered =

@@ -1,6 +1,6 @@
 // lockstep-bench's entry point. Google Benchmark's own flags (--benchmark_filter,
-// --benchmark_format=json, ...) work as usual; lockstep-bench adds two, removed from argv before
-// Google Benchmark sees them (see bench/micro/bench_config.h):
+// --benchmark_format=json, ...) work as usual; lockstep-bench adds two, parsed with CLI11 before
+// Google Benchmark sees the rest (see bench/micro/bench_config.h):
 //   --devices SPEC   devices for the collectives and data-parallel steps (default auto: every
 //                    usable GPU, else one host device per core)
 //   --host-ranks N   also run the host collectives with up to N ranks (more than the cores)
@@ -9,27 +9,16 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
-#include <cstdio>
-#include <string_view>
+#include <optional>
 
 #include "bench/micro/bench_config.h"
 #include "bench/micro/collective_harness.h"
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--help") {  // Google Benchmark prints the rest and exits
-      std::printf(
-          "lockstep-bench [--devices SPEC] [--host-ranks N] [Google Benchmark flags]\n"
-          "  --devices SPEC   devices of the collectives and dp_step benchmarks: auto (default;\n"
-          "                   every usable GPU, else one host device per core), host:N, cuda,\n"
-          "                   cuda:0,1\n"
-          "  --host-ranks N   also run the host collectives on up to N ranks (oversubscribed)\n\n");
-      break;
-    }
-  }
   openblas_set_num_threads(1);
   ls::bench::BenchConfig config;
-  if (!ls::bench::parse_bench_flags(&argc, argv, &config)) return 2;
+  if (const std::optional<int> exit_code = ls::bench::parse_bench_flags(&argc, argv, &config))
+    return *exit_code;
   ls::bench::run_registrars(config);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
