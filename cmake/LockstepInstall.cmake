@@ -20,7 +20,7 @@ set(LOCKSTEP_PUBLIC_HEADERS
   engine/model/data/text_corpus.h engine/model/data/tokenizer.h engine/model/data/wordnet.h
   engine/model/nn/transformer_config.h
   parallel/buckets.h parallel/data_parallel.h parallel/pipeline.h parallel/pipeline_schedule.h
-  parallel/world.h)
+  parallel/trainer.h parallel/world.h)
 foreach(header IN LISTS LOCKSTEP_PUBLIC_HEADERS)
   get_filename_component(dir ${header} DIRECTORY)
   install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lockstep/${dir})

@@ -66,6 +66,10 @@ int64_t DataParallel::steps_taken() const { return impl_->steps_taken(); }
 int64_t DataParallel::skipped_steps() const { return impl_->skipped_steps(); }
 int64_t DataParallel::parameter_count() const { return impl_->parameter_count(); }
 const std::vector<Bucket>& DataParallel::buckets() const { return impl_->buckets(); }
+std::string DataParallel::layout() const {
+  return std::to_string(impl_->buckets().size()) + " gradient bucket(s)";
+}
+std::vector<NamedParameter> DataParallel::model_parameters() { return named_parameters(0); }
 std::string DataParallel::save(const std::string& dir, const TrainingPosition& position,
                                const CheckpointRetention& retention) {
   return impl_->save(dir, position, retention);

@@ -41,6 +41,7 @@
 #include "engine/model/data/dataset.h"
 #include "engine/model/data/sampler.h"
 #include "parallel/buckets.h"
+#include "parallel/trainer.h"
 
 namespace ls {
 
@@ -142,29 +143,7 @@ struct DataParallelOptions {
 // process drives: false for several CUDA devices, else true.
 bool graphs_by_default(const std::vector<Device>& local_devices);
 
-struct StepResult {
-  // Mean over the global batch. A step skipped for a non-finite loss has that loss; one skipped
-  // because its f16-scaled gradients overflowed (the loss scale then backs off) a finite one.
-  float loss = 0.0f;
-  bool skipped = false;  // non-finite loss or gradients: the optimizer did not step
-  float loss_scale = 1.0f;  // after the step (f16's dynamic loss scale; else 1)
-  bool graph = false;       // the step ran as a graph launch
-};
-
-// Where the data stream of a run stands, saved with checkpoints so a resumed run sees exactly
-// the batches an uninterrupted one would (the sampler's order depends on seed and epoch only).
-struct TrainingPosition {
-  int64_t epoch = 0;
-  int64_t batch_index = 0;  // batches already taken from that epoch
-};
-
-struct EvalResult {
-  double loss = 0.0;      // mean over examples
-  double accuracy = 0.0;  // fraction whose argmax is the label
-  int64_t examples = 0;
-};
-
-class DataParallel {
+class DataParallel final : public Trainer {
  public:
   DataParallel(std::vector<Device> devices, ModelFactory model, OptimizerFactory optimizer,
                DataParallelOptions options = {});
@@ -177,36 +156,38 @@ class DataParallel {
                DataParallelOptions options = {});
   DataParallel(const World& world, ModelFactory model, OptimizerFactory optimizer,
                DataParallelOptions options, const EngineHooks& hooks);
-  ~DataParallel();
+  ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
   // One step, waited for: its result. Same as result(step_async(batch)).
-  StepResult step(const data::Batch& batch);
+  StepResult step(const data::Batch& batch) override;
   // Enqueues a step on every device and returns its number (1, 2, ...) without waiting for the
   // devices, unless options.steps_in_flight steps are already queued: then it first waits for
   // the oldest (every wait is bounded by the watchdog). `batch` may be reused once it returns.
-  int64_t step_async(const data::Batch& batch);
+  int64_t step_async(const data::Batch& batch) override;
   // The result of a step that step_async() returned and whose result was not taken yet, waiting
   // for it (and any earlier step) when needed. Non-finite steps are counted, and a run of
   // max_consecutive_skips raises, when their results arrive (so skipped_steps() counts the steps
   // whose results have arrived). Waiting is bounded by the watchdog and by a deadline of 3 x the
   // collective timeout + 2 s (a CUDA graph's collectives are invisible to the watchdog).
-  StepResult result(int64_t step);
+  StepResult result(int64_t step) override;
   // Graph launches so far on local replica 0, and the nodes of its graph (0: no graph yet).
   int64_t graph_launches() const;
   int64_t graph_nodes() const;
   // Whether steps may run as graphs: DataParallelOptions::graphs, or its default here.
-  bool graphs() const;
+  bool graphs() const override;
   // Splits the data set across the replicas and combines their counts.
-  EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
+  EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size) override;
 
   int size() const;                            // replicas over every process
   int local_size() const;                      // replicas of this process
-  const std::vector<Device>& devices() const;  // this process's
-  int64_t steps_taken() const;
-  int64_t skipped_steps() const;
-  int64_t parameter_count() const;
+  const std::vector<Device>& devices() const override;  // this process's
+  int64_t steps_taken() const override;
+  int64_t skipped_steps() const override;
+  int64_t parameter_count() const override;
+  // "N gradient bucket(s)".
+  std::string layout() const override;
   const std::vector<Bucket>& buckets() const;
 
   // Checkpoints: DIR/step-NNNNNN/{model,optimizer}.safetensors + meta.json, committed
@@ -223,18 +204,16 @@ class DataParallel {
   // sharded) and every process returns its result or throws its error; load() reads DIR in every
   // process, so DIR must be visible to all of them (one machine, or a shared file system).
   std::string save(const std::string& dir, const TrainingPosition& position = {},
-                   const CheckpointRetention& retention = {});
-  TrainingPosition load(const std::string& dir);
+                   const CheckpointRetention& retention = {}) override;
+  TrainingPosition load(const std::string& dir) override;
 
   // A host copy of replica r's flat parameter buffer (synchronizes that replica).
   std::vector<float> parameters(int replica);
   // Replica r's parameters one by one, under their module paths (e.g. to export a model).
-  struct NamedParameter {
-    std::string name;
-    std::vector<int64_t> shape;
-    std::vector<float> values;
-  };
+  using NamedParameter = ls::NamedParameter;
   std::vector<NamedParameter> named_parameters(int replica);
+  // Replica 0's (every replica holds the whole model).
+  std::vector<NamedParameter> model_parameters() override;
   // Replica r's timeline of the last step (bucket all-reduces and end of backward).
   BucketTimeline last_timeline(int replica);
   AllocatorStats allocator_stats(int replica) const;

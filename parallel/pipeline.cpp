@@ -427,6 +427,29 @@ Pipeline::Pipeline(const World& world, ModelFactory model, OptimizerFactory opti
     : impl_(std::make_unique<Impl>(&world, world.local_devices(), model, optimizer, options)) {}
 Pipeline::~Pipeline() = default;
 StepResult Pipeline::step(const data::Batch& batch) { return impl_->step(batch); }
+int64_t Pipeline::step_async(const data::Batch& batch) {
+  const StepResult done = impl_->step(batch);
+  const int64_t number = impl_->steps_taken();
+  untaken_[number] = done;
+  // Like DataParallel, keep a bounded number of results nobody took (a loop of step_async()
+  // alone must not grow without end).
+  constexpr size_t kKeptResults = 64;
+  if (untaken_.size() > kKeptResults) untaken_.erase(untaken_.begin());
+  return number;
+}
+StepResult Pipeline::result(int64_t step) {
+  const auto it = untaken_.find(step);
+  LS_CHECK(it != untaken_.end(), "result: step ", step,
+           " was not queued by step_async(), or its result was taken already (each step's "
+           "result is returned once)");
+  const StepResult out = it->second;
+  untaken_.erase(it);
+  return out;
+}
+std::string Pipeline::layout() const {
+  return "pipeline of " + std::to_string(impl_->stages()) + " stages x " +
+         std::to_string(impl_->pipelines());
+}
 EvalResult Pipeline::evaluate(const data::Dataset& dataset, int64_t batch_size) {
   return impl_->evaluate(dataset, batch_size);
 }

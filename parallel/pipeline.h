@@ -28,6 +28,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,50 +57,59 @@ struct PipelineStepStats {
   double theoretical_bubble = 0;  // (p - 1) / (m + p - 1)
 };
 
-class Pipeline {
+class Pipeline final : public Trainer {
  public:
   Pipeline(std::vector<Device> devices, ModelFactory model, OptimizerFactory optimizer,
            PipelineOptions options = {});
   // The local devices of every process of `world` (see above); collective over the processes.
   Pipeline(const World& world, ModelFactory model, OptimizerFactory optimizer,
            PipelineOptions options = {});
-  ~Pipeline();
+  ~Pipeline() override;
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
-  StepResult step(const data::Batch& batch);
+  StepResult step(const data::Batch& batch) override;
+  // A pipeline runs each step before returning (it keeps no steps in flight): step_async() is
+  // step() keeping the result for result(), so programs drive both strategies alike.
+  int64_t step_async(const data::Batch& batch) override;
+  StepResult result(int64_t step) override;
   // Forward only: the data set split across the pipelines, each part streamed through its
   // stages in chunks of batch_size; the counts of the last stages combined (as
   // DataParallel::evaluate).
-  EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
+  EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size) override;
 
   int stages() const;
   int pipelines() const;        // over every process: devices / stages
   int local_pipelines() const;  // this process's (stage_parameters' `pipeline` counts these)
-  const std::vector<Device>& devices() const;
-  int64_t steps_taken() const;
-  int64_t skipped_steps() const;  // non-finite loss or gradients: the optimizer did not step
-  int64_t parameter_count() const;  // the model's, each tied parameter once
+  const std::vector<Device>& devices() const override;
+  int64_t steps_taken() const override;
+  int64_t skipped_steps() const override;  // non-finite loss or gradients: the optimizer did not step
+  int64_t parameter_count() const override;  // the model's, each tied parameter once
+  bool graphs() const override { return false; }  // pipelines run every step eagerly
+  // "pipeline of P stages x N".
+  std::string layout() const override;
   // The layers of each stage, by name ("h.0"), for logs.
   std::vector<std::vector<std::string>> stage_layers() const;
   PipelineStepStats last_step_stats() const;
   // The whole model's parameters in single-device (registration) order and names, each tied
   // parameter once (from the first stage holding it); synchronizes.
-  std::vector<DataParallel::NamedParameter> named_parameters();
+  std::vector<NamedParameter> named_parameters();
+  std::vector<NamedParameter> model_parameters() override { return named_parameters(); }
   // The parameters one stage holds (of pipeline `pipeline`), tied copies included, in
   // registration order; synchronizes. For checking that every copy of a tied weight agrees.
-  std::vector<DataParallel::NamedParameter> stage_parameters(int pipeline, int stage);
+  std::vector<NamedParameter> stage_parameters(int pipeline, int stage);
   // Checkpoints in DataParallel's format (see DataParallel::save/load): whole tensors under the
   // model's parameter names, each tied parameter once, so a pipeline checkpoint loads into a
   // DataParallel (any device count and shard mode) or a Pipeline of any stage count, and back.
   std::string save(const std::string& dir, const TrainingPosition& position = {},
-                   const CheckpointRetention& retention = {});
-  TrainingPosition load(const std::string& dir);
+                   const CheckpointRetention& retention = {}) override;
+  TrainingPosition load(const std::string& dir) override;
 
   class Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
+  std::map<int64_t, StepResult> untaken_;  // step_async()'s results not taken yet
 };
 
 }  // namespace ls

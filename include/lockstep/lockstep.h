@@ -6,6 +6,7 @@
 //   text, tokenizers, prefetching:    engine/model/data/{text_corpus,wordnet,tokenizer,prefetch}.h
 //   transformer configs:              engine/model/nn/transformer_config.h
 //   Hugging Face GPT-2/BERT files:    engine/model/checkpoint/hf_transformer.h
+//   Trainer, what every strategy offers (step, results, evaluate, save/load): parallel/trainer.h
 //   DataParallel, model and optimizer factories, checkpoints: parallel/data_parallel.h
 //   which checkpoints a directory keeps: engine/model/checkpoint/retention.h
 //   writing JSON reports:             engine/core/json.h
@@ -33,4 +34,5 @@
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline.h"
 #include "parallel/planner.h"
+#include "parallel/trainer.h"
 #include "parallel/world.h"

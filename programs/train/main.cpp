@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <deque>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -29,6 +30,8 @@
 #include "programs/train/train_options.h"
 
 namespace {
+
+using ls::Trainer;
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
@@ -110,26 +113,11 @@ ls::PipelineOptions pipeline_options(const TrainOptions& o) {
   return options;
 }
 
-// What differs between the two trainers, for the shared loop below.
-bool runs_graphs(const ls::DataParallel& t) { return t.graphs(); }
-bool runs_graphs(const ls::Pipeline&) { return false; }  // pipelines run every step eagerly
-
-std::string layout(const ls::DataParallel& t) {
-  return std::to_string(t.buckets().size()) + " gradient bucket(s)";
-}
-std::string layout(const ls::Pipeline& t) {
-  return "pipeline of " + std::to_string(t.stages()) + " stages x " +
-         std::to_string(t.pipelines());
-}
-std::vector<ls::DataParallel::NamedParameter> named_parameters(ls::DataParallel& t) {
-  return t.named_parameters(0);
-}
-std::vector<ls::DataParallel::NamedParameter> named_parameters(ls::Pipeline& t) {
-  return t.named_parameters();
-}
-void observe_step(const ls::DataParallel&, RunSummary&) {}
-void observe_step(const ls::Pipeline& t, RunSummary& s) {
-  const ls::PipelineStepStats stats = t.last_step_stats();
+// Pipelines report how much of each step their stages waited (the bubble).
+void observe_step(const Trainer& trainer, RunSummary& s) {
+  const auto* pipeline = dynamic_cast<const ls::Pipeline*>(&trainer);
+  if (pipeline == nullptr) return;
+  const ls::PipelineStepStats stats = pipeline->last_step_stats();
   if (!s.bubble) s.bubble = BubbleTotals{};
   s.bubble->measured += stats.mean_bubble;
   s.bubble->theory = stats.theoretical_bubble;
@@ -138,7 +126,6 @@ void observe_step(const ls::Pipeline& t, RunSummary& s) {
 
 // With --resume and a checkpoint in --checkpoint-dir: restores the trainer and the data position
 // from it. Returns the first step to run.
-template <typename Trainer>
 int64_t resume_if_asked(const TrainOptions& o, Trainer& trainer, ls::data::Prefetcher& batches) {
   if (!o.resume) return 1;
   // Every process decides alike: one that loads while another starts fresh would pair
@@ -181,38 +168,22 @@ ls::CheckpointRetention retention(const TrainOptions& o) {
   return {static_cast<int>(o.keep_checkpoints), o.keep_every};
 }
 
-// Queues a step. DataParallel: without waiting for the devices (its result is read one step
-// later, so the host prepares step k+1 while the devices run step k). Pipeline: the step itself.
-int64_t queue_step(ls::DataParallel& trainer, const ls::data::Batch& batch, ls::StepResult&) {
-  return trainer.step_async(batch);
-}
-int64_t queue_step(ls::Pipeline& trainer, const ls::data::Batch& batch, ls::StepResult& done) {
-  done = trainer.step(batch);
-  return trainer.steps_taken();
-}
-ls::StepResult queued_result(ls::DataParallel& trainer, int64_t step, const ls::StepResult&) {
-  return trainer.result(step);
-}
-ls::StepResult queued_result(ls::Pipeline&, int64_t, const ls::StepResult& done) { return done; }
-
 // Steps first_step..total_steps, logging and checkpointing as the options say. A stop signal
 // ends it between two steps; returns the last step taken. Each step's result is handled (loss,
 // skip, log line) once the next step is queued.
-template <typename Trainer>
 int64_t train_steps(const TrainOptions& o, Trainer& trainer, ls::data::Prefetcher& batches,
                     int64_t first_step, int64_t total_steps, RecentLoss& recent,
                     RunSummary& summary, const StopSignals& stop) {
   ls::data::Batch batch;
   const Clock::time_point start = Clock::now();
   struct Pending {
-    int64_t step = 0;     // lockstep-train's count (0: none pending)
-    int64_t number = 0;   // the trainer's
-    ls::StepResult done;  // Pipeline: its result already
+    int64_t step = 0;    // lockstep-train's count (0: none pending)
+    int64_t number = 0;  // the trainer's
     int64_t epoch = 0;
   } pending;
   const auto handle_pending = [&] {
     if (pending.step == 0) return;
-    const ls::StepResult result = queued_result(trainer, pending.number, pending.done);
+    const ls::StepResult result = trainer.result(pending.number);
     const int64_t step = pending.step;
     pending.step = 0;
     observe_step(trainer, summary);
@@ -242,10 +213,11 @@ int64_t train_steps(const TrainOptions& o, Trainer& trainer, ls::data::Prefetche
       return step - 1;
     }
     if (!batches.next(batch)) batches.next(batch);  // an epoch ended: the next one is ready
-    ls::StepResult done;
-    const int64_t number = queue_step(trainer, batch, done);
+    // Queued without waiting for the devices where the strategy allows (data parallel): the
+    // result is read one step later, so the host prepares step k+1 while the devices run step k.
+    const int64_t number = trainer.step_async(batch);
     handle_pending();
-    pending = {step, number, done, batches.epoch()};
+    pending = {step, number, batches.epoch()};
     const bool checkpoint_due = o.checkpoint_every > 0 && step % o.checkpoint_every == 0;
     if (!o.checkpoint_dir.empty() && (checkpoint_due || step == total_steps)) {
       handle_pending();  // the checkpoint holds this step: report it first
@@ -277,17 +249,15 @@ WorkloadOptions workload_options(const TrainOptions& o) {
 }
 
 // Writes the model's parameters as a Hugging Face checkpoint (--export-hf).
-template <typename Trainer>
 void export_hf(const TrainOptions& o, const ls::nn::TransformerConfig& config, Trainer& trainer) {
   ls::checkpoint::HostTensors weights;
-  for (auto& p : named_parameters(trainer)) {
+  for (ls::NamedParameter& p : trainer.model_parameters()) {
     weights[p.name] = {std::move(p.shape), std::move(p.values)};
   }
   ls::checkpoint::write_hf(o.export_hf, config, weights);
   std::printf("exported the model in Hugging Face form to %s\n", o.export_hf.c_str());
 }
 
-template <typename Trainer>
 RunSummary train_with(const TrainOptions& o, const std::vector<ls::Device>& devices,
                       const Workload& work, Trainer& trainer, const StopSignals& stop) {
   const ls::data::Dataset& train = work.train;
@@ -310,7 +280,7 @@ RunSummary train_with(const TrainOptions& o, const std::vector<ls::Device>& devi
       " %s\n",
       work.description.c_str(), static_cast<long long>(trainer.parameter_count()), where.c_str(),
       static_cast<long long>(total_steps), static_cast<long long>(o.batch), o.optimizer.c_str(),
-      static_cast<double>(o.lr), layout(trainer).c_str());
+      static_cast<double>(o.lr), trainer.layout().c_str());
 
   RecentLoss recent;
   RunSummary summary;
@@ -335,7 +305,7 @@ RunSummary train_with(const TrainOptions& o, const std::vector<ls::Device>& devi
   summary.steps = total_steps;
   summary.steps_run = last_step - first_step + 1;
   summary.skipped_steps = trainer.skipped_steps();
-  summary.graphs = runs_graphs(trainer);
+  summary.graphs = trainer.graphs();
   summary.final_loss = recent.mean();
   if (!summary.stopped) summary.test = trainer.evaluate(test, work.transformer ? 64 : 1000);
   const bool lead = ls::World::current().rank() == 0;  // writes the files
@@ -351,12 +321,14 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
       ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay});
   // The trainer's threads are joined when it goes out of scope, before the summary is printed.
   const ls::World& world = ls::World::current();
+  std::unique_ptr<Trainer> trainer;
   if (o.pipeline > 0) {  // under mpirun: whole pipelines in every process
-    ls::Pipeline trainer(world, work.model, optimizer, pipeline_options(o));
-    return train_with(o, devices, work, trainer, stop);
+    trainer = std::make_unique<ls::Pipeline>(world, work.model, optimizer, pipeline_options(o));
+  } else {
+    trainer = std::make_unique<ls::DataParallel>(world, work.model, optimizer,
+                                                 data_parallel_options(o));
   }
-  ls::DataParallel trainer(world, work.model, optimizer, data_parallel_options(o));
-  return train_with(o, devices, work, trainer, stop);
+  return train_with(o, devices, work, *trainer, stop);
 }
 
 void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, const RunSummary& s,

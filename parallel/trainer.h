@@ -1,0 +1,82 @@
+// Trainer: what every training strategy offers, so a program drives data parallel and pipelines
+// alike (DataParallel and Pipeline implement it): a step, steps queued and their results taken
+// later, evaluation, checkpoints, the model's parameters, and counters. The results and the
+// checkpoint position are plain structs shared by every strategy.
+// Thread-safety: one thread drives a trainer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/core/device.h"
+#include "engine/model/checkpoint/retention.h"
+#include "engine/model/data/dataset.h"
+#include "engine/model/data/sampler.h"
+
+namespace ls {
+
+struct StepResult {
+  // Mean over the global batch. A step skipped for a non-finite loss has that loss; one skipped
+  // because its f16-scaled gradients overflowed (the loss scale then backs off) a finite one.
+  float loss = 0.0f;
+  bool skipped = false;  // non-finite loss or gradients: the optimizer did not step
+  float loss_scale = 1.0f;  // after the step (f16's dynamic loss scale; else 1)
+  bool graph = false;       // the step ran as a graph launch
+};
+
+// Where the data stream of a run stands, saved with checkpoints so a resumed run sees exactly
+// the batches an uninterrupted one would (the sampler's order depends on seed and epoch only).
+struct TrainingPosition {
+  int64_t epoch = 0;
+  int64_t batch_index = 0;  // batches already taken from that epoch
+};
+
+struct EvalResult {
+  double loss = 0.0;      // mean over examples
+  double accuracy = 0.0;  // fraction whose argmax is the label
+  int64_t examples = 0;
+};
+
+// One parameter of the model under its module path ("h.0.attn.weight"), copied to the host.
+struct NamedParameter {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+
+  // One step, waited for: its result.
+  virtual StepResult step(const data::Batch& batch) = 0;
+  // Queues a step and returns its number (1, 2, ...); the strategy may wait for earlier steps
+  // (DataParallel keeps a few in flight; Pipeline runs the step before returning). `batch` may
+  // be reused once it returns.
+  virtual int64_t step_async(const data::Batch& batch) = 0;
+  // The result of a queued step whose result was not taken yet (each is returned once).
+  virtual StepResult result(int64_t step) = 0;
+  // The model on `dataset` (forward only), split across the devices, in chunks of batch_size.
+  virtual EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size) = 0;
+
+  // Checkpoints in one format for every strategy (DataParallel::save explains it): a checkpoint
+  // of one loads into any other. save() returns the committed directory.
+  virtual std::string save(const std::string& dir, const TrainingPosition& position,
+                           const CheckpointRetention& retention) = 0;
+  virtual TrainingPosition load(const std::string& dir) = 0;
+
+  // The whole model's parameters, each once, under their module paths; synchronizes.
+  virtual std::vector<NamedParameter> model_parameters() = 0;
+
+  virtual const std::vector<Device>& devices() const = 0;  // this process's
+  virtual int64_t steps_taken() const = 0;
+  virtual int64_t skipped_steps() const = 0;  // non-finite loss or gradients
+  virtual int64_t parameter_count() const = 0;
+  // Whether steps may run as CUDA (or host) graphs.
+  virtual bool graphs() const = 0;
+  // How the model is spread, for logs: "3 gradient bucket(s)", "pipeline of 2 stages x 1".
+  virtual std::string layout() const = 0;
+};
+
+}  // namespace ls
