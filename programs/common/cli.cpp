@@ -116,6 +116,17 @@ std::vector<Device> devices_of(std::string_view flag, std::string_view spec) {
   }
 }
 
+std::optional<std::vector<Device>> devices_or_usage_error(std::string_view program,
+                                                          std::string_view spec) {
+  try {
+    return devices_of("--devices", spec);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%.*s: %s\nRun with --help for more information.\n",
+                 static_cast<int>(program.size()), program.data(), e.what());
+    return std::nullopt;
+  }
+}
+
 ShardMode shard_mode_of(std::string_view value) {
   for (ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
     if (value == shard_mode_name(mode)) return mode;

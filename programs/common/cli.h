@@ -51,6 +51,11 @@ int exit_code_of(const std::exception& e);
 // (cuda on a machine without a usable GPU, cuda:3 with two GPUs) is a UsageError.
 std::vector<Device> devices_of(std::string_view flag, std::string_view spec);
 
+// The same, for main(): the devices, or nothing after printing the usage error to stderr as
+// parse() does (the caller returns kUsageExit).
+std::optional<std::vector<Device>> devices_or_usage_error(std::string_view program,
+                                                          std::string_view spec);
+
 // The ShardMode of --shard's value (checked by the flag's validator).
 ShardMode shard_mode_of(std::string_view value);
 

@@ -116,18 +116,14 @@ int main(int argc, char** argv) {
   std::variant<PlanOptions, int> parsed = parse(argc, argv);
   if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
   const PlanOptions& o = std::get<PlanOptions>(parsed);
-  std::vector<ls::Device> devices;
-  try {
-    devices = ls::cli::devices_of("--devices", o.devices);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "lockstep-plan: %s\nRun with --help for more information.\n", e.what());
-    return ls::cli::kUsageExit;
-  }
+  const std::optional<std::vector<ls::Device>> devices =
+      ls::cli::devices_or_usage_error("lockstep-plan", o.devices);
+  if (!devices) return ls::cli::kUsageExit;
   try {
     const ls::ModelProfile model =
         plan_profile(plan_model(o), {o.optimizer, 1e-3f, o.momentum, 0.01f});
     const ls::MachineSpec spec =
-        plan_machine(o, devices);
+        plan_machine(o, *devices);
     ls::PlanRequest request;
     request.global_batch = o.batch;
     request.micro_batches = static_cast<int>(o.micro_batches);

@@ -404,14 +404,11 @@ int main(int argc, char** argv) {
   std::variant<TrainOptions, int> parsed = parse_train_options(argc, argv);
   if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
   TrainOptions& options = std::get<TrainOptions>(parsed);
-  std::vector<ls::Device> devices;
-  try {
-    ls::set_host_threads_per_device(options.host_threads);
-    devices = ls::cli::devices_of("--devices", options.devices);
-  } catch (const ls::cli::UsageError& e) {
-    std::fprintf(stderr, "lockstep-train: %s\nRun with --help for more information.\n", e.what());
-    return ls::cli::kUsageExit;
-  }
+  ls::set_host_threads_per_device(options.host_threads);  // before any host device exists
+  const std::optional<std::vector<ls::Device>> listed =
+      ls::cli::devices_or_usage_error("lockstep-train", options.devices);
+  if (!listed) return ls::cli::kUsageExit;
+  const std::vector<ls::Device>& devices = *listed;
   const Clock::time_point start = Clock::now();
   std::optional<ls::WorldScope> world;
   try {

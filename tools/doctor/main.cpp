@@ -269,14 +269,10 @@ int main(int argc, char** argv) {
   std::variant<DoctorOptions, int> parsed = parse_options(argc, argv);
   if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
   const DoctorOptions& options = std::get<DoctorOptions>(parsed);
-  std::vector<ls::Device> devices;
-  try {
-    devices = ls::cli::devices_of("--devices", options.devices);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "lockstep-doctor: %s\nRun with --help for more information.\n",
-                 e.what());
-    return ls::cli::kUsageExit;
-  }
+  const std::optional<std::vector<ls::Device>> listed =
+      ls::cli::devices_or_usage_error("lockstep-doctor", options.devices);
+  if (!listed) return ls::cli::kUsageExit;
+  const std::vector<ls::Device>& devices = *listed;
   bool hung = false;
   if (options.all_reduce_only) {
     // The parent reads this JSON finding (p2p_checks.cpp, pair_run_of).
