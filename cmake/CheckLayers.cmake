@@ -2,34 +2,73 @@
 #   cmake -DROOT=<source dir> -P cmake/CheckLayers.cmake
 # Layers, lowest first: engine/core <- ops <- engine/model <- parallel. A file may include its own
 # layer and the ones below; nothing in the library includes bench/, examples/, programs/ or tests/;
-# and programs/ and examples/ include no library header but <lockstep/lockstep.h>.
-# Only quoted project includes ("engine/...", "ops/...", "parallel/...") are checked.
+# and programs/ and examples/ include only public headers (<lockstep/...>), no internal one.
+# The public headers (include/lockstep/) belong to the layers below by the table that follows;
+# an include is checked whether it is quoted ("engine/core/...") or public (<lockstep/...>).
+cmake_minimum_required(VERSION 3.25)  # IN_LIST, when run as a script
 set(layers engine/core ops engine/model parallel)
+set(public_engine/core allocator.h device.h dtype.h error.h json.h precision.h stream.h tensor.h)
+set(public_ops)
+set(public_engine/model checkpoint_retention.h data/dataset.h data/prefetch.h data/sampler.h
+    data/text_corpus.h data/tokenizer.h data/wordnet.h hf_transformer.h transformer_config.h)
+set(public_parallel buckets.h data_parallel.h lockstep.h pipeline.h pipeline_schedule.h planner.h
+    trainer.h world.h)
+
+# Every public header must be in the table: a new one without a layer would escape the check.
+file(GLOB_RECURSE public_files RELATIVE "${ROOT}/include/lockstep" "${ROOT}/include/lockstep/*.h")
 set(violations "")
+foreach(header IN LISTS public_files)
+  set(known FALSE)
+  foreach(layer IN LISTS layers)
+    if(header IN_LIST public_${layer})
+      set(known TRUE)
+    endif()
+  endforeach()
+  if(NOT known)
+    string(APPEND violations "  include/lockstep/${header} is in no layer of cmake/CheckLayers.cmake\n")
+  endif()
+endforeach()
+
+# The layer of an included header: "engine/core/x.h" by its folder, <lockstep/x.h> by the table;
+# empty for a system or third-party header.
+function(layer_of header out)
+  set(found "")
+  if(header MATCHES "^lockstep/(.+)$")
+    set(name "${CMAKE_MATCH_1}")
+    foreach(layer IN LISTS layers)
+      if(name IN_LIST public_${layer})
+        set(found ${layer})
+      endif()
+    endforeach()
+    if(found STREQUAL "")
+      set(found "unknown")
+    endif()
+  elseif(header MATCHES "^(engine/core|engine/model|ops|parallel)/")
+    set(found ${CMAKE_MATCH_1})
+  elseif(header MATCHES "^(engine|bench|examples|programs|tests)/")
+    set(found "outside")  # engine/ has no headers of its own, only core/ and model/
+  endif()
+  set(${out} "${found}" PARENT_SCOPE)
+endfunction()
+
 set(level 0)
 foreach(layer IN LISTS layers)
   list(SUBLIST layers 0 ${level} below)
   list(APPEND below ${layer})
   file(GLOB_RECURSE files "${ROOT}/${layer}/*.h" "${ROOT}/${layer}/*.cpp" "${ROOT}/${layer}/*.cu"
        "${ROOT}/${layer}/*.cuh")
+  foreach(name IN LISTS public_${layer})
+    list(APPEND files "${ROOT}/include/lockstep/${name}")
+  endforeach()
   foreach(file IN LISTS files)
-    file(STRINGS "${file}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"")
+    file(STRINGS "${file}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+[\"<]")
     foreach(line IN LISTS includes)
-      string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]+\"([^\"]+)\".*" "\\1" header "${line}")
-      if(NOT header MATCHES "^(engine|ops|parallel|bench|examples|programs|tests)/")
-        continue()  # a system or third-party header
+      string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]+[\"<]([^\">]+)[\">].*" "\\1" header "${line}")
+      layer_of("${header}" included)
+      if(included STREQUAL "")
+        continue()
       endif()
-      set(allowed FALSE)
-      foreach(ok IN LISTS below)
-        if(header MATCHES "^${ok}/")
-          set(allowed TRUE)
-        endif()
-      endforeach()
-      if(header MATCHES "^engine/(core|model)/" OR NOT header MATCHES "^engine/")
-      else()
-        set(allowed FALSE)  # engine/ has no headers of its own, only core/ and model/
-      endif()
-      if(NOT allowed)
+      if(NOT included IN_LIST below)
         file(RELATIVE_PATH rel "${ROOT}" "${file}")
         string(APPEND violations "  ${rel} (layer ${layer}) includes \"${header}\"\n")
       endif()
@@ -37,7 +76,7 @@ foreach(layer IN LISTS layers)
   endforeach()
   math(EXPR level "${level} + 1")
 endforeach()
-# programs/ and examples/ embed lockstep as an outside application would: the public header only.
+# programs/ and examples/ embed lockstep as an outside application would: public headers only.
 file(GLOB_RECURSE example_files "${ROOT}/programs/*.cpp" "${ROOT}/programs/*.h"
      "${ROOT}/examples/*.cpp" "${ROOT}/examples/*.h")
 foreach(file IN LISTS example_files)

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/json_reader.h"
 #include "engine/model/checkpoint/safetensors.h"
 

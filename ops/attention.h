@@ -10,7 +10,7 @@
 #include <array>
 #include <cstdint>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "ops/op_check.h"
 #include "ops/op_table.h"
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "ops/op_check.h"
 #include "ops/op_table.h"
 

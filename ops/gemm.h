@@ -7,7 +7,7 @@
 // device. Bad arguments raise ls::Error at the call, naming the argument and its shape.
 // matmul_batched: the same on 3-D [batch, rows, cols] tensors, one product per leading index
 // (e.g. the per-head Q K^T and P V of attention).
-// precision (engine/core/precision.h): kBF16 / kF16 round every element of A and B to that type
+// precision (lockstep/precision.h): kBF16 / kF16 round every element of A and B to that type
 // before multiplying, with f32 accumulation and an f32 C (cuBLAS: 16-bit A and B, f32 C,
 // CUBLAS_COMPUTE_32F; host: the operands rounded, then an f32 GEMM). The inputs are not modified.
 #pragma once
@@ -16,8 +16,8 @@
 #include <string>
 #include <utility>
 
-#include "engine/core/error.h"
-#include "engine/core/precision.h"
+#include <lockstep/error.h>
+#include <lockstep/precision.h>
 #include "ops/op_check.h"
 #include "ops/op_table.h"
 

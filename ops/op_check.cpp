@@ -1,7 +1,7 @@
 // The shared argument checks of the checked ops (see ops/op_check.h).
 #include "ops/op_check.h"
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls::op_check {
 

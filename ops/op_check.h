@@ -3,9 +3,9 @@
 // and what was expected.
 #pragma once
 
-#include "engine/core/dtype.h"
-#include "engine/core/stream.h"
-#include "engine/core/tensor.h"
+#include <lockstep/dtype.h>
+#include <lockstep/stream.h>
+#include <lockstep/tensor.h>
 
 namespace ls::op_check {
 

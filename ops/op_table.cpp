@@ -5,7 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls::detail {
 namespace {

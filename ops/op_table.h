@@ -12,8 +12,8 @@
 #include <array>
 #include <typeindex>
 
-#include "engine/core/device.h"
-#include "engine/core/stream.h"
+#include <lockstep/device.h>
+#include <lockstep/stream.h>
 
 namespace ls {
 

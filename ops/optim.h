@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "ops/op_check.h"
 #include "ops/op_table.h"
 #include "ops/step_control.h"

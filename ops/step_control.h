@@ -27,8 +27,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "engine/core/error.h"
-#include "engine/core/precision.h"
+#include <lockstep/error.h>
+#include <lockstep/precision.h>
 #include "ops/op_check.h"
 #include "ops/op_table.h"
 

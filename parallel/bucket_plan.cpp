@@ -1,7 +1,7 @@
 // plan_buckets (see parallel/bucket_plan.h).
 #include "parallel/bucket_plan.h"
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "parallel/buckets.h"
+#include <lockstep/buckets.h>
 
 namespace ls {
 

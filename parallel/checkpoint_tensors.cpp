@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 #include "engine/model/checkpoint/checkpoint.h"
 
 namespace ls {

@@ -1,4 +1,4 @@
-// DataParallel's save and load (see parallel/data_parallel.h), and latest_checkpoint: flat device buffers
+// DataParallel's save and load (see lockstep/data_parallel.h), and latest_checkpoint: flat device buffers
 // <-> per-parameter safetensors tensors, through engine/checkpoint's crash-safe commit.
 // Replica 0's parameters are saved (every replica holds bitwise the same values); optimizer state
 // is replica 0's too, or, sharded (ZeRO-1/2), each replica's range put together, so a checkpoint
@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/model/checkpoint/checkpoint.h"
 #include "parallel/checkpoint_tensors.h"
 #include "parallel/data_parallel_impl.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/core/dtype.h"
+#include <lockstep/dtype.h>
 
 namespace ls {
 

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 namespace {

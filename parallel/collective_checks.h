@@ -4,8 +4,8 @@
 // was wrong and how to fix it. One copy, so the host and NCCL communicators agree exactly.
 #pragma once
 
-#include "engine/core/device.h"
-#include "engine/core/stream.h"
+#include <lockstep/device.h>
+#include <lockstep/stream.h>
 #include "parallel/collective.h"
 
 namespace ls {

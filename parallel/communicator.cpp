@@ -2,7 +2,7 @@
 // checks, and issue_collective (see parallel/communicator.h).
 #include "parallel/communicator.h"
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 

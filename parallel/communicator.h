@@ -26,9 +26,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/core/device.h"
-#include "engine/core/dtype.h"
-#include "engine/core/stream.h"
+#include <lockstep/device.h>
+#include <lockstep/dtype.h>
+#include <lockstep/stream.h>
 #include "parallel/collective.h"
 
 namespace ls {

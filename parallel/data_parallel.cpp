@@ -1,6 +1,6 @@
-// DataParallel (see parallel/data_parallel.h) and its Impl (parallel/data_parallel_impl.h):
+// DataParallel (see lockstep/data_parallel.h) and its Impl (parallel/data_parallel_impl.h):
 // construction, the step, evaluation, and run_on_all with its failure handling.
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 
 #include <algorithm>
 

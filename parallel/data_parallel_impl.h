@@ -1,4 +1,4 @@
-// DataParallel's implementation (internal; the public class is parallel/data_parallel.h).
+// DataParallel's implementation (internal; the public class is lockstep/data_parallel.h).
 //
 // Impl owns the replica threads and replicas and runs every job on all of them together
 // (run_on_all): post the job to every thread, watch them (failure, watchdog, heartbeat), abort all
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/error.h>
+#include <lockstep/data_parallel.h>
 #include "parallel/engine_hooks.h"
 #include "parallel/process_group.h"
 #include "parallel/replica.h"
@@ -25,7 +25,7 @@
 #include "parallel/telemetry.h"
 #include "parallel/watchdog.h"
 #include "parallel/worker_thread.h"
-#include "parallel/world.h"
+#include <lockstep/world.h>
 
 namespace ls {
 

@@ -1,7 +1,7 @@
 // Flight recorder and desync checker (see parallel/flight_recorder.h).
 #include "parallel/flight_recorder.h"
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
 
 namespace ls {

@@ -1,4 +1,4 @@
-// Pipeline (see parallel/pipeline.h): building the stages, running a job on every stage with
+// Pipeline (see lockstep/pipeline.h): building the stages, running a job on every stage with
 // failure and stall handling, and the step.
 #include <algorithm>
 #include <array>

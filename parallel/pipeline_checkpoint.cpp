@@ -1,4 +1,4 @@
-// Pipeline's save and load (see parallel/pipeline.h): the same files as DataParallel's
+// Pipeline's save and load (see lockstep/pipeline.h): the same files as DataParallel's
 // (parallel/checkpoint_tensors.h), so either loads the other's. Saving gathers whole tensors from
 // pipeline 0's stages in the model's registration order, each tied parameter once (from the
 // first stage holding it: every holder keeps bitwise the same values and optimizer state, since
@@ -6,7 +6,7 @@
 // its parameters' tensors, tied copies included.
 #include <cstring>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "parallel/checkpoint_tensors.h"
 #include "parallel/pipeline_impl.h"
 

@@ -1,4 +1,4 @@
-// Pipeline's implementation (internal; the public class is parallel/pipeline.h): the stages,
+// Pipeline's implementation (internal; the public class is lockstep/pipeline.h): the stages,
 // their threads, running a job on every stage with failure and stall handling (pipeline.cpp),
 // and checkpoints (pipeline_checkpoint.cpp).
 // Thread-safety: one calling thread at a time, like the public class.
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "parallel/pipeline.h"
+#include <lockstep/pipeline.h>
 #include "parallel/pipeline_stage.h"
 #include "parallel/process_group.h"
 #include "parallel/worker_thread.h"

@@ -1,9 +1,9 @@
-// Pipeline schedules (see parallel/pipeline_schedule.h).
-#include "parallel/pipeline_schedule.h"
+// Pipeline schedules (see lockstep/pipeline_schedule.h).
+#include <lockstep/pipeline_schedule.h>
 
 #include <algorithm>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 

@@ -11,7 +11,7 @@
 
 #include <cmath>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
 #include "engine/model/nn/functional.h"
 #include "ops/elementwise.h"

@@ -3,7 +3,7 @@
 // optimizer over it, one compute stream, and an inbox its neighbours post tensors to. Created,
 // used and destroyed on its own WorkerThread (parallel/pipeline.cpp), like a Replica.
 //
-// run() executes the stage's actions of one step (parallel/pipeline_schedule.h) on the compute
+// run() executes the stage's actions of one step (lockstep/pipeline_schedule.h) on the compute
 // stream: a forward receives the previous stage's activations (its stream waits on the sender's
 // event, then copies them to this device) and posts its output to the next stage; a backward
 // receives the output gradient and posts the input gradient back. Gradients accumulate over the
@@ -22,8 +22,8 @@
 #include "engine/model/nn/parameter_store.h"
 #include "engine/model/optim/optimizer.h"
 #include "parallel/communicator.h"
-#include "parallel/data_parallel.h"
-#include "parallel/pipeline_schedule.h"
+#include <lockstep/data_parallel.h>
+#include <lockstep/pipeline_schedule.h>
 #include "parallel/replica.h"
 #include "parallel/stage_inbox.h"
 

@@ -1,12 +1,12 @@
-// The planner's memory and time model (see parallel/planner.h).
-#include "parallel/planner.h"
+// The planner's memory and time model (see lockstep/planner.h).
+#include <lockstep/planner.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "engine/core/allocator.h"
-#include "engine/core/error.h"
+#include <lockstep/allocator.h>
+#include <lockstep/error.h>
 #include "engine/model/nn/module.h"
 #include "parallel/bucket_plan.h"
 

@@ -1,5 +1,5 @@
 // profile_model: the planner's model profile, with activations measured by training steps on one
-// device (see parallel/planner.h). A probe is one DataParallel step at two batch sizes (and, for
+// device (see lockstep/planner.h). A probe is one DataParallel step at two batch sizes (and, for
 // transformers, two depths); activation bytes are the allocator's peak above the state bytes,
 // linear in rows (and in layers).
 #include <algorithm>
@@ -8,13 +8,13 @@
 #include <map>
 #include <thread>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
 #include "engine/model/nn/module.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "parallel/communicator.h"
-#include "parallel/planner.h"
+#include <lockstep/planner.h>
 
 namespace ls {
 namespace {

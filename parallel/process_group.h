@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/model/checkpoint/checkpoint.h"
 #include "parallel/mpi/mpi_runtime.h"
-#include "parallel/world.h"
+#include <lockstep/world.h>
 
 namespace ls {
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "ops/elementwise.h"
 
 namespace ls {
@@ -30,7 +30,7 @@ namespace ls {
 // is reduced and the sums are taken in another order); NCCL may order a reduce's sum differently
 // from its all-reduce's (last-bit differences).
 // A staging buffer is read by the comm stream, but the allocator hands memory out again in
-// compute-stream order (engine/core/allocator.h). So staging is released only after the compute
+// compute-stream order (lockstep/allocator.h). So staging is released only after the compute
 // stream has been made to wait for its reduction: when bucket b launches, the staging of bucket
 // b - kStagingInFlight is released. That bounds staging to about kStagingInFlight + 1 buckets
 // (plus any bucket backward touched early but launches late, such as a GPT's tied embedding,

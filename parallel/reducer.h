@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 #include "parallel/bucket_plan.h"
 #include "parallel/communicator.h"
 #include "parallel/flight_recorder.h"

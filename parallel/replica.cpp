@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
 #include "engine/model/nn/functional.h"
 #include "ops/elementwise.h"
@@ -98,7 +98,7 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   }
   loss_sum_ = Tensor::empty({2}, DType::kF32, device);
   control_ = Tensor::empty({kStepControlWords}, DType::kI32, device);
-  // Only f16 scales the loss (engine/core/precision.h): its gradients underflow without it.
+  // Only f16 scales the loss (lockstep/precision.h): its gradients underflow without it.
   const bool f16 = step_options_.precision == Precision::kF16;
   if (f16) check_loss_scale_config(step_options_.loss_scale);
   if (!f16) step_options_.loss_scale.dynamic = false;

@@ -1,6 +1,6 @@
 // Replica: one device's share of data-parallel training — its streams, its copy of the model,
 // its optimizer, its communicator and its Reducer. Created, used and destroyed on its own
-// WorkerThread (parallel/data_parallel.h), so all of a device's state belongs to one thread.
+// WorkerThread (lockstep/data_parallel.h), so all of a device's state belongs to one thread.
 //
 // A step runs the shard's micro-batches forward and backward on the compute stream (the last
 // one feeding the Reducer, so gradient all-reduces overlap its backward), then all-reduces the
@@ -27,12 +27,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/precision.h"
+#include <lockstep/precision.h>
 #include "engine/model/nn/module.h"
 #include "engine/model/nn/parameter_store.h"
 #include "engine/model/optim/optimizer.h"
 #include "parallel/communicator.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 #include "parallel/flight_recorder.h"
 #include "parallel/graph_communicator.h"
 #include "parallel/reducer.h"

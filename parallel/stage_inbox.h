@@ -17,9 +17,9 @@
 #include <mutex>
 #include <string>
 
-#include "engine/core/error.h"
-#include "engine/core/stream.h"
-#include "engine/core/tensor.h"
+#include <lockstep/error.h>
+#include <lockstep/stream.h>
+#include <lockstep/tensor.h>
 
 namespace ls {
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
-#include "engine/model/data/dataset.h"
-#include "engine/model/data/sampler.h"
+#include <lockstep/error.h>
+#include <lockstep/data/dataset.h>
+#include <lockstep/data/sampler.h>
 #include "parallel/replica.h"
 
 namespace ls {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <thread>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "parallel/step_common.h"
 
 namespace ls {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 #include "ops/step_control.h"
 
 namespace ls {

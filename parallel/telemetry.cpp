@@ -12,9 +12,9 @@
 #include <ctime>
 #include <mutex>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/gpu_monitor.h"
-#include "engine/core/json.h"
+#include <lockstep/json.h>
 #include "engine/core/runtime.h"
 #include "engine/core/system_info.h"
 

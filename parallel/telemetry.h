@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 #include "engine/core/gpu_monitor.h"
 
 namespace ls {

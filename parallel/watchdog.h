@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 #include "parallel/flight_recorder.h"
 #include "parallel/replica.h"
 

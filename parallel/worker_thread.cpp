@@ -1,7 +1,7 @@
 // WorkerThread (see parallel/worker_thread.h).
 #include "parallel/worker_thread.h"
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 

@@ -1,7 +1,7 @@
-// World (parallel/world.h) and make_world_communicators (parallel/world_communicators.h).
+// World (lockstep/world.h) and make_world_communicators (parallel/world_communicators.h).
 // Whether this process was launched by mpirun is read from the environment before any MPI call,
 // so a plain run never touches MPI: it is a world of one process, size 1, rank 0.
-#include "parallel/world.h"
+#include <lockstep/world.h>
 
 #include <unistd.h>
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "parallel/mpi/mpi_runtime.h"
 #include "parallel/nccl/nccl_communicator.h"
 #include "parallel/world_communicators.h"

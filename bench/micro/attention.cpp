@@ -16,7 +16,7 @@
 #include "bench/micro/bench_config.h"
 #include "bench/micro/bench_util.h"
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 #include "ops/gemm.h"
 
 namespace ls::bench {

@@ -11,7 +11,7 @@
 #include <optional>
 #include <vector>
 
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 
 namespace ls::bench {
 

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/model/data/sampler.h"
+#include <lockstep/data/sampler.h>
 
 namespace ls::bench {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 #include "parallel/worker_thread.h"
 
 namespace ls::bench {

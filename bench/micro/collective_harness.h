@@ -16,7 +16,7 @@
 #include <cstddef>
 
 #include "bench/micro/bench_config.h"
-#include "engine/core/stream.h"
+#include <lockstep/stream.h>
 #include "parallel/communicator.h"
 
 namespace ls::bench {

@@ -16,7 +16,7 @@
 
 #include "bench/micro/bench_config.h"
 #include "bench/micro/bench_util.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 
 namespace ls::bench {
 namespace {

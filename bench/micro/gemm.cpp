@@ -17,7 +17,7 @@
 #include "bench/micro/bench_config.h"
 #include "bench/micro/bench_util.h"
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 
 namespace ls::bench {
 namespace {

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "bench_util.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 
 namespace {
 

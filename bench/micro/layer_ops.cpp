@@ -12,7 +12,7 @@
 
 #include "bench/micro/bench_config.h"
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 #include "ops/embedding.h"
 #include "ops/layernorm.h"
 

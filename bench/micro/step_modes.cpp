@@ -17,7 +17,7 @@
 
 #include "bench_config.h"
 #include "bench_util.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 
 namespace ls::bench {
 namespace {

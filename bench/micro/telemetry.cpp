@@ -18,7 +18,7 @@
 #include <string>
 #include <thread>
 
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 #include "parallel/telemetry.h"
 
 namespace {

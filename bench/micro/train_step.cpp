@@ -7,7 +7,7 @@
 #include "bench/micro/bench_util.h"
 #include "engine/core/runtime.h"
 #include "ops/gemm.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 
 namespace {
 

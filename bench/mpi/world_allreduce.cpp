@@ -15,7 +15,7 @@
 
 #include "engine/core/runtime.h"
 #include "parallel/communicator.h"
-#include "parallel/world.h"
+#include <lockstep/world.h>
 #include "parallel/world_communicators.h"
 
 namespace {

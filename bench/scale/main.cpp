@@ -20,11 +20,11 @@
 #include <variant>
 #include <vector>
 
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 #include "engine/core/runtime.h"
-#include "engine/model/data/dataset.h"
+#include <lockstep/data/dataset.h>
 #include "programs/common/stop_signals.h"
-#include "parallel/world.h"
+#include <lockstep/world.h>
 #include "progress.h"
 #include "scale_options.h"
 #include "scale_plot.h"

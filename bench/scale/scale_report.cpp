@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <fstream>
 
-#include "engine/core/error.h"
-#include "engine/core/json.h"
+#include <lockstep/error.h>
+#include <lockstep/json.h>
 
 namespace {
 

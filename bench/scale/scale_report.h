@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 #include "programs/common/workload.h"
 #include "scale_options.h"
 #include "scale_run.h"

@@ -8,11 +8,11 @@
 #include <limits>
 #include <numeric>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "engine/model/data/prefetch.h"
-#include "engine/model/data/sampler.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data/prefetch.h>
+#include <lockstep/data/sampler.h>
+#include <lockstep/data_parallel.h>
 
 namespace {
 

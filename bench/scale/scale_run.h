@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/device.h"
-#include "engine/model/data/dataset.h"
+#include <lockstep/device.h>
+#include <lockstep/data/dataset.h>
 #include "programs/common/stop_signals.h"
 #include "programs/common/workload.h"
-#include "parallel/data_parallel.h"
-#include "parallel/world.h"
+#include <lockstep/data_parallel.h>
+#include <lockstep/world.h>
 #include "progress.h"
 #include "scale_options.h"
 

@@ -1,9 +1,9 @@
-// The caching allocator (see engine/core/allocator.h for the contract).
-#include "engine/core/allocator.h"
+// The caching allocator (see lockstep/allocator.h for the contract).
+#include <lockstep/allocator.h>
 
 #include <bit>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 

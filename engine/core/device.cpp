@@ -1,5 +1,5 @@
-// Device names and the device-spec parser (see engine/core/device.h for the grammar).
-#include "engine/core/device.h"
+// Device names and the device-spec parser (see lockstep/device.h for the grammar).
+#include <lockstep/device.h>
 
 #include <sched.h>
 
@@ -7,7 +7,7 @@
 #include <charconv>
 #include <thread>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 namespace {

@@ -1,7 +1,7 @@
 // The one message of an out-of-range value, whichever backend found it (engine/core/device_fault.h).
 #include "engine/core/device_fault.h"
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 

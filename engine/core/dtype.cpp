@@ -1,5 +1,5 @@
 // Names of element types, for messages.
-#include "engine/core/dtype.h"
+#include <lockstep/dtype.h>
 
 namespace ls {
 std::string_view dtype_name(DType t) {

@@ -1,5 +1,5 @@
 // ls::Error's kinds, formats its what() as "message [context] (file:line)" and keeps the per-thread context.
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 namespace {

@@ -23,7 +23,7 @@
 
 #include <cstdint>
 
-#include "engine/core/stream.h"
+#include <lockstep/stream.h>
 
 namespace ls {
 

@@ -1,11 +1,11 @@
-// JsonWriter (see engine/core/json.h).
-#include "engine/core/json.h"
+// JsonWriter (see lockstep/json.h).
+#include <lockstep/json.h>
 
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 

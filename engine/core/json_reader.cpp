@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 

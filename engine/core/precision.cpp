@@ -1,5 +1,5 @@
-// Names of precisions (see engine/core/precision.h).
-#include "engine/core/precision.h"
+// Names of precisions (see lockstep/precision.h).
+#include <lockstep/precision.h>
 
 namespace ls {
 

@@ -8,7 +8,7 @@
 #include <map>
 #include <mutex>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 namespace {

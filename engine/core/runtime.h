@@ -11,10 +11,10 @@
 #include <memory>
 #include <vector>
 
-#include "engine/core/allocator.h"
-#include "engine/core/device.h"
+#include <lockstep/allocator.h>
+#include <lockstep/device.h>
 #include "engine/core/graph.h"
-#include "engine/core/stream.h"
+#include <lockstep/stream.h>
 
 namespace ls {
 
@@ -65,7 +65,7 @@ class DeviceRuntime {
 
 DeviceRuntime& device_runtime(Device device);
 
-// set_host_threads_per_device / host_threads_per_device: engine/core/device.h.
+// set_host_threads_per_device / host_threads_per_device: lockstep/device.h.
 
 // Backend factories, one per backend file that is compiled in.
 std::unique_ptr<DeviceRuntime> make_host_runtime(Device device);

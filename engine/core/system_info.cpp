@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 
 namespace ls {
 

@@ -1,9 +1,9 @@
-// Tensor and Storage (see engine/core/tensor.h).
-#include "engine/core/tensor.h"
+// Tensor and Storage (see lockstep/tensor.h).
+#include <lockstep/tensor.h>
 
 #include <limits>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
 
 namespace ls {

@@ -1,7 +1,7 @@
 // Tape-based autograd (see engine/model/autograd.h).
 #include "engine/model/autograd.h"
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/model/nn/parameter.h"
 
 namespace ls {

@@ -20,9 +20,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/core/precision.h"
-#include "engine/core/stream.h"
-#include "engine/core/tensor.h"
+#include <lockstep/precision.h>
+#include <lockstep/stream.h>
+#include <lockstep/tensor.h>
 
 namespace ls {
 
@@ -48,7 +48,7 @@ struct ForwardContext {
   uint64_t seed = 0;      // the run's dropout seed
   int64_t step = 0;       // the optimizer step being computed
   int64_t first_row = 0;  // global index (in the step's batch) of this forward's first example
-  // The precision of matrix products (engine/core/precision.h): kBF16/kF16 round their operands.
+  // The precision of matrix products (lockstep/precision.h): kBF16/kF16 round their operands.
   Precision precision = Precision::kF32;
 };
 

@@ -1,38 +1,42 @@
-// lockstep's public header: everything an application needs to train a model data-parallel on
-// every device of a machine. Only the headers below are installed; everything else is internal.
-//   devices, dtypes, tensors, errors: engine/core/{device,dtype,tensor,stream,allocator,error}.h
-//   mixed precision, loss scaling:    engine/core/precision.h
-//   data sets and batches:            engine/model/data/{dataset,sampler}.h
-//   text, tokenizers, prefetching:    engine/model/data/{text_corpus,wordnet,tokenizer,prefetch}.h
-//   transformer configs:              engine/model/nn/transformer_config.h
-//   Hugging Face GPT-2/BERT files:    engine/model/checkpoint/hf_transformer.h
-//   Trainer, what every strategy offers (step, results, evaluate, save/load): parallel/trainer.h
-//   DataParallel, model and optimizer factories, checkpoints: parallel/data_parallel.h
-//   which checkpoints a directory keeps: engine/model/checkpoint/retention.h
-//   writing JSON reports:             engine/core/json.h
-//   processes under mpirun (rank, size, global replica numbers): parallel/world.h
+// lockstep's public header: everything an application needs to train a model on every device
+// of a machine. The public headers are exactly the files of include/lockstep/ (installed as they
+// are); everything else is internal.
+//   devices, dtypes, tensors, streams, errors: <lockstep/{device,dtype,tensor,stream,allocator,error}.h>
+//   mixed precision, loss scaling:    <lockstep/precision.h>
+//   data sets and batches:            <lockstep/data/{dataset,sampler}.h>
+//   text, tokenizers, prefetching:    <lockstep/data/{text_corpus,wordnet,tokenizer,prefetch}.h>
+//   transformer configs:              <lockstep/transformer_config.h>
+//   Hugging Face GPT-2/BERT files:    <lockstep/hf_transformer.h>
+//   Trainer, what every strategy offers (step, results, evaluate, save/load): <lockstep/trainer.h>
+//   DataParallel, model and optimizer factories, checkpoints: <lockstep/data_parallel.h>
+//   Pipeline and its schedules:       <lockstep/{pipeline,pipeline_schedule}.h>
+//   gradient buckets:                 <lockstep/buckets.h>
+//   which strategy fits (the planner): <lockstep/planner.h>
+//   which checkpoints a directory keeps: <lockstep/checkpoint_retention.h>
+//   writing JSON reports:             <lockstep/json.h>
+//   processes under mpirun (rank, size, global replica numbers): <lockstep/world.h>
 #pragma once
 
-#include "engine/core/allocator.h"
-#include "engine/core/device.h"
-#include "engine/core/dtype.h"
-#include "engine/core/error.h"
-#include "engine/core/json.h"
-#include "engine/core/precision.h"
-#include "engine/core/stream.h"
-#include "engine/core/tensor.h"
-#include "engine/model/checkpoint/hf_transformer.h"
-#include "engine/model/checkpoint/retention.h"
-#include "engine/model/data/dataset.h"
-#include "engine/model/data/prefetch.h"
-#include "engine/model/data/sampler.h"
-#include "engine/model/data/text_corpus.h"
-#include "engine/model/data/tokenizer.h"
-#include "engine/model/data/wordnet.h"
-#include "engine/model/nn/transformer_config.h"
-#include "parallel/buckets.h"
-#include "parallel/data_parallel.h"
-#include "parallel/pipeline.h"
-#include "parallel/planner.h"
-#include "parallel/trainer.h"
-#include "parallel/world.h"
+#include <lockstep/allocator.h>
+#include <lockstep/device.h>
+#include <lockstep/dtype.h>
+#include <lockstep/error.h>
+#include <lockstep/json.h>
+#include <lockstep/precision.h>
+#include <lockstep/stream.h>
+#include <lockstep/tensor.h>
+#include <lockstep/hf_transformer.h>
+#include <lockstep/checkpoint_retention.h>
+#include <lockstep/data/dataset.h>
+#include <lockstep/data/prefetch.h>
+#include <lockstep/data/sampler.h>
+#include <lockstep/data/text_corpus.h>
+#include <lockstep/data/tokenizer.h>
+#include <lockstep/data/wordnet.h>
+#include <lockstep/transformer_config.h>
+#include <lockstep/buckets.h>
+#include <lockstep/data_parallel.h>
+#include <lockstep/pipeline.h>
+#include <lockstep/planner.h>
+#include <lockstep/trainer.h>
+#include <lockstep/world.h>

@@ -15,9 +15,9 @@
 #include "engine/core/cuda/cuda_runtime.h"
 #include "engine/core/cuda/cuda_stream_access.h"
 #include "engine/core/device_fault.h"
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "engine/core/stream.h"
+#include <lockstep/stream.h>
 
 namespace ls::cuda_ops {
 
@@ -50,7 +50,7 @@ class CudaLaunch {
 // Scratch memory for one op call (partial sums), from the device's caching allocator: no
 // cudaMalloc once the cache is warm, and in a graph capture it comes from the graph's pool. Freed
 // when the call returns, after its kernels were enqueued: the allocator hands a block out again
-// only in stream order (engine/core/allocator.h; a step allocates on one stream per device).
+// only in stream order (lockstep/allocator.h; a step allocates on one stream per device).
 class CudaScratch {
  public:
   CudaScratch(int device, size_t bytes)

@@ -40,7 +40,7 @@ __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n
   LS_GRID_STRIDE_LOOP(i, n) { out[i] = a[i] + b[i]; }
 }
 
-// Bit for bit the conversion of ls::f32_to_bf16 (engine/core/dtype.h): round to nearest even, NaN
+// Bit for bit the conversion of ls::f32_to_bf16 (lockstep/dtype.h): round to nearest even, NaN
 // stays a quiet NaN with its sign and top payload bits.
 __device__ uint16_t f32_to_bf16_bits(float x) {
   uint32_t bits = __float_as_uint(x);

@@ -20,15 +20,15 @@
 // the thread that issued them exits or a new stream reuses its address.
 //
 // Note [16-bit GEMM operands]
-// kBF16 / kF16 (engine/core/precision.h) round every element of A and B to nearest even into a
+// kBF16 / kF16 (lockstep/precision.h) round every element of A and B to nearest even into a
 // 16-bit copy, and cublasGemmEx multiplies the copies with f32 accumulation
 // (CUBLAS_COMPUTE_32F) into the f32 C: what the host emulates by rounding and an f32 GEMM. A copy
 // keeps its source's layout: the whole span from the first element to the last one read, so the
 // leading dimensions, the batch strides and the row-major trick carry over unchanged (padding
 // between rows is converted too, and never read). bf16 rounds with the bit arithmetic of the
-// host's f32_to_bf16 (engine/core/dtype.h), so both backends round alike, NaN included. The
+// host's f32_to_bf16 (lockstep/dtype.h), so both backends round alike, NaN included. The
 // copies come from the device's caching allocator and are freed as soon as the GEMM is
-// enqueued: the allocator hands a block out again only in stream order (engine/core/allocator.h:
+// enqueued: the allocator hands a block out again only in stream order (lockstep/allocator.h:
 // a step allocates on one stream per device), and in a graph capture they come from the graph's
 // pool. Converting costs one read of f32 and one write of 16 bits per element, small beside the
 // product for the shapes of a transformer.
@@ -151,7 +151,7 @@ __global__ void scale_matrix_kernel(float* c, int64_t rows, int64_t cols, int64_
 }
 
 // out[i] = in[i] rounded to bf16 or f16 (nearest, ties to even), as 16-bit patterns.
-__device__ uint16_t bf16_bits(float x) {  // f32_to_bf16 of engine/core/dtype.h
+__device__ uint16_t bf16_bits(float x) {  // f32_to_bf16 of lockstep/dtype.h
   uint32_t bits = __float_as_uint(x);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
   bits += 0x7fffu + ((bits >> 16) & 1u);

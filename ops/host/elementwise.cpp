@@ -8,7 +8,7 @@
 #include <climits>
 #include <cmath>
 
-#include "engine/core/dtype.h"
+#include <lockstep/dtype.h>
 #include "ops/host/host_ops.h"
 
 namespace ls {

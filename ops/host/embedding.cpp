@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "engine/core/device_fault.h"
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "ops/host/host_ops.h"
 

@@ -7,7 +7,7 @@
 // gemm_strided_batched splits over the batch instead, one cblas_sgemm per matrix, so its results
 // do not depend on the thread count at all.
 // Precision kBF16/kF16 (ops/gemm.h): A and B are first rounded into per-thread scratch copies,
-// then multiplied in f32 exactly as above (see engine/core/precision.h for why that is what
+// then multiplied in f32 exactly as above (see lockstep/precision.h for why that is what
 // cuBLAS computes with 16-bit operands and f32 accumulation).
 #include "ops/gemm.h"
 
@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "ops/host/host_ops.h"
 

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "ops/host/host_ops.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/core/device_fault.h"
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "ops/host/host_ops.h"
 

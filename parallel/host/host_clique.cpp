@@ -5,7 +5,7 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 namespace {

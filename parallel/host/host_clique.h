@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "parallel/collective.h"
 
 namespace ls {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "parallel/collective_checks.h"
 #include "parallel/host/host_reduce.h"

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 
 namespace ls {

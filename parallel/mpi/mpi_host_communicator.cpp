@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "parallel/collective_checks.h"
 #include "parallel/host/host_clique.h"

@@ -1,5 +1,5 @@
 // The host Communicator across processes: hierarchical collectives over the host devices of
-// every process of a World (replica numbering process-major, parallel/world.h).
+// every process of a World (replica numbering process-major, lockstep/world.h).
 //
 // Each collective is one task on the caller's host stream, in three phases (see Note
 // [Hierarchical host collectives] in the .cpp): the process's local ranks reduce (or gather)
@@ -16,7 +16,7 @@
 #include <string>
 
 #include "parallel/communicator.h"
-#include "parallel/world.h"
+#include <lockstep/world.h>
 
 namespace ls {
 

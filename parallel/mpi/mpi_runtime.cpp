@@ -12,7 +12,7 @@
 #include <optional>
 #include <thread>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "parallel/mpi/mpi_state.h"
 #include "parallel/mpi/mpi_wait.h"
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "parallel/communicator.h"
-#include "parallel/world.h"
+#include <lockstep/world.h>
 
 namespace ls::mpi {
 

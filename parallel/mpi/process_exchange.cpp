@@ -18,7 +18,7 @@
 #include <memory>
 #include <mutex>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "parallel/mpi/mpi_runtime.h"
 #include "parallel/mpi/mpi_state.h"
 #include "parallel/mpi/mpi_wait.h"

@@ -2,7 +2,7 @@
 // and a launch by `mpirun -np P` (P > 1) is refused with how to get an MPI build.
 #include <mutex>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "parallel/mpi/mpi_runtime.h"
 
 namespace ls::mpi {

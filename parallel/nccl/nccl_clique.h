@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 #include "parallel/communicator.h"
 
 namespace ls {

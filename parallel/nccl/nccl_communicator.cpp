@@ -79,8 +79,8 @@
 
 #include "engine/core/cuda/cuda_runtime.h"
 #include "engine/core/cuda/cuda_stream_access.h"
-#include "engine/core/device.h"
-#include "engine/core/error.h"
+#include <lockstep/device.h>
+#include <lockstep/error.h>
 #include "parallel/collective.h"
 #include "parallel/collective_checks.h"
 #include "parallel/nccl/nccl_clique.h"

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "parallel/communicator.h"
-#include "parallel/world.h"
+#include <lockstep/world.h>
 
 namespace ls {
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "engine/core/cuda/cuda_runtime.h"
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "parallel/mpi/mpi_runtime.h"
 #include "parallel/nccl/nccl_clique.h"
 #include "parallel/nccl/nccl_communicator.h"

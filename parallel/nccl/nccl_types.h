@@ -11,8 +11,8 @@
 #include <cstddef>
 #include <string>
 
-#include "engine/core/dtype.h"
-#include "engine/core/error.h"
+#include <lockstep/dtype.h>
+#include <lockstep/error.h>
 #include "parallel/collective.h"
 
 namespace ls {

@@ -1,7 +1,7 @@
 // Compiled instead of the NCCL communicator when lockstep is built without NCCL: without the CUDA
 // backend, or with the CUDA emulator (LOCKSTEP_CUDA=EMULATED runs kernels on the CPU; there is no
 // NCCL to emulate, so several emulated GPUs cannot be one data-parallel group).
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "parallel/communicator.h"
 #include "parallel/nccl/nccl_communicator.h"
 

@@ -1,6 +1,6 @@
 // lockstep-plan: which parallel strategy a model needs on a machine. Builds the model from
 // lockstep-train's model flags (gpt or mlp; no data set is read), measures its activations with
-// two one-device training steps (parallel/planner.h: profile_model), measures the GEMM rate and
+// two one-device training steps (lockstep/planner.h: profile_model), measures the GEMM rate and
 // the all-reduce bandwidth unless given, and prints per strategy the predicted bytes per device
 // (parameters, gradients, optimizer state, activations, total), whether it fits, the predicted
 // step time, and the recommendation with its reason. Usage errors exit 2, runtime errors 1.

@@ -6,7 +6,7 @@
 // the same calls), loop over batches, evaluate.
 // Ctrl-C or SIGTERM stops it after the current step, with a checkpoint when it keeps them.
 // Under `mpirun -np P`, each process drives its --devices and the replicas of every process
-// train together (parallel/world.h); process 0 prints, writes the JSON and exports, and every
+// train together (lockstep/world.h); process 0 prints, writes the JSON and exports, and every
 // process stops after the same step when any of them got a signal.
 // Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 / 143 stopped by SIGINT / SIGTERM.
 #include <lockstep/lockstep.h>

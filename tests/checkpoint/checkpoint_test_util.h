@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls::checkpoint::testing {
 

@@ -2,7 +2,7 @@
 // BERT classifier (with its pooler) fixtures (tests/fixtures/hf, made by
 // scripts/make_hf_fixtures.py with transformers) matches transformers' outputs; writing and reading
 // back is lossless; missing, unknown and misshapen tensors are errors that name them.
-#include "engine/model/checkpoint/hf_transformer.h"
+#include <lockstep/hf_transformer.h>
 
 #include <gtest/gtest.h>
 
@@ -10,13 +10,13 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/json_reader.h"
 #include "engine/core/runtime.h"
 #include "engine/model/checkpoint/safetensors.h"
 #include "engine/model/nn/parameter_store.h"
 #include "engine/model/nn/transformer.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 
 namespace ls::checkpoint {
 namespace {

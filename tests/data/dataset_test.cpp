@@ -1,7 +1,7 @@
 // Tests for ls::data::load_idx_pair and load_fashion_mnist: exact normalised values, shape,
 // count and label checks, file discovery (.gz or plain) with its error message, and, when
 // Debian's dataset-fashion-mnist is installed, the real train and test sets.
-#include "engine/model/data/dataset.h"
+#include <lockstep/data/dataset.h>
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls::data {
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls::data {
 namespace {

@@ -1,7 +1,7 @@
 // Tests for ls::data::Prefetcher: the same batches as BatchIterator, bitwise, over several epochs
 // for each depth and drop_last; seek (resume) mid-epoch and at an epoch's end; producer
 // exceptions re-thrown in order; destruction at any point without hanging; bad arguments.
-#include "engine/model/data/prefetch.h"
+#include <lockstep/data/prefetch.h>
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Tests for ls::data::Sampler, BatchIterator and gather_batch: determinism per (seed, epoch),
 // permutations, a pinned order (catches any change to the shuffle algorithm), batch contents,
 // drop_last, no reallocation after the first batch, seek/resume equivalence and argument errors.
-#include "engine/model/data/sampler.h"
+#include <lockstep/data/sampler.h>
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls::data {
 namespace {

@@ -1,7 +1,7 @@
 // Tests for ls::data text_corpus: GCIDE cleaning on the hand-made fixture (exact output), the
 // dictzip reader's errors, and, when dict-gcide is installed, the real dictionary; packing text
 // into next-token examples (exact tokens and labels) and the tail split.
-#include "engine/model/data/text_corpus.h"
+#include <lockstep/data/text_corpus.h>
 
 #include <gtest/gtest.h>
 #include <zlib.h>

@@ -9,7 +9,7 @@
 #include <functional>
 #include <string>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "tests/ops/op_test_util.h"
 
 namespace ls::data::testing {

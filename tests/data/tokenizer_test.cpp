@@ -2,7 +2,7 @@
 // fixture in tests/data/fixtures/gpt2 (made by make_fixture.py there, whose reference GPT-2
 // implementation printed the expected ids below), GPT-2 pre-tokenisation, and every malformed
 // vocab/merges case with its message.
-#include "engine/model/data/tokenizer.h"
+#include <lockstep/data/tokenizer.h>
 
 #include <gtest/gtest.h>
 

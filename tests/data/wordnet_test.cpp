@@ -1,7 +1,7 @@
 // Tests for ls::data::load_wordnet_supersenses on hand-made data.noun excerpts in
 // tests/data/fixtures/wordnet (exact tokens, labels, split), every malformed-line case with its
 // file and line in the message, and, when wordnet-base is installed, the real data.noun counts.
-#include "engine/model/data/wordnet.h"
+#include <lockstep/data/wordnet.h>
 
 #include <gtest/gtest.h>
 

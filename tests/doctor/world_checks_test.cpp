@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls::doctor {
 namespace {

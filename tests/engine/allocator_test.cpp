@@ -1,14 +1,14 @@
 // The caching allocator: size classes, reuse without system allocation after warm-up, stats.
-#include "engine/core/allocator.h"
+#include <lockstep/allocator.h>
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <map>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 
 namespace ls {
 namespace {

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "engine/core/cuda_emulator/emulator.h"
-#include "engine/core/device.h"
-#include "engine/core/error.h"
+#include <lockstep/device.h>
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/cuda_launch.h"

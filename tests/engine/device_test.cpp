@@ -1,9 +1,9 @@
 // Device-spec parsing and its errors.
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 
 #include <gtest/gtest.h>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 namespace {

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "engine/core/runtime.h"
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/core/dtype.h"
+#include <lockstep/dtype.h>
 #include "mpi/mpi_test_main.h"
 
 namespace ls::mpi_test {

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "mpi/mpi_test_main.h"
 #include "parallel/mpi/mpi_runtime.h"
 

@@ -1,4 +1,4 @@
-// DataParallel across processes (parallel/world.h): training, evaluation and checkpoints in this
+// DataParallel across processes (lockstep/world.h): training, evaluation and checkpoints in this
 // world shape against one process driving as many host devices, and failures in process 1
 // ending every process with the original error. Runs in every shape tests/CMakeLists.txt
 // registers (1 process x 2 devices; 2 and 3 processes x 1, 2 and 1,2 devices).
@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "mpi/mpi_test_main.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 #include "parallel/fault_injection.h"
 #include "parallel/mpi/mpi_runtime.h"
-#include "parallel/pipeline.h"
+#include <lockstep/pipeline.h>
 #include "parallel/random_batch.h"
 #include "parallel/training_helpers.h"
 

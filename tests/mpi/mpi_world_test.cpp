@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "mpi/mpi_test_main.h"
 
 namespace ls::mpi_test {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <random>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
 #include "engine/model/autograd.h"
 #include "engine/model/nn/functional.h"

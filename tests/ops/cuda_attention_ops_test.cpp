@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 #include "ops/attention.h"
 #include "ops/gemm.h"
 #include "ops/pooling.h"

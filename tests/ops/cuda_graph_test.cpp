@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/graph.h"
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 #include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 #include "ops/activation.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"

@@ -10,11 +10,11 @@
 #include <memory>
 #include <vector>
 
-#include "engine/core/device.h"
-#include "engine/core/dtype.h"
+#include <lockstep/device.h>
+#include <lockstep/dtype.h>
 #include "engine/core/runtime.h"
-#include "engine/core/stream.h"
-#include "engine/core/tensor.h"
+#include <lockstep/stream.h>
+#include <lockstep/tensor.h>
 #include "tests/ops/op_test_util.h"
 
 namespace ls::test {

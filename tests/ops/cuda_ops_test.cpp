@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/device.h"
-#include "engine/core/dtype.h"
+#include <lockstep/device.h>
+#include <lockstep/dtype.h>
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 #include "ops/activation.h"
 #include "ops/bias.h"
 #include "ops/elementwise.h"

@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "engine/core/precision.h"
+#include <lockstep/precision.h>
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/optim.h"

@@ -12,7 +12,7 @@
 #include <limits>
 #include <numbers>
 
-#include "engine/core/dtype.h"
+#include <lockstep/dtype.h>
 #include "ops/activation.h"
 #include "ops/bias.h"
 #include "ops/host/host_ops.h"

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 
 namespace ls::test {
 

@@ -2,7 +2,7 @@
 // rounding against known values, 16-bit GEMMs equal to f32 GEMMs of the rounded operands bitwise
 // (the host emulates cuBLAS's 16-bit operands with f32 accumulation exactly that way), the
 // device-side step decision, the loss-scale schedule, and gated optimizer steps.
-#include "engine/core/precision.h"
+#include <lockstep/precision.h>
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 namespace {

@@ -8,10 +8,10 @@
 #include <random>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/model/checkpoint/checkpoint.h"
-#include "engine/model/data/sampler.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data/sampler.h>
+#include <lockstep/data_parallel.h>
 
 namespace ls {
 namespace {

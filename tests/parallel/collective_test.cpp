@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "parallel/communicator.h"
 #include "parallel/flight_recorder.h"
 

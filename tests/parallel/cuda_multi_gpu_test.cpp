@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/device.h"
-#include "engine/core/error.h"
+#include <lockstep/device.h>
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 #include "random_batch.h"
 #include "training_helpers.h"
 

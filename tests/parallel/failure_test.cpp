@@ -10,8 +10,8 @@
 #include <optional>
 #include <random>
 
-#include "engine/core/error.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/error.h>
+#include <lockstep/data_parallel.h>
 #include "parallel/fault_injection.h"
 #include "parallel/random_batch.h"
 

@@ -16,12 +16,12 @@
 #include <utility>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/model/autograd.h"
 #include "engine/model/nn/module.h"
 #include "engine/model/optim/optimizer.h"
 #include "ops/elementwise.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 #include "parallel/engine_hooks.h"
 
 namespace ls::testing {

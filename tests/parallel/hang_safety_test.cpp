@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "engine/core/runtime.h"
 #include "parallel/communicator.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 #include "parallel/engine_hooks.h"
 #include "parallel/random_batch.h"
 #include "parallel/training_helpers.h"

@@ -19,7 +19,7 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "engine/core/runtime.h"
 #include "parallel/communicator.h"

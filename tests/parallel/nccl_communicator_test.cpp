@@ -21,11 +21,11 @@
 #include <thread>
 #include <vector>
 
-#include "engine/core/device.h"
-#include "engine/core/dtype.h"
-#include "engine/core/error.h"
+#include <lockstep/device.h>
+#include <lockstep/dtype.h>
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 #include "parallel/communicator.h"
 
 namespace ls {

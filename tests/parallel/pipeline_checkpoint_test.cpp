@@ -10,9 +10,9 @@
 #include <iterator>
 #include <random>
 
-#include "engine/core/error.h"
-#include "engine/model/nn/transformer_config.h"
-#include "parallel/pipeline.h"
+#include <lockstep/error.h>
+#include <lockstep/transformer_config.h>
+#include <lockstep/pipeline.h>
 #include "parallel/training_helpers.h"
 
 namespace ls {

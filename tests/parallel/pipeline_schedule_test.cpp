@@ -1,13 +1,13 @@
 // Pipeline schedules and the layer split as pure functions: every stage runs each forward and
 // backward once, a forward before its backward, 1F1B bounds the micro-batches in flight, GPipe
 // runs all forwards first, the split is consecutive and near-equal, and bad sizes are errors.
-#include "parallel/pipeline_schedule.h"
+#include <lockstep/pipeline_schedule.h>
 
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 namespace {

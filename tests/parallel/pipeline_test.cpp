@@ -5,7 +5,7 @@
 // Summation order: micro-batches split each weight gradient's GEMM sum over rows into m partial
 // sums, and a tied weight's gradient is (head part) + (embedding part) summed across stages, so
 // results agree to a relative 1e-5, not bitwise (m = 1 with no tied weight is bitwise).
-#include "parallel/pipeline.h"
+#include <lockstep/pipeline.h>
 
 #include <gtest/gtest.h>
 
@@ -13,10 +13,10 @@
 #include <random>
 #include <thread>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "engine/model/nn/module.h"
-#include "engine/model/nn/transformer_config.h"
+#include <lockstep/transformer_config.h>
 #include "ops/softmax_xent.h"
 #include "parallel/random_batch.h"
 #include "parallel/training_helpers.h"

@@ -1,17 +1,17 @@
-// The planner (parallel/planner.h): its memory predictions within 10% of the allocator peaks of
+// The planner (lockstep/planner.h): its memory predictions within 10% of the allocator peaks of
 // real runs on host devices (a small GPT and an MLP; data parallel, ZeRO-1, ZeRO-2 and a 2-stage
 // pipeline, at a batch other than the probe's), the recommendation rule on synthetic profiles,
 // and clear errors for bad inputs.
-#include "parallel/planner.h"
+#include <lockstep/planner.h>
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "engine/model/nn/transformer_config.h"
-#include "parallel/pipeline.h"
+#include <lockstep/transformer_config.h>
+#include <lockstep/pipeline.h>
 #include "parallel/random_batch.h"
 
 namespace ls {

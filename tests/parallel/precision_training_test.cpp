@@ -10,9 +10,9 @@
 #include <random>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "ops/softmax_xent.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 #include "training_helpers.h"
 
 namespace ls {

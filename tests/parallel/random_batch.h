@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <random>
 
-#include "engine/model/data/sampler.h"
+#include <lockstep/data/sampler.h>
 
 namespace ls::testing {
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
 #include "parallel/bucket_plan.h"
 #include "parallel/communicator.h"

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/error.h>
+#include <lockstep/data_parallel.h>
 #include "parallel/random_batch.h"
 #include "parallel/training_helpers.h"
 

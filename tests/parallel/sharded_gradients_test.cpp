@@ -13,9 +13,9 @@
 
 #include "engine/core/runtime.h"
 #include "engine/model/nn/module.h"
-#include "engine/model/nn/transformer_config.h"
+#include <lockstep/transformer_config.h>
 #include "ops/elementwise.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 #include "parallel/random_batch.h"
 #include "parallel/training_helpers.h"
 

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 #include "parallel/random_batch.h"
 
 namespace ls {

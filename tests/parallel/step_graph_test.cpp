@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/model/optim/optimizer.h"
 #include "ops/elementwise.h"
 #include "ops/softmax_xent.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 #include "random_batch.h"
 #include "training_helpers.h"
 

@@ -14,10 +14,10 @@
 #include <thread>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/json_reader.h"
 #include "engine/fixture_gpu_monitor.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 #include "parallel/fault_injection.h"
 #include "parallel/random_batch.h"
 

@@ -1,4 +1,4 @@
-// Trainer (parallel/trainer.h): one loop drives data parallel and a pipeline alike, through
+// Trainer (lockstep/trainer.h): one loop drives data parallel and a pipeline alike, through
 // step_async()/result(), with the same results as one device; a pipeline's step_async() keeps
 // each result until it is taken, once; the layout line says how the model is spread.
 #include <gtest/gtest.h>
@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
-#include "parallel/data_parallel.h"
-#include "parallel/pipeline.h"
-#include "parallel/trainer.h"
+#include <lockstep/error.h>
+#include <lockstep/data_parallel.h>
+#include <lockstep/pipeline.h>
+#include <lockstep/trainer.h>
 #include "random_batch.h"
 #include "training_helpers.h"
 

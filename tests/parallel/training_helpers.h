@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/nn/transformer_config.h"
+#include <lockstep/transformer_config.h>
 #include "ops/softmax_xent.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 
 namespace ls::testing {
 

@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <random>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "engine/model/data/dataset.h"
-#include "engine/model/data/sampler.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data/dataset.h>
+#include <lockstep/data/sampler.h>
+#include <lockstep/data_parallel.h>
 #include "parallel/random_batch.h"
 
 namespace ls {

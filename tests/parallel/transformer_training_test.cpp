@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <random>
 
-#include "engine/core/error.h"
-#include "engine/model/data/sampler.h"
+#include <lockstep/error.h>
+#include <lockstep/data/sampler.h>
 #include "ops/softmax_xent.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 
 namespace ls {
 namespace {

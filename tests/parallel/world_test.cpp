@@ -2,14 +2,14 @@
 // communicators are exactly the in-process ones (make_communicators), with process-major
 // replica numbers; bad calls fail with messages that say how to fix them.
 // The multi-process cases run in tests/mpi/ (lockstep_mpi_tests under mpirun).
-#include "parallel/world.h"
+#include <lockstep/world.h>
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "parallel/host/host_communicator.h"
 #include "parallel/mpi/mpi_runtime.h"
 #include "parallel/world_communicators.h"

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "programs/common/cli.h"
-#include "parallel/data_parallel.h"
+#include <lockstep/data_parallel.h>
 #include "parallel/fault_injection.h"
 #include "parallel/random_batch.h"
 #include "soak/scenario.h"

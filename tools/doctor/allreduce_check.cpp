@@ -14,9 +14,9 @@
 #include <memory>
 #include <thread>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 #include "parallel/communicator.h"
 
 extern char** environ;

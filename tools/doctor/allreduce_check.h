@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 #include "parallel/communicator.h"
 #include "tools/doctor/finding.h"
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "engine/core/json.h"
+#include <lockstep/json.h>
 
 namespace ls::doctor {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 #include "tools/doctor/finding.h"
 
 namespace ls::doctor {

@@ -26,14 +26,14 @@
 #include <variant>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/gpu_monitor.h"
 #include "engine/core/runtime.h"
 #include "engine/core/system_info.h"
 #include "programs/common/cli.h"
 #include "programs/common/flags.h"
 #include "parallel/mpi/mpi_runtime.h"
-#include "parallel/world.h"
+#include <lockstep/world.h>
 #include "tools/doctor/allreduce_check.h"
 #include "tools/doctor/finding.h"
 #include "tools/doctor/gpu_health.h"

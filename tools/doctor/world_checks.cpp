@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/core/device.h"
-#include "engine/core/error.h"
+#include <lockstep/device.h>
+#include <lockstep/error.h>
 #include "parallel/mpi/mpi_runtime.h"
 #include "parallel/world_communicators.h"
 #include "tools/doctor/allreduce_check.h"

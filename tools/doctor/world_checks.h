@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/core/system_info.h"
-#include "parallel/world.h"
+#include <lockstep/world.h>
 #include "tools/doctor/finding.h"
 
 namespace ls::doctor {

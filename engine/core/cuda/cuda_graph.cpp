@@ -10,7 +10,7 @@
 #include "engine/core/cuda/cuda_check.h"
 #include "engine/core/cuda/cuda_runtime.h"
 #include "engine/core/cuda/cuda_stream_access.h"
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls {
 namespace {
@@ -31,7 +31,7 @@ class CudaGraph final : public StreamGraph {
   // A launch still running finishes first: CUDA frees an executable graph that is in flight when
   // it completes. The pool (released after the graph, members go in reverse order) hands its
   // blocks back to the allocator at once; as for any freed block, they are reused in stream
-  // order (engine/core/allocator.h), after the launches already enqueued on origin.
+  // order (lockstep/allocator.h), after the launches already enqueued on origin.
   ~CudaGraph() override {
     DeviceGuard guard(device_.index, std::nothrow);
     if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);

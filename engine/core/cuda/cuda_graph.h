@@ -25,8 +25,8 @@
 
 #include <memory>
 
-#include "engine/core/allocator.h"
-#include "engine/core/device.h"
+#include <lockstep/allocator.h>
+#include <lockstep/device.h>
 #include "engine/core/graph.h"
 
 namespace ls {

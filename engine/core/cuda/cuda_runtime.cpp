@@ -7,7 +7,7 @@
 // Graph capture: engine/core/cuda/cuda_graph.h; a capturing stream refuses synchronize() and
 // check() (a host wait would invalidate the capture), and events recorded during a capture
 // cannot be queried or timed (Note [Events recorded during capture]).
-// Thread-safety: as engine/core/stream.h and engine/core/runtime.h say.
+// Thread-safety: as lockstep/stream.h and engine/core/runtime.h say.
 #include "engine/core/cuda/cuda_runtime.h"
 
 #include <atomic>
@@ -26,7 +26,7 @@
 #include "engine/core/cuda/cuda_check.h"
 #include "engine/core/cuda/cuda_graph.h"
 #include "engine/core/cuda/cuda_stream_access.h"
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 #include "engine/core/device_fault.h"
 #include "engine/core/runtime.h"
 
@@ -366,7 +366,7 @@ class CudaStream final : public Stream {
 // Note [cudaMalloc during graph capture]
 // A thread capturing in ThreadLocal mode may not call cudaMalloc: the capture does not record it,
 // so a graph that relied on it being replayed would be wrong. Ours never does: the block belongs
-// to the graph's pool (engine/core/allocator.h) and keeps its address for every launch. So the
+// to the graph's pool (lockstep/allocator.h) and keeps its address for every launch. So the
 // allocation switches this thread to relaxed mode for the call, as PyTorch's caching allocator
 // does (cudaMallocMaybeCapturing). A no-op outside a capture.
 class RelaxedCaptureMode {

@@ -12,7 +12,7 @@
 #include <new>
 
 #include "engine/core/cuda/cuda_check.h"
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 
 namespace ls {
 
@@ -41,7 +41,7 @@ class DeviceGuard {
 // Makes `device` the calling thread's current device for good (what DeviceGuard remembers as a
 // device the thread chose). DeviceRuntime::bind_current_thread calls it.
 void bind_cuda_device(int device);
-// cuda_primary_context_active (engine/core/device.h) asks cuDevicePrimaryCtxGetState through the
+// cuda_primary_context_active (lockstep/device.h) asks cuDevicePrimaryCtxGetState through the
 // runtime's driver entry points.
 
 }  // namespace ls

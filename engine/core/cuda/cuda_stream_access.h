@@ -1,13 +1,13 @@
 // Access to the CUDA handles behind the backend-neutral Stream and Event, for kernel launchers
 // and NCCL. Both raise ls::Error when given a stream or event of another backend, and
 // cuda_stream_of raises "stream aborted" once the stream was aborted, so no new work is
-// enqueued on it (see Stream::abort in engine/core/stream.h).
+// enqueued on it (see Stream::abort in lockstep/stream.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include "engine/core/device_fault.h"
-#include "engine/core/stream.h"
+#include <lockstep/stream.h>
 
 namespace ls {
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 #include "engine/core/system_info.h"
 
 namespace ls {

@@ -3,8 +3,8 @@
 // and asking for a CUDA runtime or the CUDA kernels raises ls::Error with that explanation.
 #include <memory>
 
-#include "engine/core/device.h"
-#include "engine/core/error.h"
+#include <lockstep/device.h>
+#include <lockstep/error.h>
 #include "engine/core/runtime.h"
 #include "engine/core/system_info.h"
 

@@ -2,7 +2,7 @@
 // parallel loop that runs inside the device's own oneTBB arena.
 //
 // host_enqueue(stream, fn): fn runs later on the stream's worker thread, in order. An exception
-// thrown by fn becomes the stream's pending error (see engine/core/stream.h).
+// thrown by fn becomes the stream's pending error (see lockstep/stream.h).
 // host_parallel_for(begin, end, grain, body): called from inside enqueued work; splits
 // [begin, end) into chunks of at least `grain` and runs body(chunk_begin, chunk_end) on the
 // cores of the current host device (all inline when the device has one core). Chunk
@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "engine/core/stream.h"
+#include <lockstep/stream.h>
 
 namespace ls {
 

@@ -1,7 +1,7 @@
 // HostGraph (see engine/core/host/host_graph.h).
 #include "engine/core/host/host_graph.h"
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_stream.h"
 
 namespace ls {

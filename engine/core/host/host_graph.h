@@ -11,9 +11,9 @@
 #include <memory>
 #include <vector>
 
-#include "engine/core/allocator.h"
+#include <lockstep/allocator.h>
 #include "engine/core/graph.h"
-#include "engine/core/stream.h"
+#include <lockstep/stream.h>
 
 namespace ls {
 

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_stream.h"
 #include "engine/core/runtime.h"
 

@@ -6,7 +6,7 @@
 
 #include <oneapi/tbb/parallel_for.h>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 
 namespace ls {

@@ -1,5 +1,5 @@
 // The host backend's Stream and Event: a worker thread per stream with an in-order queue, and
-// events that complete when the worker reaches their record. See engine/core/stream.h for the
+// events that complete when the worker reaches their record. See lockstep/stream.h for the
 // semantics they reproduce; this header is internal to engine/core/host/.
 #pragma once
 
@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "engine/core/host/host_graph.h"
-#include "engine/core/stream.h"
+#include <lockstep/stream.h>
 
 namespace ls {
 

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls::checkpoint {
 namespace {

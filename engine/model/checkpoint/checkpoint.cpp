@@ -15,8 +15,8 @@
 #include <filesystem>
 #include <mutex>
 
-#include "engine/core/error.h"
-#include "engine/core/json.h"
+#include <lockstep/error.h>
+#include <lockstep/json.h>
 #include "engine/core/json_reader.h"
 #include "engine/model/checkpoint/atomic_file.h"
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/checkpoint/retention.h"
+#include <lockstep/checkpoint_retention.h>
 #include "engine/model/checkpoint/safetensors.h"
 
 namespace ls::checkpoint {

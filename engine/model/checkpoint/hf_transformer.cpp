@@ -2,7 +2,7 @@
 // One table (hf_entries) says which file tensors make each lockstep parameter and how (copy,
 // transpose a Conv1D weight, stack q/k/v); reading and writing both walk it, so the two
 // directions cannot disagree.
-#include "engine/model/checkpoint/hf_transformer.h"
+#include <lockstep/hf_transformer.h>
 
 #include <cmath>
 #include <cstring>
@@ -11,8 +11,8 @@
 #include <set>
 #include <sstream>
 
-#include "engine/core/error.h"
-#include "engine/core/json.h"
+#include <lockstep/error.h>
+#include <lockstep/json.h>
 #include "engine/core/json_reader.h"
 #include "engine/model/checkpoint/atomic_file.h"
 #include "engine/model/checkpoint/safetensors.h"

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/json_reader.h"
 #include "engine/model/checkpoint/atomic_file.h"
 

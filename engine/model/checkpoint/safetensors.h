@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/core/dtype.h"
+#include <lockstep/dtype.h>
 
 namespace ls::checkpoint {
 

@@ -1,12 +1,12 @@
 // Turns a pair of IDX files into a normalised Dataset and finds Fashion-MNIST's files on disk.
 // Normalisation goes through a 256-entry table so every pixel value maps to exactly one float,
 // the same one the tests compute with the same float expression.
-#include "engine/model/data/dataset.h"
+#include <lockstep/data/dataset.h>
 
 #include <array>
 #include <filesystem>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/model/data/idx.h"
 #include "ops/softmax_xent.h"
 

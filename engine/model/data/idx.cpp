@@ -14,7 +14,7 @@
 #include <optional>
 #include <sstream>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls::data {
 namespace {

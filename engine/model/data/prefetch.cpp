@@ -1,11 +1,11 @@
 // Producer/consumer with one mutex and two condition variables. The producer gathers outside the
 // lock (busy_), so next() only waits when nothing is ready; seek() pauses the producer, waits
 // for it to be idle, then moves the iterator under the lock.
-#include "engine/model/data/prefetch.h"
+#include <lockstep/data/prefetch.h>
 
 #include <utility>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls::data {
 

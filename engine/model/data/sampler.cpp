@@ -1,13 +1,13 @@
 // Sampler: per-epoch permutations from mt19937_64 seeded by splitmix64(seed, epoch), shuffled by
 // Fisher–Yates with unbiased rejection sampling, so the order is the same with every standard
 // library. BatchIterator slices that order into batches and gathers them into a reused Batch.
-#include "engine/model/data/sampler.h"
+#include <lockstep/data/sampler.h>
 
 #include <algorithm>
 #include <numeric>
 #include <random>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/model/data/splitmix64.h"
 
 namespace ls::data {

@@ -1,7 +1,7 @@
 // GCIDE cleaning in two passes per entry: line-level (pronunciations removed, lines joined with
 // spaces), then character-level (brackets classified, braces and tags dropped, whitespace
 // collapsed). make_lm_dataset encodes document by document into one stream and slices it.
-#include "engine/model/data/text_corpus.h"
+#include <lockstep/data/text_corpus.h>
 
 #include <zlib.h>
 
@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/model/data/text_file.h"
 
 namespace ls::data {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 
 namespace ls::data {
 

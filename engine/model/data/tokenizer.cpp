@@ -9,12 +9,12 @@
 // number-form blocks; any other code point (e.g. Georgian or Tamil letters, emoji) counts as
 // "other", as do combining marks (as in GPT-2). Bytes that are not valid UTF-8 count as "other",
 // one byte each.
-#include "engine/model/data/tokenizer.h"
+#include <lockstep/data/tokenizer.h>
 
 #include <array>
 #include <limits>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/core/json_reader.h"
 #include "engine/model/data/text_file.h"
 

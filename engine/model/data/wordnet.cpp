@@ -1,14 +1,14 @@
 // data.noun parser: licence header lines (two leading spaces) first, then one synset a line,
 // `offset lex_filenum ss_type w_cnt (word lex_id)* p_cnt (symbol offset pos source/target)*
 // | gloss`, every field checked so a truncated or foreign file fails at its first bad line.
-#include "engine/model/data/wordnet.h"
+#include <lockstep/data/wordnet.h>
 
 #include <algorithm>
 #include <iomanip>
 #include <sstream>
 #include <vector>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/model/data/splitmix64.h"
 #include "engine/model/data/text_file.h"
 

@@ -2,7 +2,7 @@
 // Every backward captures the Vars it needs by value, so their tensors live until it has run.
 #include "engine/model/nn/functional.h"
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "ops/activation.h"
 #include "ops/bias.h"
 #include "ops/elementwise.h"

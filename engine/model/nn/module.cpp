@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/model/nn/functional.h"
 
 namespace ls::nn {

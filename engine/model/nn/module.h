@@ -17,7 +17,7 @@
 
 namespace ls::nn {
 
-// One of a model's consecutive layers, as pipeline parallelism cuts them (parallel/pipeline.h):
+// One of a model's consecutive layers, as pipeline parallelism cuts them (lockstep/pipeline.h):
 // forward(tape, x, model_input) maps the previous layer's output x (for the first layer, the
 // model input itself) to this layer's output; model_input is the model's input for the same rows
 // (token ids), for layers that need it (masks, shapes). `parameters` are every parameter forward

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 
 namespace ls {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <random>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "ops/elementwise.h"
 
 namespace ls::nn {

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/bias.h"

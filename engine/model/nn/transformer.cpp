@@ -3,7 +3,7 @@
 
 #include <sstream>
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "engine/model/nn/functional.h"
 #include "engine/model/nn/sequence_functional.h"
 

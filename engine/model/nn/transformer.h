@@ -1,5 +1,5 @@
 // Transformers: a GPT-style language model and an encoder + linear head classifier, one class
-// (internal; applications configure it through engine/model/nn/transformer_config.h).
+// (internal; applications configure it through lockstep/transformer_config.h).
 //
 // Input: token ids, i32 [B, T] with T <= max_seq; tokens equal to pad_id are padding, skipped
 // by pooling and, in a bidirectional model, masked as attention keys (a causal model needs no
@@ -9,7 +9,7 @@
 // Layouts: GPT-2's (pre-norm blocks and a final LayerNorm, tanh GELU) and BERT's (post-norm, a
 // LayerNorm after the embeddings, token-type embeddings, erf GELU). Last-token pooling takes each
 // sequence's last real token by its padding mask, not position T-1 (see docs/transformers.md).
-// Parameter names (our own, engine/model/checkpoint/hf_transformer.h maps them to Hugging Face's):
+// Parameter names (our own, lockstep/hf_transformer.h maps them to Hugging Face's):
 //   wte.weight, wpe.weight, [wtt.weight, ln_emb.*], h.<i>.{ln_1, attn.qkv, attn.proj, ln_2,
 //   mlp.fc, mlp.proj}.{weight, bias}, [ln_f.*], [pooler.*], [head.weight, head.bias].
 // Thread-safety: a model is used by one thread (each replica owns its own).
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "engine/model/nn/module.h"
-#include "engine/model/nn/transformer_config.h"
+#include <lockstep/transformer_config.h>
 
 namespace ls::nn {
 

@@ -1,7 +1,7 @@
 // SGD and AdamW over flat buffers (see engine/model/optim/optimizer.h).
 #include "engine/model/optim/optimizer.h"
 
-#include "engine/core/error.h"
+#include <lockstep/error.h>
 #include "ops/elementwise.h"
 #include "ops/optim.h"
 

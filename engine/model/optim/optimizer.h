@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/core/tensor.h"
+#include <lockstep/tensor.h>
 #include "ops/optim.h"
 
 namespace ls::optim {

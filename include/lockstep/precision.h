@@ -17,7 +17,7 @@
 #include <optional>
 #include <string_view>
 
-#include "engine/core/dtype.h"
+#include <lockstep/dtype.h>
 
 namespace ls {
 

@@ -5,7 +5,7 @@
 // Copies are asynchronous in stream order unless their name says they synchronize. Memory is
 // returned to the allocator when the last Tensor over it goes away, so a tensor used by enqueued
 // work must be kept alive until that work has run, or be freed on the same stream's order
-// (see engine/core/allocator.h).
+// (see lockstep/allocator.h).
 #pragma once
 
 #include <cstdint>
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/device.h"
-#include "engine/core/dtype.h"
-#include "engine/core/stream.h"
+#include <lockstep/device.h>
+#include <lockstep/dtype.h>
+#include <lockstep/stream.h>
 
 namespace ls {
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/nn/transformer_config.h"
+#include <lockstep/transformer_config.h>
 
 namespace ls::checkpoint {
 

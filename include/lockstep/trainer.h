@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/device.h"
-#include "engine/model/checkpoint/retention.h"
-#include "engine/model/data/dataset.h"
-#include "engine/model/data/sampler.h"
+#include <lockstep/device.h>
+#include <lockstep/checkpoint_retention.h>
+#include <lockstep/data/dataset.h>
+#include <lockstep/data/sampler.h>
 
 namespace ls {
 

@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/model/data/sampler.h"
+#include <lockstep/data/sampler.h>
 
 namespace ls::data {
 

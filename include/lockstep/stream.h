@@ -14,7 +14,7 @@
 #include <chrono>
 #include <memory>
 
-#include "engine/core/device.h"
+#include <lockstep/device.h>
 
 namespace ls {
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <string_view>
 
-#include "engine/model/data/dataset.h"
-#include "engine/model/data/tokenizer.h"
+#include <lockstep/data/dataset.h>
+#include <lockstep/data/tokenizer.h>
 
 namespace ls::data {
 

@@ -1,7 +1,7 @@
 // The configuration of lockstep's transformers (public): a GPT-2-layout language model or an
 // encoder + linear head classifier (GPT-2 or BERT layout). The model itself is
 // engine/model/nn/transformer.h; DataParallel builds it from transformer_factory(config)
-// (parallel/data_parallel.h).
+// (lockstep/data_parallel.h).
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/core/dtype.h"
+#include <lockstep/dtype.h>
 
 namespace ls {
 

@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/model/data/dataset.h"
+#include <lockstep/data/dataset.h>
 
 namespace ls::data {
 

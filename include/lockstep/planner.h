@@ -34,9 +34,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/data/sampler.h"
-#include "parallel/data_parallel.h"
-#include "parallel/pipeline_schedule.h"
+#include <lockstep/data/sampler.h>
+#include <lockstep/data_parallel.h>
+#include <lockstep/pipeline_schedule.h>
 
 namespace ls {
 

@@ -13,7 +13,7 @@
 // timeout). Desyncs (replicas issuing different collectives) are caught before they reach the
 // backend (kind desync). Non-finite loss or gradients skip the step on every replica alike;
 // max_consecutive_skips skipped steps in a row are an error (kind non_finite).
-// Several processes (parallel/world.h): built from a World, a DataParallel drives this process's
+// Several processes (lockstep/world.h): built from a World, a DataParallel drives this process's
 // devices as replicas first_replica(rank())..+local-1 of the world's replicas; every process
 // builds it with the same model, options and seed and calls each method in the same order with
 // the same arguments (step: the same GLOBAL batch, of which each replica takes its rows). A
@@ -32,16 +32,16 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/allocator.h"
-#include "engine/core/device.h"
-#include "engine/core/precision.h"
-#include "engine/core/tensor.h"
-#include "engine/model/checkpoint/hf_transformer.h"
-#include "engine/model/checkpoint/retention.h"
-#include "engine/model/data/dataset.h"
-#include "engine/model/data/sampler.h"
-#include "parallel/buckets.h"
-#include "parallel/trainer.h"
+#include <lockstep/allocator.h>
+#include <lockstep/device.h>
+#include <lockstep/precision.h>
+#include <lockstep/tensor.h>
+#include <lockstep/hf_transformer.h>
+#include <lockstep/checkpoint_retention.h>
+#include <lockstep/data/dataset.h>
+#include <lockstep/data/sampler.h>
+#include <lockstep/buckets.h>
+#include <lockstep/trainer.h>
 
 namespace ls {
 
@@ -52,7 +52,7 @@ namespace optim {
 class Optimizer;
 }  // namespace optim
 struct EngineHooks;  // seams for tests and tools: parallel/engine_hooks.h
-class World;         // parallel/world.h
+class World;         // lockstep/world.h
 
 // Builds one replica's model; called once on each replica's thread (current_replica() tells
 // which). The optimizer factory builds an optimizer for the replica's flat parameter buffer
@@ -71,7 +71,7 @@ struct OptimizerSpec {
 OptimizerFactory make_optimizer_factory(const OptimizerSpec& spec);
 // Linear layers of these widths with ReLU between them, e.g. {784, 256, 10}.
 ModelFactory mlp_factory(std::vector<int64_t> widths);
-// A transformer (engine/model/nn/transformer_config.h); with `weights` (lockstep parameter
+// A transformer (lockstep/transformer_config.h); with `weights` (lockstep parameter
 // names, e.g. from checkpoint::read_hf_weights), every parameter they hold starts from them.
 ModelFactory transformer_factory(nn::TransformerConfig config,
                                  std::shared_ptr<const checkpoint::HostTensors> weights = nullptr);
@@ -117,7 +117,7 @@ struct DataParallelOptions {
   // of each device. Format: parallel/telemetry.h.
   std::string telemetry_path;
   std::chrono::milliseconds telemetry_interval{1000};
-  // Mixed precision (engine/core/precision.h): kBF16/kF16 round every matrix product's operands
+  // Mixed precision (lockstep/precision.h): kBF16/kF16 round every matrix product's operands
   // (forward and backward) to 16 bits and accumulate in f32; parameters (master weights),
   // gradients, optimizer state and every other op stay f32. Gradients are all-reduced in f32
   // unless buckets.reduce_dtype says bf16.
@@ -199,7 +199,7 @@ class DataParallel final : public Trainer {
   // continue from. File and disk errors are of kind io. save() first checks the disk has room
   // for the checkpoint (an io error naming the path, the bytes needed and the bytes free, with
   // nothing written), and after the commit removes the older checkpoints `retention` does not
-  // keep (by default all but the newest 3; engine/model/checkpoint/retention.h).
+  // keep (by default all but the newest 3; lockstep/checkpoint_retention.h).
   // Several processes: process 0 writes (gathering the other processes' optimizer ranges when
   // sharded) and every process returns its result or throws its error; load() reads DIR in every
   // process, so DIR must be visible to all of them (one machine, or a shared file system).

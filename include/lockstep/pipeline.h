@@ -2,7 +2,7 @@
 // stages, one per device, each stage on its own thread with its own stream, like a Replica.
 //
 // The model's pipeline_layers() (engine/model/nn/module.h) are split near-equally by the number
-// of layers holding parameters (parallel/pipeline_schedule.h: split_layers). Each step splits the
+// of layers holding parameters (lockstep/pipeline_schedule.h: split_layers). Each step splits the
 // batch into micro_batches near-equal micro-batches and runs them through the stages in the
 // chosen schedule (1F1B by default, or GPipe); activations and their gradients move between
 // neighbouring stages by device-to-device copies ordered by events. Gradients accumulate over the
@@ -17,7 +17,7 @@
 // Failure: when a stage throws, or no stage makes progress for `timeout`, every stage is aborted
 // and step() throws one ls::Error naming the stage, its device, the step, the micro-batch and the
 // phase or transfer it was in, with the original message; the object is unusable afterwards.
-// Several processes (parallel/world.h): built from a World, every process drives whole pipelines
+// Several processes (lockstep/world.h): built from a World, every process drives whole pipelines
 // on its own devices (each process's device count a multiple of the stages), pipelines numbered
 // process-major, and stage s of every pipeline of every process all-reduces with the others;
 // the batch, loss, evaluation, checkpoints and failures are shared as DataParallel shares them
@@ -33,8 +33,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/data_parallel.h"
-#include "parallel/pipeline_schedule.h"
+#include <lockstep/data_parallel.h>
+#include <lockstep/pipeline_schedule.h>
 
 namespace ls {
 
