@@ -29,24 +29,33 @@ namespace ls {
 
 DataParallel::DataParallel(std::vector<Device> devices, ModelFactory model,
                            OptimizerFactory optimizer, DataParallelOptions options)
-    : DataParallel(std::move(devices), std::move(model), std::move(optimizer), std::move(options),
-                   EngineHooks{}) {}
-
-DataParallel::DataParallel(std::vector<Device> devices, ModelFactory model,
-                           OptimizerFactory optimizer, DataParallelOptions options,
-                           const EngineHooks& hooks)
     : impl_(std::make_unique<Impl>(nullptr, std::move(devices), model, optimizer,
-                                   std::move(options), hooks)) {}
+                                   std::move(options), EngineHooks{})) {}
 
 DataParallel::DataParallel(const World& world, ModelFactory model, OptimizerFactory optimizer,
                            DataParallelOptions options)
-    : DataParallel(world, std::move(model), std::move(optimizer), std::move(options),
-                   EngineHooks{}) {}
-
-DataParallel::DataParallel(const World& world, ModelFactory model, OptimizerFactory optimizer,
-                           DataParallelOptions options, const EngineHooks& hooks)
     : impl_(std::make_unique<Impl>(&world, world.local_devices(), model, optimizer,
-                                   std::move(options), hooks)) {}
+                                   std::move(options), EngineHooks{})) {}
+
+DataParallel::DataParallel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  LS_CHECK(impl_ != nullptr, "DataParallel: no implementation given");
+}
+
+std::unique_ptr<DataParallel> make_data_parallel(std::vector<Device> devices, ModelFactory model,
+                                                 OptimizerFactory optimizer,
+                                                 DataParallelOptions options,
+                                                 const EngineHooks& hooks) {
+  return std::make_unique<DataParallel>(std::make_unique<DataParallel::Impl>(
+      nullptr, std::move(devices), model, optimizer, std::move(options), hooks));
+}
+
+std::unique_ptr<DataParallel> make_data_parallel(const World& world, ModelFactory model,
+                                                 OptimizerFactory optimizer,
+                                                 DataParallelOptions options,
+                                                 const EngineHooks& hooks) {
+  return std::make_unique<DataParallel>(std::make_unique<DataParallel::Impl>(
+      &world, world.local_devices(), model, optimizer, std::move(options), hooks));
+}
 
 DataParallel::~DataParallel() = default;
 

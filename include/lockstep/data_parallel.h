@@ -51,7 +51,6 @@ class Module;
 namespace optim {
 class Optimizer;
 }  // namespace optim
-struct EngineHooks;  // seams for tests and tools: parallel/engine_hooks.h
 class World;         // lockstep/world.h
 
 // Builds one replica's model; called once on each replica's thread (current_replica() tells
@@ -147,15 +146,14 @@ class DataParallel final : public Trainer {
  public:
   DataParallel(std::vector<Device> devices, ModelFactory model, OptimizerFactory optimizer,
                DataParallelOptions options = {});
-  // The same, with seams (communicator decorators) that tests and tools fill in.
-  DataParallel(std::vector<Device> devices, ModelFactory model, OptimizerFactory optimizer,
-               DataParallelOptions options, const EngineHooks& hooks);
   // Every device of every process of `world` (World::init() first); one process: as above with
   // world.local_devices(). Collective over the processes. `world` must outlive this object.
   DataParallel(const World& world, ModelFactory model, OptimizerFactory optimizer,
                DataParallelOptions options = {});
-  DataParallel(const World& world, ModelFactory model, OptimizerFactory optimizer,
-               DataParallelOptions options, const EngineHooks& hooks);
+  // Takes a built implementation: how the library's own factories with test seams make one
+  // (Impl is internal, so applications use the constructors above).
+  class Impl;
+  explicit DataParallel(std::unique_ptr<Impl> impl);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -226,7 +224,6 @@ class DataParallel final : public Trainer {
   };
   StateBytes state_bytes(int replica);
 
-  class Impl;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -299,9 +299,10 @@ TEST_P(MpiFailure, AFaultInProcess1EndsEveryProcess) {
   const Clock::time_point start = Clock::now();
   std::string message, text;
   {
-    DataParallel dp(
+    const std::unique_ptr<DataParallel> faulty = make_data_parallel(
         world, testing::with_fault(transformer_factory(testing::tiny_gpt_config()), fault),
         testing::with_fault(testing::momentum_sgd(), fault), options, testing::with_fault(fault));
+    DataParallel& dp = *faulty;
     for (int s = 0; s < 4 && message.empty(); ++s) {
       try {
         dp.step(token_batch(kBatch, 5));

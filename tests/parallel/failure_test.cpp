@@ -36,10 +36,10 @@ DataParallelOptions quick_timeout() {
 std::unique_ptr<DataParallel> faulty_run(const Fault& fault, int devices,
                                          const DataParallelOptions& options = quick_timeout(),
                                          std::vector<int64_t> widths = {16, 32, 10}) {
-  return std::make_unique<DataParallel>(parse_devices("host:" + std::to_string(devices)),
-                                        testing::with_fault(mlp_factory(std::move(widths)), fault),
-                                        testing::with_fault(make_optimizer_factory({}), fault),
-                                        options, testing::with_fault(fault));
+  return make_data_parallel(parse_devices("host:" + std::to_string(devices)),
+                            testing::with_fault(mlp_factory(std::move(widths)), fault),
+                            testing::with_fault(make_optimizer_factory({}), fault), options,
+                            testing::with_fault(fault));
 }
 
 // Runs steps until one throws; returns its message and checks the failure and the tear-down

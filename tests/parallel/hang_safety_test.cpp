@@ -94,8 +94,10 @@ TEST(HangSafety, ACollectiveStuckInAFusedLaunchIsNamedByTheWatchdog) {
   const Clock::time_point start = Clock::now();
   std::string message;
   {
-    DataParallel dp(hosts(2), mlp_factory({20, 32, 16, 10}), testing::momentum_sgd(),
-                    fused_small_buckets(), hooks);
+    const std::unique_ptr<DataParallel> stalled = make_data_parallel(
+        hosts(2), mlp_factory({20, 32, 16, 10}), testing::momentum_sgd(), fused_small_buckets(),
+        hooks);
+    DataParallel& dp = *stalled;
     try {
       for (int s = 0; s < 3; ++s) dp.step(random_batch(16, 20, 40 + static_cast<uint32_t>(s)));
     } catch (const Error& e) {

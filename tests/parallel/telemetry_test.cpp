@@ -156,8 +156,10 @@ TEST(Telemetry, AHangReportNamesTheFileAndTheLastSamples) {
   const testing::Fault fault{testing::Fault::Kind::kSkipCollective, 1, 2, {}};
   std::string message;
   {
-    DataParallel dp(parse_devices("host:2"), testing::with_fault(mlp_factory({16, 32, 10}), fault),
-                    make_optimizer_factory({}), options, testing::with_fault(fault));
+    const std::unique_ptr<DataParallel> faulty =
+        make_data_parallel(parse_devices("host:2"), testing::with_fault(mlp_factory({16, 32, 10}), fault),
+                           make_optimizer_factory({}), options, testing::with_fault(fault));
+    DataParallel& dp = *faulty;
     const data::Batch batch = testing::random_batch(8, 16, 1);
     try {
       for (int s = 0; s < 3; ++s) dp.step(batch);

@@ -95,8 +95,8 @@ std::unique_ptr<DataParallel> make_run(const Scenario& s) {
     optimizer = testing::with_fault(optimizer, *s.fault);
     hooks = testing::with_fault(*s.fault);
   }
-  return std::make_unique<DataParallel>(parse_devices("host:" + std::to_string(s.devices)), model,
-                                        optimizer, options, hooks);
+  return make_data_parallel(parse_devices("host:" + std::to_string(s.devices)), model, optimizer,
+                            options, hooks);
 }
 
 // Step `step`'s global batch depends on the seed and the step only, so a resumed run sees
