@@ -188,8 +188,7 @@ int main(int argc, char** argv) {
     world.emplace(plan.first(plan.counts.back()));
     return run(options, plan, *world, stop);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "lockstep-scale: %s\nRun with --help for more information.\n", e.what());
-    return end_job(ls::cli::kUsageExit);
+    return end_job(ls::cli::usage_error("lockstep-scale", e.what()));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lockstep-scale: error: %s\n", e.what());
     return end_job(ls::cli::exit_code_of(e));

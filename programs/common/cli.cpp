@@ -83,10 +83,15 @@ CLI::Validator one_of(std::vector<std::string> names, std::string what) {
       description, "one_of");
 }
 
-int usage_error(const CLI::App& app, std::string_view message) {
-  std::fprintf(stderr, "%s: %.*s\nRun with --help for more information.\n",
-               app.get_name().c_str(), static_cast<int>(message.size()), message.data());
+int usage_error(std::string_view program, std::string_view message) {
+  std::fprintf(stderr, "%.*s: %.*s\nRun with --help for more information.\n",
+               static_cast<int>(program.size()), program.data(), static_cast<int>(message.size()),
+               message.data());
   return kUsageExit;
+}
+
+int usage_error(const CLI::App& app, std::string_view message) {
+  return usage_error(app.get_name(), message);
 }
 
 std::optional<int> parse(CLI::App& app, int argc, char** argv) {
@@ -121,8 +126,7 @@ std::optional<std::vector<Device>> devices_or_usage_error(std::string_view progr
   try {
     return devices_of("--devices", spec);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "%.*s: %s\nRun with --help for more information.\n",
-                 static_cast<int>(program.size()), program.data(), e.what());
+    usage_error(program, e.what());
     return std::nullopt;
   }
 }

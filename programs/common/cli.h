@@ -41,6 +41,7 @@ CLI::Validator one_of(std::vector<std::string> names, std::string what);
 std::optional<int> parse(CLI::App& app, int argc, char** argv);
 
 // Prints "<program>: <message>" and the pointer to --help to stderr; returns 2.
+int usage_error(std::string_view program, std::string_view message);
 int usage_error(const CLI::App& app, std::string_view message);
 
 // The exit code of a failure that reached main: 2 for an ls::Error of kind usage (bad input the

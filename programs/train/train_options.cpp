@@ -161,7 +161,7 @@ void check_combinations(const CLI::App& app, const TrainOptions& o) {
                          " yet (pipelines run in f32, eagerly, without heartbeat or telemetry; "
                          "--micro-batches replaces --accumulate); drop it");
     }
-  } else if (!given("--strategy") || o.strategy == "manual") {
+  } else if (o.strategy == "manual") {  // auto may choose a pipeline: then they apply
     for (const char* flag : {"--schedule", "--micro-batches"}) {
       if (given(flag)) throw UsageError(std::string(flag) + " is for --pipeline P; drop it");
     }
