@@ -100,14 +100,12 @@ inline unsigned int grid_for(int64_t n, int threads = kThreads) {
 #if defined(__CUDACC__) || defined(LOCKSTEP_CUDA_EMULATED)
 namespace ls::cuda_ops {
 // Records the first out-of-range value in the stream's fault record (first writer wins); the
-// stream raises it at its next synchronize(). `op`, `what` and `hint` are host string literals.
-__device__ inline void report_out_of_range(DeviceFault* fault, const char* op, const char* what,
-                                           const char* hint, int64_t index, int64_t value,
-                                           int64_t limit) {
+// stream raises it at its next synchronize(). `site` is from register_fault_site: no string
+// crosses to the device (Note [No host pointers through the fault record]).
+__device__ inline void report_out_of_range(DeviceFault* fault, int32_t site, int64_t index,
+                                           int64_t value, int64_t limit) {
   if (atomicCAS(&fault->raised, 0, 1) != 0) return;
-  fault->op = op;
-  fault->what = what;
-  fault->hint = hint;
+  fault->site = site;
   fault->index = index;
   fault->value = value;
   fault->limit = limit;

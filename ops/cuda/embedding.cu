@@ -22,15 +22,19 @@
 namespace ls::cuda_ops {
 namespace {
 
+const int32_t kEmbeddingSite = register_fault_site("embedding", "id", kEmbeddingIdHint);
+const int32_t kEmbeddingBackwardSite =
+    register_fault_site("embedding_backward", "id", kEmbeddingIdHint);
+
 __global__ void embedding_kernel(const float* __restrict__ table, const int32_t* __restrict__ ids,
                                  int64_t n, int64_t vocab, int64_t dim, float* __restrict__ out,
-                                 DeviceFault* fault, const char* hint) {
+                                 DeviceFault* fault, int32_t site) {
   LS_GRID_STRIDE_LOOP(e, n * dim) {
     const int64_t i = e / dim;
     const int64_t c = e - i * dim;
     const int32_t id = ids[i];
     if (id < 0 || id >= vocab) {
-      if (c == 0) report_out_of_range(fault, "embedding", "id", hint, i, id, vocab);
+      if (c == 0) report_out_of_range(fault, site, i, id, vocab);
       out[e] = __int_as_float(0x7fc00000);  // NaN
     } else {
       out[e] = table[static_cast<int64_t>(id) * dim + c];
@@ -43,12 +47,12 @@ __global__ void embedding_kernel(const float* __restrict__ table, const int32_t*
 __global__ void embedding_backward_kernel(const float* __restrict__ dy,
                                           const int32_t* __restrict__ ids, int64_t n, int64_t vocab,
                                           int64_t dim, float* __restrict__ dtable,
-                                          DeviceFault* fault, const char* hint) {
+                                          DeviceFault* fault, int32_t site) {
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const int32_t id = ids[i];
     if (id < 0 || id >= vocab) {
       if (threadIdx.x == 0)
-        report_out_of_range(fault, "embedding_backward", "id", hint, i, id, vocab);
+        report_out_of_range(fault, site, i, id, vocab);
       continue;
     }
     int seen = 0;
@@ -73,7 +77,7 @@ void embedding(const float* table, const int32_t* ids, int64_t n, int64_t vocab,
   const cudaStream_t stream = launch.stream();
   if (n * dim == 0) return;
   LS_LAUNCH(embedding_kernel, grid_for(n * dim), kThreads, 0, stream, table, ids, n, vocab, dim,
-            out, launch.fault(), kEmbeddingIdHint);
+            out, launch.fault(), kEmbeddingSite);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -84,7 +88,7 @@ void embedding_backward(const float* dy, const int32_t* ids, int64_t n, int64_t 
   if (n * dim == 0) return;
   const auto blocks = static_cast<unsigned int>(std::min<int64_t>(n, kMaxBlocks));
   LS_LAUNCH(embedding_backward_kernel, blocks, kThreads, 0, stream, dy, ids, n, vocab, dim, dtable,
-            launch.fault(), kEmbeddingIdHint);
+            launch.fault(), kEmbeddingBackwardSite);
   LS_CUDA_CHECK_LAUNCH();
 }
 

@@ -89,12 +89,16 @@ __global__ void adamw_step_kernel(float* param, const float* grad, float* m, flo
     } else {
       g = grad[i];
     }
-    const float m_new = beta1 * m[i] + (1.0f - beta1) * g;
-    const float v_new = beta2 * v[i] + (1.0f - beta2) * g * g;
+    // Rounded products and sums (_rn intrinsics, never fused into an FMA): nvcc contracts
+    // a * b + c by choice, and chose differently in the gated and plain instantiations (their m
+    // differed in the last bit on the first GPU run); unfused, both compute what the host does.
+    const float m_new = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(1.0f - beta1, g));
+    const float v_new =
+        __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - beta2, g), g));
     m[i] = m_new;
     v[i] = v_new;
-    const float denom = sqrtf(v_new) / factors.sqrt_bias_correction2 + eps;
-    param[i] = param[i] * decay - factors.step_size * (m_new / denom);
+    const float denom = __fadd_rn(sqrtf(v_new) / factors.sqrt_bias_correction2, eps);
+    param[i] = __fsub_rn(__fmul_rn(param[i], decay), __fmul_rn(factors.step_size, m_new / denom));
   }
 }
 

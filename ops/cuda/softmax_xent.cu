@@ -31,11 +31,14 @@
 namespace ls::cuda_ops {
 namespace {
 
+const int32_t kSoftmaxXentSite = register_fault_site("softmax_xent", "label", kLabelHint);
+const int32_t kCountCorrectSite = register_fault_site("count_correct", "label", kLabelHint);
+
 // Pass 1 (see Note [Deterministic softmax_xent in two passes]): block r, kThreads threads, row r.
 // dlogits may be null (the loss only) or logits itself.
 __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int64_t cols,
                                     float grad_scale, const float* device_scale, float* row_loss,
-                                    float* dlogits, DeviceFault* fault, const char* hint) {
+                                    float* dlogits, DeviceFault* fault, int32_t site) {
   __shared__ float shared[kWarp];
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t r = blockIdx.x;
@@ -50,7 +53,7 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
   }
   if (label < 0 || label >= cols) {
     if (tid == 0) {
-      report_out_of_range(fault, "softmax_xent", "label", hint, r, label, cols);
+      report_out_of_range(fault, site, r, label, cols);
       row_loss[r] = __int_as_float(0x7fc00000);  // NaN, see the Note
     }
     if (dx != nullptr)
@@ -99,14 +102,14 @@ __global__ void softmax_xent_loss_kernel(const float* row_loss, int64_t rows, fl
 // One thread per row: argmax with the first maximum winning ties, as the host kernel does.
 __global__ void count_correct_kernel(const float* logits, const int32_t* labels, int64_t rows,
                                      int64_t cols, int32_t* correct, DeviceFault* fault,
-                                     const char* hint) {
+                                     int32_t site) {
   __shared__ int counts[kThreads];
   int count = 0;
   LS_GRID_STRIDE_LOOP(r, rows) {
     if (cols == 0) break;  // no class can match
     if (labels[r] == kIgnoreLabel) continue;
     if (labels[r] < 0 || labels[r] >= cols) {
-      report_out_of_range(fault, "count_correct", "label", hint, r, labels[r], cols);
+      report_out_of_range(fault, site, r, labels[r], cols);
     }
     const float* x = logits + r * cols;
     float best_value = x[0];
@@ -157,7 +160,7 @@ void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int6
   if (rows > 0) {
     LS_LAUNCH(softmax_xent_kernel, static_cast<unsigned int>(rows), kThreads, 0, stream, logits,
               labels, cols, grad_scale, device_scale, row_loss.f32(), dlogits, launch.fault(),
-              kLabelHint);
+              kSoftmaxXentSite);
     LS_CUDA_CHECK_LAUNCH();
   }
   LS_LAUNCH(softmax_xent_loss_kernel, 1, kThreads, 0, stream, row_loss.f32(), rows, loss);
@@ -171,7 +174,7 @@ void count_correct(const float* logits, const int32_t* labels, int64_t rows, int
   LS_CUDA_CHECK(cudaMemsetAsync(correct, 0, sizeof(int32_t), stream));
   if (rows == 0) return;
   LS_LAUNCH(count_correct_kernel, grid_for(rows), kThreads, 0, stream, logits, labels, rows, cols,
-            correct, launch.fault(), kLabelHint);
+            correct, launch.fault(), kCountCorrectSite);
   LS_CUDA_CHECK_LAUNCH();
 }
 

@@ -625,7 +625,11 @@ std::string NcclCommunicator::abort_reason() const { return clique_->abort_reaso
 void NcclCommunicator::issue(CollectiveDesc desc, Stream& stream) {
   check_collective(desc, rank_, size(), device_, stream);
   const ncclDataType_t type = nccl_dtype(desc.dtype);
-  const ncclRedOp_t op = nccl_op(desc.op);
+  // NCCL before 2.29.7 can leave the last elements of a one-rank ncclAvg unwritten
+  // (NVIDIA/nccl#1950; its oneRankReduce kernel; seen on the first GPU run). The average of one
+  // rank is its input, which a one-rank sum also gives (a copy), so one rank sums.
+  const ncclRedOp_t op =
+      desc.op == ReduceOp::kAvg && size() == 1 ? ncclSum : nccl_op(desc.op);
   desc.seq = ++issued_;
   clique_->collective(local_, desc, stream, [&](ncclComm_t comm, cudaStream_t s) {
     const CollectiveDesc& d = desc;

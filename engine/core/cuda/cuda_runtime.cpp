@@ -351,8 +351,7 @@ class CudaStream final : public Stream {
     if (fault_->raised == 0) return;
     const DeviceFault found = *fault_;
     *fault_ = DeviceFault{};
-    LS_THROW(describe_out_of_range(found.op, found.what, found.index, found.value, found.limit,
-                                   found.hint));
+    LS_THROW(describe_fault(found));
   }
 
   Device device_;
