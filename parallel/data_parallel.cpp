@@ -14,7 +14,7 @@
 #include <set>
 
 #include "engine/core/runtime.h"
-#include "engine/model/nn/module.h"
+#include <lockstep/nn/module.h>
 #include "engine/model/nn/transformer.h"
 #include "engine/model/optim/optimizer.h"
 #include "ops/softmax_xent.h"

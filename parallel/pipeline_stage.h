@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/nn/module.h"
+#include <lockstep/nn/module.h>
 #include "engine/model/nn/parameter_store.h"
 #include "engine/model/optim/optimizer.h"
 #include "parallel/communicator.h"

@@ -7,7 +7,7 @@
 
 #include <lockstep/allocator.h>
 #include <lockstep/error.h>
-#include "engine/model/nn/module.h"
+#include <lockstep/nn/module.h>
 #include "parallel/bucket_plan.h"
 
 namespace ls {

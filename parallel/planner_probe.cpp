@@ -10,7 +10,7 @@
 
 #include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "engine/model/nn/module.h"
+#include <lockstep/nn/module.h>
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "parallel/communicator.h"

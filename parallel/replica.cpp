@@ -6,7 +6,7 @@
 
 #include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "engine/model/nn/functional.h"
+#include <lockstep/nn/functional.h>
 #include "ops/elementwise.h"
 #include "ops/softmax_xent.h"
 #include "ops/step_control.h"

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include <lockstep/precision.h>
-#include "engine/model/nn/module.h"
+#include <lockstep/nn/module.h>
 #include "engine/model/nn/parameter_store.h"
 #include "engine/model/optim/optimizer.h"
 #include "parallel/communicator.h"

@@ -1,8 +1,8 @@
-// Tape-based autograd (see engine/model/autograd.h).
-#include "engine/model/autograd.h"
+// Tape-based autograd (see lockstep/nn/autograd.h).
+#include <lockstep/nn/autograd.h>
 
 #include <lockstep/error.h>
-#include "engine/model/nn/parameter.h"
+#include <lockstep/nn/parameter.h>
 
 namespace ls {
 

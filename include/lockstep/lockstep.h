@@ -5,6 +5,8 @@
 //   mixed precision, loss scaling:    <lockstep/precision.h>
 //   data sets and batches:            <lockstep/data/{dataset,sampler}.h>
 //   text, tokenizers, prefetching:    <lockstep/data/{text_corpus,wordnet,tokenizer,prefetch}.h>
+//   writing a model: Module, parameters, autograd, the differentiable ops and losses:
+//                                     <lockstep/nn/{module,parameter,autograd,functional,pooling}.h>
 //   transformer configs:              <lockstep/transformer_config.h>
 //   Hugging Face GPT-2/BERT files:    <lockstep/hf_transformer.h>
 //   Trainer, what every strategy offers (step, results, evaluate, save/load): <lockstep/trainer.h>
@@ -33,6 +35,11 @@
 #include <lockstep/data/text_corpus.h>
 #include <lockstep/data/tokenizer.h>
 #include <lockstep/data/wordnet.h>
+#include <lockstep/nn/autograd.h>
+#include <lockstep/nn/functional.h>
+#include <lockstep/nn/module.h>
+#include <lockstep/nn/parameter.h>
+#include <lockstep/nn/pooling.h>
 #include <lockstep/transformer_config.h>
 #include <lockstep/buckets.h>
 #include <lockstep/data_parallel.h>

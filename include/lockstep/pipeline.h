@@ -1,7 +1,7 @@
 // Pipeline: pipeline-parallel training (public) — the model's layers cut into consecutive
 // stages, one per device, each stage on its own thread with its own stream, like a Replica.
 //
-// The model's pipeline_layers() (engine/model/nn/module.h) are split near-equally by the number
+// The model's pipeline_layers() (lockstep/nn/module.h) are split near-equally by the number
 // of layers holding parameters (lockstep/pipeline_schedule.h: split_layers). Each step splits the
 // batch into micro_batches near-equal micro-batches and runs them through the stages in the
 // chosen schedule (1F1B by default, or GPipe); activations and their gradients move between

@@ -7,13 +7,12 @@
 #include <cstdint>
 #include <string>
 
+#include <lockstep/nn/pooling.h>
+
 namespace ls::nn {
 
 enum class NormPlacement { kPre, kPost };  // GPT-2: LayerNorm before each sub-layer; BERT: after
 enum class GeluForm { kTanh, kErf };       // GPT-2's "gelu_new"; BERT's "gelu"
-// Classifier pooling over the real (non-padding) tokens: the last one (GPT-2's sequence
-// classifier), the first (BERT's [CLS]), or their mean.
-enum class Pooling { kLast, kFirst, kMean };
 
 struct TransformerConfig {
   int64_t vocab = 258;  // the byte tokenizer: 256 bytes, pad, end of text

@@ -7,9 +7,9 @@
 
 #include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "engine/model/autograd.h"
-#include "engine/model/nn/functional.h"
-#include "engine/model/nn/module.h"
+#include <lockstep/nn/autograd.h>
+#include <lockstep/nn/functional.h>
+#include <lockstep/nn/module.h>
 #include "engine/model/nn/parameter_store.h"
 
 namespace ls::nn {

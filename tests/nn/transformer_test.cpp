@@ -10,8 +10,8 @@
 
 #include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "engine/model/autograd.h"
-#include "engine/model/nn/functional.h"
+#include <lockstep/nn/autograd.h>
+#include <lockstep/nn/functional.h>
 #include "engine/model/nn/parameter_store.h"
 #include "ops/softmax_xent.h"
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include <lockstep/error.h>
-#include "engine/model/autograd.h"
-#include "engine/model/nn/module.h"
+#include <lockstep/nn/autograd.h>
+#include <lockstep/nn/module.h>
 #include "engine/model/optim/optimizer.h"
 #include "ops/elementwise.h"
 #include <lockstep/data_parallel.h>

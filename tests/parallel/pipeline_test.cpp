@@ -15,7 +15,7 @@
 
 #include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
-#include "engine/model/nn/module.h"
+#include <lockstep/nn/module.h>
 #include <lockstep/transformer_config.h>
 #include "ops/softmax_xent.h"
 #include "parallel/random_batch.h"

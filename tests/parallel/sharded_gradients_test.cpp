@@ -12,7 +12,7 @@
 #include <limits>
 
 #include "engine/core/runtime.h"
-#include "engine/model/nn/module.h"
+#include <lockstep/nn/module.h>
 #include <lockstep/transformer_config.h>
 #include "ops/elementwise.h"
 #include <lockstep/data_parallel.h>

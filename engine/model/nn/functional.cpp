@@ -1,6 +1,6 @@
-// Differentiable functions (see engine/model/nn/functional.h).
+// Differentiable functions (see lockstep/nn/functional.h).
 // Every backward captures the Vars it needs by value, so their tensors live until it has run.
-#include "engine/model/nn/functional.h"
+#include <lockstep/nn/functional.h>
 
 #include <lockstep/error.h>
 #include "ops/activation.h"
@@ -19,7 +19,7 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   Stream& stream = tape.stream();
   Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
   const Precision precision = tape.context().precision;
-  matmul(x->value, false, w, true, y, 1.0f, 0.0f, stream, precision);
+  ls::matmul(x->value, false, w, true, y, 1.0f, 0.0f, stream, precision);
   if (bias != nullptr) bias_add(y, (*bias)->value, stream);
 
   Var b = bias != nullptr ? *bias : nullptr;
@@ -30,15 +30,65 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   tape.record(out, inputs, [x, weight, b, precision, &stream](const Tensor& dy) {
     if (x->requires_grad) {  // dx = dy W
       const bool add = Tape::begin_grad(*x);
-      matmul(dy, false, weight->value, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream, precision);
+      ls::matmul(dy, false, weight->value, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream, precision);
     }
     if (weight->requires_grad) {  // dW = dy^T x
       const bool add = Tape::begin_grad(*weight);
-      matmul(dy, true, x->value, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream, precision);
+      ls::matmul(dy, true, x->value, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream, precision);
     }
     if (b && b->requires_grad) {
       const bool add = Tape::begin_grad(*b);  // before reading b->grad: it may give it storage
       bias_grad(dy, b->grad, add, stream);
+    }
+  });
+  return out;
+}
+
+Var matmul(Tape& tape, const Var& a, const Var& b) {
+  const Tensor& av = a->value;
+  const Tensor& bv = b->value;
+  LS_CHECK(av.ndim() == 2 && bv.ndim() == 2 && av.dim(1) == bv.dim(0), "matmul: ", av.describe(),
+           " times ", bv.describe(), " does not fit (expected [m, k] times [k, n])");
+  Stream& stream = tape.stream();
+  Tensor c = Tensor::empty({av.dim(0), bv.dim(1)}, DType::kF32, av.device());
+  const Precision precision = tape.context().precision;
+  ls::matmul(av, false, bv, false, c, 1.0f, 0.0f, stream, precision);
+  Var out = tape.output(std::move(c), {&a, &b});
+  tape.record(out, {a, b}, [a, b, precision, &stream](const Tensor& dc) {
+    if (a->requires_grad) {  // da = dc b^T
+      const bool add = Tape::begin_grad(*a);
+      ls::matmul(dc, false, b->value, true, a->grad, 1.0f, add ? 1.0f : 0.0f, stream, precision);
+    }
+    if (b->requires_grad) {  // db = a^T dc
+      const bool add = Tape::begin_grad(*b);
+      ls::matmul(a->value, true, dc, false, b->grad, 1.0f, add ? 1.0f : 0.0f, stream, precision);
+    }
+  });
+  return out;
+}
+
+Var batched_matmul(Tape& tape, const Var& a, const Var& b) {
+  const Tensor& av = a->value;
+  const Tensor& bv = b->value;
+  LS_CHECK(av.ndim() == 3 && bv.ndim() == 3 && av.dim(0) == bv.dim(0) && av.dim(2) == bv.dim(1),
+           "batched_matmul: ", av.describe(), " times ", bv.describe(),
+           " does not fit (expected [batch, m, k] times [batch, k, n])");
+  Stream& stream = tape.stream();
+  const int64_t batch = av.dim(0);
+  Tensor c = Tensor::empty({batch, av.dim(1), bv.dim(2)}, DType::kF32, av.device());
+  const Precision precision = tape.context().precision;
+  matmul_batched(av, false, bv, false, c, batch, 1.0f, 0.0f, stream, precision);
+  Var out = tape.output(std::move(c), {&a, &b});
+  tape.record(out, {a, b}, [a, b, batch, precision, &stream](const Tensor& dc) {
+    if (a->requires_grad) {  // da[i] = dc[i] b[i]^T
+      const bool add = Tape::begin_grad(*a);
+      matmul_batched(dc, false, b->value, true, a->grad, batch, 1.0f, add ? 1.0f : 0.0f, stream,
+                     precision);
+    }
+    if (b->requires_grad) {  // db[i] = a[i]^T dc[i]
+      const bool add = Tape::begin_grad(*b);
+      matmul_batched(a->value, true, dc, false, b->grad, batch, 1.0f, add ? 1.0f : 0.0f, stream,
+                     precision);
     }
   });
   return out;

@@ -1,10 +1,10 @@
-// Module, layers and the MLP builder (see engine/model/nn/module.h).
-#include "engine/model/nn/module.h"
+// Module, layers and the MLP builder (see lockstep/nn/module.h).
+#include <lockstep/nn/module.h>
 
 #include <cmath>
 
 #include <lockstep/error.h>
-#include "engine/model/nn/functional.h"
+#include <lockstep/nn/functional.h>
 
 namespace ls::nn {
 
@@ -46,7 +46,8 @@ std::vector<Parameter*> parameters_under(const std::vector<Parameter*>& all,
 
 Parameter& Module::register_parameter(std::string name, Shape shape, Init init) {
   LS_CHECK(!name.empty() && name.find('.') == std::string::npos, "parameter name '", name,
-           "' must be non-empty and contain no '.'");
+           "' must be non-empty and contain no '.' (dots join module paths: register a child "
+           "module for 'a.b', or name the parameter 'a_b')");
   for (int64_t d : shape) LS_CHECK(d > 0, "parameter '", name, "' has shape ", shape_str(shape));
   auto p = std::make_unique<Parameter>();
   p->name = std::move(name);

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/model/nn/module.h"
+#include <lockstep/nn/module.h>
 
 namespace ls::nn {
 

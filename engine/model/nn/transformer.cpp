@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include <lockstep/error.h>
-#include "engine/model/nn/functional.h"
-#include "engine/model/nn/sequence_functional.h"
+#include <lockstep/nn/functional.h>
+#include "ops/pooling.h"
 
 namespace ls::nn {
 
@@ -238,15 +238,6 @@ Var Transformer::encode(Tape& tape, const Tensor& tokens, const Tensor& valid) {
 }
 
 namespace {
-ls::Pooling pooling_op(Pooling p) {
-  switch (p) {
-    case Pooling::kLast: return ls::Pooling::kLast;
-    case Pooling::kFirst: return ls::Pooling::kFirst;
-    case Pooling::kMean: return ls::Pooling::kMean;
-  }
-  return ls::Pooling::kLast;
-}
-
 Tensor check_tokens(const Var& tokens, const TransformerConfig& c) {
   const Tensor& ids = tokens->value;
   LS_CHECK(ids.dtype() == DType::kI32 && ids.ndim() == 2 && ids.dim(0) > 0 && ids.dim(1) > 0,
@@ -284,7 +275,7 @@ Var Transformer::head(Tape& tape, Var x, const Tensor& tokens, const Tensor& val
   if (!config_.is_classifier()) {  // the tied head: logits = x wte^T
     return linear(tape, x, tape.parameter(wte_->weight()), nullptr);
   }
-  Var pooled = pool(tape, x, valid, pooling_op(config_.pooling), tokens.dim(0), tokens.dim(1));
+  Var pooled = pool(tape, x, valid, config_.pooling, tokens.dim(0), tokens.dim(1));
   if (pooler_ != nullptr) pooled = tanh(tape, pooler_->forward(tape, pooled));
   return head_->forward(tape, pooled);
 }

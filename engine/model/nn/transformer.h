@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/nn/module.h"
+#include <lockstep/nn/module.h>
 #include <lockstep/transformer_config.h>
 
 namespace ls::nn {

@@ -1,8 +1,9 @@
-// Differentiable sequence functions (see engine/model/nn/sequence_functional.h).
+// Differentiable sequence functions: embedding, layernorm, dropout, attention, pooling (declared in
+// lockstep/nn/functional.h).
 // Every backward captures the Vars and saved tensors it needs by value, so they live until it has
 // run. Ops that always accumulate into a gradient (embedding, layernorm's dgamma) get a zeroed
 // gradient first when theirs is the first contribution to a non-parameter Var.
-#include "engine/model/nn/sequence_functional.h"
+#include <lockstep/nn/functional.h>
 
 #include <cmath>
 
@@ -15,6 +16,7 @@
 #include "ops/embedding.h"
 #include "ops/gemm.h"
 #include "ops/layernorm.h"
+#include "ops/pooling.h"
 
 namespace ls::nn {
 namespace {
@@ -206,8 +208,11 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
   return out;
 }
 
-Var pool(Tape& tape, const Var& x, const Tensor& valid, ls::Pooling mode, int64_t batch,
+Var pool(Tape& tape, const Var& x, const Tensor& valid, Pooling pooling, int64_t batch,
          int64_t seq) {
+  const ls::Pooling mode = pooling == Pooling::kFirst  ? ls::Pooling::kFirst
+                           : pooling == Pooling::kMean ? ls::Pooling::kMean
+                                                       : ls::Pooling::kLast;
   const Tensor& xv = x->value;
   LS_CHECK(xv.ndim() == 2 && xv.dim(0) == batch * seq, "pool: x is ", xv.describe(),
            "; expected [batch*seq, channels] = [", batch * seq, ", channels]");

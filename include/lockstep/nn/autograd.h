@@ -1,18 +1,18 @@
-// Tape-based reverse-mode autograd over the ops.
+// Tape-based reverse-mode autograd (public): what a model's forward() records and backward runs.
 //
-// A Var is a value tensor plus, once backward reaches it, a gradient. Functions in
-// engine/model/nn/functional.h compute their outputs on the tape's stream and record a backward
+// A Var is a value tensor plus, once backward reaches it, a gradient. The functions of
+// lockstep/nn/functional.h compute their outputs on the tape's stream and record a backward
 // closure; Tape::backward() runs the closures in reverse order. Gradients are accumulated: the
 // first contribution to an intermediate Var writes its gradient, later ones add to it; a
-// parameter's gradient is its view of the flat gradient buffer and is always added to, so the
-// caller zeroes that buffer once per step (or not, to accumulate micro-batches). A parameter
-// with no gradient view (a ParameterStore without a flat gradient buffer: ZeRO-2) gets its
-// gradient storage from the tape's GradStorage when backward first reaches it.
+// parameter's gradient is its view of the model's flat gradient buffer and is always added to
+// (the engine zeroes that buffer once per step, or not, to accumulate micro-batches). When the
+// engine shards gradients (ZeRO-2) a parameter has no gradient view and gets its storage from the
+// tape's GradStorage when backward first reaches it.
 // Parameter hooks: after the last recorded use of a parameter has been back-propagated, the
-// grad-ready hook fires with that parameter, in the order gradients become final. The data-
-// parallel Reducer uses it to start a bucket's all-reduce while backward goes on.
+// grad-ready hook fires with that parameter, in the order gradients become final; data parallel
+// training starts a bucket's all-reduce from it while backward goes on.
 // Everything is enqueued on the tape's stream; nothing here synchronizes.
-// Thread-safety: a Tape belongs to one thread.
+// Thread-safety: a Tape belongs to one thread (each replica's).
 #pragma once
 
 #include <functional>

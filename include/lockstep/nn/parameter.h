@@ -1,5 +1,7 @@
-// A model parameter: a name, a shape, how to initialise it, and (once the model is
-// materialised by a ParameterStore) views of the flat parameter and gradient buffers.
+// A model parameter (public): a name, a shape, how to initialise it, and, once the engine has
+// placed the model on its device, views of the model's flat parameter and gradient buffers.
+// A model declares its parameters with Module::register_parameter (lockstep/nn/module.h) and uses
+// them in forward() through tape.parameter(p); it never allocates or updates them itself.
 #pragma once
 
 #include <memory>

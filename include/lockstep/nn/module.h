@@ -1,9 +1,15 @@
-// Module: a piece of a model with registered parameters and child modules, and the layers the
-// MLP is built from (Linear, ReLU, GELU, Sequential).
+// Module (public): a piece of a model with registered parameters and child modules, and the
+// layers the MLP is built from (Linear, ReLU, GELU, Sequential).
 //
-// Building a model only declares parameters (name, shape, init); a ParameterStore then places
-// them all in one flat value buffer and one flat gradient buffer on a device (see
-// engine/model/nn/parameter_store.h). forward() must run on a tape whose stream is on that device.
+// Writing a model: subclass Module; in the constructor register parameters (name, shape, init)
+// and child modules; in forward() compute the output from the input with the functions of
+// lockstep/nn/functional.h, reading each parameter through tape.parameter(p). Building a model
+// only declares parameters: the engine then places them all in one flat value buffer and one flat
+// gradient buffer on the replica's device, initialises them from the run's seed and keeps every
+// replica's copy identical. A ModelFactory (lockstep/data_parallel.h) returning the model is all
+// DataParallel needs; Pipeline also needs pipeline_layers(). forward() runs on a tape whose stream
+// is on the model's device, and must compute the same thing for the same input rows whatever the
+// other rows of the batch (no batch statistics): that is what makes N replicas equal one.
 // Thread-safety: a Module is used by one thread (each replica owns its own copy).
 #pragma once
 
@@ -12,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/autograd.h"
-#include "engine/model/nn/parameter.h"
+#include <lockstep/nn/autograd.h>
+#include <lockstep/nn/parameter.h>
 
 namespace ls::nn {
 
@@ -36,7 +42,8 @@ class Module {
   // The model as consecutive layers (see PipelineLayer); by default one layer, the whole module.
   // Valid while the module lives; parameter names are the full paths of parameters().
   virtual std::vector<PipelineLayer> pipeline_layers();
-  // Every parameter of this module and its children, depth-first in registration order.
+  // Every parameter: this module's own in registration order, then each child's (named
+  // "child.param"), depth-first, children in registration order.
   std::vector<Parameter*> parameters();
   int64_t parameter_count();
 

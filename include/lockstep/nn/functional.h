@@ -1,0 +1,80 @@
+// Differentiable functions on Vars (public): the ops a model's forward() is written with. Each one
+// computes its output on the tape's stream and records its backward (lockstep/nn/autograd.h), so
+// a model written with them trains on every device and strategy lockstep has.
+//
+// Layout: activations are row-major [rows, features]; a batch of B sequences of T tokens with C
+// channels is [B*T, C], row b*T + t. Everything is asynchronous in stream order; bad shapes raise
+// ls::Error (kind usage) naming both shapes. Matrix products round their operands to 16 bits when
+// the tape's ForwardContext says bf16/f16 and accumulate in f32; every other op is f32.
+// Dropout draws its masks from the tape's ForwardContext (seed, step, global row), so an example
+// gets the same mask whatever the number of replicas; it is the identity unless training.
+// A new op follows the same pattern (docs/architecture.md, "How to add an op"): compute the
+// output with the ops, tape.output(), then tape.record(output, inputs, backward).
+#pragma once
+
+#include <cstdint>
+
+#include <lockstep/nn/autograd.h>
+#include <lockstep/nn/pooling.h>
+
+namespace ls::nn {
+
+// ---- dense layers ------------------------------------------------------------------------------
+
+// y = x W^T + b, W [out, in] (PyTorch's layout), b [out] or null.
+Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias);
+// c = a b: a [m, k], b [k, n] -> [m, n].
+Var matmul(Tape& tape, const Var& a, const Var& b);
+// c[i] = a[i] b[i] for every i: a [batch, m, k], b [batch, k, n] -> [batch, m, n].
+Var batched_matmul(Tape& tape, const Var& a, const Var& b);
+// out = a + b, same shapes (residual connections).
+Var add(Tape& tape, const Var& a, const Var& b);
+// The same values with another shape (a view; same element count).
+Var reshape(Tape& tape, const Var& x, const Shape& shape);
+
+// ---- activations -------------------------------------------------------------------------------
+
+Var relu(Tape& tape, const Var& x);
+Var gelu(Tape& tape, const Var& x);      // tanh form (GPT-2's "gelu_new")
+Var gelu_erf(Tape& tape, const Var& x);  // erf form 0.5 x (1 + erf(x / sqrt 2)) (BERT's "gelu")
+Var tanh(Tape& tape, const Var& x);
+// Drops each element with probability p (scaling the rest by 1/(1-p)) when training. An example
+// is row_len consecutive elements; `site` tells apart the dropout layers of one model.
+Var dropout(Tape& tape, const Var& x, float p, uint64_t site, int64_t row_len);
+
+// ---- sequences ---------------------------------------------------------------------------------
+
+// out[i] = table[ids[i]]; ids: i32 tensor of n ids, table [vocab, dim] -> [n, dim].
+Var embedding(Tape& tape, const Var& table, const Tensor& ids);
+// y[r] = x[r] + table[r % period]: position embeddings (period T) or one token type (period 1).
+Var add_table_rows(Tape& tape, const Var& x, const Var& table, int64_t period);
+// Layer normalisation over the last dimension of x [rows, C]; gamma, beta [C].
+Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float eps);
+
+struct AttentionShape {
+  int64_t batch = 0, seq = 0, heads = 0;
+  bool causal = false;
+};
+// Multi-head scaled dot-product attention on fused projections qkv [B*T, 3C] (q, k, v each C =
+// heads * head_dim wide, head h in channels [h*D, (h+1)*D)) -> [B*T, C]. key_valid: i32 [B, T]
+// (0 masks a padding key) or undefined. Attention probabilities get dropout p when training.
+Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const AttentionShape& shape,
+              float dropout_p, uint64_t site);
+// x [B*T, C] -> [B, C] by `mode` over the valid positions (valid: i32 [B, T]).
+Var pool(Tape& tape, const Var& x, const Tensor& valid, Pooling mode, int64_t batch, int64_t seq);
+
+// ---- losses ------------------------------------------------------------------------------------
+
+// Mean softmax cross-entropy over rows; labels i32 [rows]; a row labelled -100 (PyTorch's
+// ignore_index) adds nothing to the loss and gets a zero gradient.
+// The gradient of the logits is computed in the same pass and scaled by grad_scale (1/rows for a
+// mean); the result must be the root of backward(). A defined `device_scale` (f32 [1], read on
+// the device when the kernel runs) multiplies the gradient too (the engine's loss scale / global
+// label count).
+Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels, float grad_scale,
+                  const Tensor& device_scale = Tensor());
+inline Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels) {
+  return cross_entropy(tape, logits, labels, 1.0f / static_cast<float>(logits->value.dim(0)));
+}
+
+}  // namespace ls::nn
