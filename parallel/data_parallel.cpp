@@ -182,6 +182,8 @@ StepOptions DataParallel::Impl::step_options() const {
   step.loss_scale = options_.loss_scale;
   step.graphs = graphs();
   step.graph_warmup = options_.graph_warmup;
+  step.loss = options_.loss != nullptr ? options_.loss : nn::cross_entropy_loss();
+  step.check_loss_contract = options_.check_loss_contract;
   // Past the watchdog's timeout and the communicators' own backstop (build_replicas).
   step.outcome_deadline = 3 * options_.collective_timeout + std::chrono::seconds(2);
   // One line per reason, from replica 0 only (every replica meets the same reasons).
@@ -401,6 +403,7 @@ int64_t DataParallel::Impl::step_async(const data::Batch& batch) {
   check_usable("step");
   const int64_t features = check_batch(batch);
   const std::vector<int64_t> rows = shard_rows(batch.size);
+  check_targets_kind(*step_options().loss, batch);
   const int64_t global_labels = shard_of(batch, features, 0, batch.size).counted_labels();
   LS_CHECK(global_labels > 0, "every label of the batch is kIgnoreLabel (", kIgnoreLabel,
            "), so it has no loss to train on; drop such batches");
@@ -498,6 +501,10 @@ void DataParallel::Impl::harvest_oldest() {
 
 EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t batch_size) {
   LS_CHECK(batch_size > 0, "evaluate: batch size must be positive, got ", batch_size);
+  const nn::Loss& loss = *step_options().loss;
+  LS_CHECK(loss.targets() == nn::TargetKind::kClasses, "evaluate: a data set holds class labels, "
+           "and the loss '", loss.name(), "' trains on value targets; evaluate it with "
+           "your own forward passes (lockstep/nn/module.h) or step() results");
   finish_queued();
   LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
   data::check_dataset(dataset);

@@ -90,6 +90,7 @@ PipelineStage::PipelineStage(const StageConfig& config, Device device, const Mod
   }
   loss_sum_ = Tensor::empty({1}, DType::kF32, device);
   nonfinite_ = Tensor::empty({1}, DType::kI32, device);
+  loss_seed_ = Tensor::empty({1}, DType::kF32, device);
   compute_->synchronize();
   phase_ = StagePhase::kIdle;
 }
@@ -208,9 +209,14 @@ void PipelineStage::forward(MicroBatch& mb, int action) {
   if (last()) {
     const int64_t width = shard_.label_width;
     Tensor y = labels_.view(mb.begin * width, {(mb.end - mb.begin) * width});
-    mb.loss = nn::cross_entropy(*mb.tape, x, y, 1.0f / static_cast<float>(global_labels_));
-    // The loss is (sum over counted labels) / (logit rows): back to the sum.
-    axpy(static_cast<float>(x->value.dim(0)), mb.loss->value, loss_sum_, *compute_);
+    if (nn::is_cross_entropy(*config_.loss)) {  // gradient fused into its forward pass
+      mb.loss = nn::cross_entropy(*mb.tape, x, y, 1.0f / static_cast<float>(global_labels_));
+      // The loss is (sum over counted labels) / (logit rows): back to the sum.
+      axpy(static_cast<float>(x->value.dim(0)), mb.loss->value, loss_sum_, *compute_);
+    } else {  // a sum, seeded with 1 / global count in backward (Note [The loss contract])
+      mb.loss = loss_sum_of(*config_.loss, *mb.tape, x, y, mb.end - mb.begin, width);
+      axpy(1.0f, mb.loss->value, loss_sum_, *compute_);
+    }
   }
   compute_->record(*action_end_[static_cast<size_t>(action)]);
   if (!last()) {
@@ -227,7 +233,11 @@ void PipelineStage::backward(MicroBatch& mb, int action) {
   if (last()) {
     compute_->record(start);
     set_phase(StagePhase::kBackward, mb.index);
-    mb.tape->backward(mb.loss);
+    if (nn::is_cross_entropy(*config_.loss)) {
+      mb.tape->backward(mb.loss);
+    } else {
+      mb.tape->backward(mb.loss, loss_seed_);
+    }
   } else {
     set_phase(StagePhase::kReceiveGradient, mb.index);
     Tensor grad = receive({StageInbox::Kind::kGradient, mb.index, s + 1},
@@ -316,6 +326,7 @@ StageOutcome PipelineStage::run(const Shard& shard, int64_t global_labels,
   upload(shard);
   store_->zero_grad(*compute_);
   fill(loss_sum_, 0.0f, *compute_);
+  if (last()) fill(loss_seed_, 1.0f / static_cast<float>(global_labels), *compute_);
   micro_.clear();
   micro_.resize(static_cast<size_t>(m));
   for (int i = 0; i < m; ++i) {  // near-equal micro-batches: the later ones get the extra rows
@@ -371,16 +382,19 @@ void PipelineStage::evaluate_chunk(const Shard& chunk, int c, EvalCounts& counts
   }
   for (const nn::PipelineLayer& layer : layers_) x = layer.forward(tape, x, model_input);
   if (last()) {
-    Var loss = nn::cross_entropy(tape, x, labels_);
+    // The built-in loss is (sum over counted labels) / (logit rows), a custom one the sum.
+    const bool mean = nn::is_cross_entropy(*config_.loss);
+    Var loss = mean ? nn::cross_entropy(tape, x, labels_)
+                    : loss_sum_of(*config_.loss, tape, x, labels_, chunk.rows, chunk.label_width);
     count_correct(x->value, labels_, nonfinite_, *compute_);  // nonfinite_ is free: i32 [1]
     int32_t correct = 0;
-    float loss_mean = 0;
+    float loss_value = 0;
     nonfinite_.copy_to_host_async(&correct, sizeof correct, *compute_);
-    loss->value.copy_to_host_async(&loss_mean, sizeof loss_mean, *compute_);
+    loss->value.copy_to_host_async(&loss_value, sizeof loss_value, *compute_);
     compute_->synchronize();
     counts.correct += correct;
-    // The loss is (sum over counted labels) / (logit rows).
-    counts.loss_sum += static_cast<double>(loss_mean) * static_cast<double>(x->value.dim(0));
+    counts.loss_sum +=
+        static_cast<double>(loss_value) * (mean ? static_cast<double>(x->value.dim(0)) : 1.0);
     counts.rows += chunk.counted_labels();
     return;
   }

@@ -62,6 +62,7 @@ struct StageConfig {
   uint64_t seed = 1;
   std::chrono::milliseconds timeout{600000};  // the Pipeline's stall timeout
   std::vector<Device> pipeline;  // the devices of this stage's pipeline, stage order
+  std::shared_ptr<const nn::Loss> loss;  // the last stage's; never null
 };
 
 struct StageOutcome {
@@ -158,6 +159,7 @@ class PipelineStage {
   std::vector<std::unique_ptr<Event>> eval_sent_, eval_copied_;
   std::vector<Tensor> keep_alive_;  // see Note [Pipeline transfer lifetime]
   Tensor inputs_, labels_, loss_sum_, nonfinite_;
+  Tensor loss_seed_;  // last stage, custom loss: 1 / global count, backward's root gradient
   Shard shard_;
   int64_t global_labels_ = 1;
   ForwardContext context_;

@@ -168,13 +168,15 @@ Shard Shard::slice(int64_t begin, int64_t count) const {
   Shard out = *this;
   if (images != nullptr) out.images = images + begin * features;
   if (tokens != nullptr) out.tokens = tokens + begin * features;
-  out.labels = labels + begin * label_width;
+  if (labels != nullptr) out.labels = labels + begin * label_width;
+  if (targets != nullptr) out.targets = targets + begin * label_width;
   out.rows = count;
   out.first_row = first_row + begin;
   return out;
 }
 
 int64_t Shard::counted_labels() const {
+  if (labels == nullptr) return rows * label_width;  // value targets: every one is a term
   int64_t n = 0;
   for (int64_t i = 0; i < rows * label_width; ++i) n += labels[i] != kIgnoreLabel ? 1 : 0;
   return n;
@@ -224,12 +226,20 @@ void Replica::forward_backward(const Shard& shard, int accumulate, const Forward
       tape.set_grad_storage(
           [this](Parameter& p) { return reducer_->gradient_storage(p.index, p.shape); });
     }
-    Var logits = model_->forward(tape, input_rows(tape, shard, begin, end));
-    Var loss = nn::cross_entropy(tape, logits, y, 1.0f, grad_seed);
-    // The loss is (sum over counted labels) / (logit rows): back to the sum.
-    axpy(static_cast<float>(logits->value.dim(0)), loss->value, loss_sum_.view(0, {1}), stream);
-    phase_ = Phase::kBackward;
-    tape.backward(loss);
+    Var output = model_->forward(tape, input_rows(tape, shard, begin, end));
+    const nn::Loss& loss = *step_options_.loss;
+    if (nn::is_cross_entropy(loss)) {  // its gradient is fused into its forward pass
+      Var mean = nn::cross_entropy(tape, output, y, 1.0f, grad_seed);
+      // The loss is (sum over counted labels) / (logit rows): back to the sum.
+      axpy(static_cast<float>(output->value.dim(0)), mean->value, loss_sum_.view(0, {1}), stream);
+      phase_ = Phase::kBackward;
+      tape.backward(mean);
+    } else {  // Note [The loss contract]: a sum, seeded with loss scale / global count
+      Var sum = loss_sum_of(tape, output, y, end - begin, shard.label_width);
+      axpy(1.0f, sum->value, loss_sum_.view(0, {1}), stream);
+      phase_ = Phase::kBackward;
+      tape.backward(sum, grad_seed);
+    }
     if (tape.step_dependent() && graphs_possible_) {
       graphs_possible_ = false;
       if (step_options_.graphs) {
@@ -243,6 +253,51 @@ void Replica::forward_backward(const Shard& shard, int accumulate, const Forward
       reducer_->finish();
     }
   }
+}
+
+// Note [The loss contract]
+// A loss other than the fused cross-entropy returns the SUM of its terms over the rows it gets
+// (lockstep/nn/loss.h); backward starts from the StepControl's grad_seed (loss scale / global
+// count), so each replica's gradient is its share of the global mean's, as cross-entropy's is. A
+// loss that breaks the contract (a mean, a batch statistic) would silently train N replicas
+// differently from one; check_loss_contract() catches that at the first step.
+Var Replica::loss_sum_of(Tape& tape, const Var& output, const Tensor& targets_words, int64_t rows,
+                         int64_t width) const {
+  return ls::loss_sum_of(*step_options_.loss, tape, output, targets_words, rows, width);
+}
+
+// The contract, checked once on this replica's rows: sum(all rows) = sum(first half) + sum(second
+// half), within 1e-4 relative (f32 sums of different lengths round differently). Evaluation
+// tapes, dropout off; one wait on the stream (the first step is eager anyway).
+void Replica::check_loss_contract(const Shard& shard, const ForwardContext& context) {
+  if (shard.rows < 2) return;
+  Stream& stream = *compute_;
+  const int64_t half = shard.rows / 2;
+  ForwardContext eval = context;
+  eval.training = false;
+  auto sum_of = [&](int64_t begin, int64_t end) {
+    Tape tape(stream, /*record=*/false);
+    tape.set_context(eval);
+    Var output = model_->forward(tape, input_rows(tape, shard, begin, end));
+    Tensor targets = labels_.view(begin * shard.label_width, {(end - begin) * shard.label_width});
+    Var sum = loss_sum_of(tape, output, targets, end - begin, shard.label_width);
+    float host = 0.0f;
+    sum->value.copy_to_host_async(&host, sizeof host, stream);
+    stream.synchronize();
+    return static_cast<double>(host);
+  };
+  const double whole = sum_of(0, shard.rows);
+  const double parts = sum_of(0, half) + sum_of(half, shard.rows);
+  const nn::Loss& loss = *step_options_.loss;
+  LS_CHECK_AS(ErrorKind::kUsage,
+              std::abs(whole - parts) <= 1e-4 * std::max(std::abs(whole), std::abs(parts)) + 1e-6,
+              "the loss '", loss.name(), "' breaks the loss contract (lockstep/nn/loss.h): its "
+              "value over ", shard.rows, " rows is ", whole, ", but over rows [0, ", half,
+              ") and [", half, ", ", shard.rows, ") it is ", sum_of(0, half), " + ",
+              sum_of(half, shard.rows), " = ", parts, ". A loss returns the SUM of per-target "
+              "terms (not a mean, no batch statistics); the engine divides by the global count. "
+              "Set DataParallelOptions::check_loss_contract = false only for a loss that is "
+              "additive up to rounding");
 }
 
 void Replica::step_body(const Shard& shard, int accumulate, const ForwardContext& context) {
@@ -374,8 +429,15 @@ void Replica::enqueue_step(const Shard& shard, int64_t global_rows, int64_t glob
       control_.view_as(DType::kF32, offsetof(StepControl, labels) / 4, {1});
   staging_.upload(shard, static_cast<float>(global_labels), inputs_, labels_, control_labels,
                   stream);
-  stream.record(*step_start_);
   ForwardContext context{true, dropout_seed, step_index, shard.first_row, step_options_.precision};
+  if (!loss_contract_checked_) {  // once, eagerly, before any capture (Note [The loss contract])
+    loss_contract_checked_ = true;
+    if (step_options_.check_loss_contract && !nn::is_cross_entropy(*step_options_.loss)) {
+      phase_ = Phase::kForward;
+      check_loss_contract(shard, context);
+    }
+  }
+  stream.record(*step_start_);
   const int64_t launches = graph_launches_;
   run_body(shape, shard, accumulate, context);
   last_step_graph_ = graph_launches_ != launches;
@@ -439,7 +501,10 @@ EvalCounts Replica::evaluate(const Shard& rows, int64_t batch_size) {
     Tape tape(stream, /*record=*/false);
     tape.set_context(ForwardContext{false, 0, 0, 0, step_options_.precision});
     Var logits = model_->forward(tape, input_rows(tape, batch, 0, batch.rows));
-    Var loss = nn::cross_entropy(tape, logits, labels_);
+    // The built-in loss is (sum over counted labels) / (logit rows), a custom one the sum.
+    const bool mean = nn::is_cross_entropy(*step_options_.loss);
+    Var loss = mean ? nn::cross_entropy(tape, logits, labels_)
+                    : loss_sum_of(tape, logits, labels_, batch.rows, batch.label_width);
     count_correct(logits->value, labels_, correct, stream);
     int32_t correct_host = 0;
     float loss_host = 0;
@@ -447,8 +512,8 @@ EvalCounts Replica::evaluate(const Shard& rows, int64_t batch_size) {
     loss->value.copy_to_host_async(&loss_host, sizeof loss_host, stream);
     stream.synchronize();
     counts.correct += correct_host;
-    // The loss is (sum over counted labels) / (logit rows).
-    counts.loss_sum += static_cast<double>(loss_host) * static_cast<double>(logits->value.dim(0));
+    counts.loss_sum += static_cast<double>(loss_host) *
+                       (mean ? static_cast<double>(logits->value.dim(0)) : 1.0);
     counts.rows += counted;
   }
   phase_ = Phase::kIdle;

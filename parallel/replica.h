@@ -28,6 +28,7 @@
 #include <vector>
 
 #include <lockstep/precision.h>
+#include <lockstep/nn/loss.h>
 #include <lockstep/nn/module.h>
 #include "engine/model/nn/parameter_store.h"
 #include "engine/model/optim/optimizer.h"
@@ -56,11 +57,13 @@ enum class Phase {
 const char* phase_name(Phase phase);
 
 // A replica's rows of the global batch, in host memory owned by the caller: float inputs
-// (images) or token ids, and label_width labels per row (kIgnoreLabel ones count for nothing).
+// (images) or token ids, and label_width targets per row: class labels (kIgnoreLabel ones count
+// for nothing) or f32 values.
 struct Shard {
   const float* images = nullptr;    // rows * features, or null for token inputs
   const int32_t* tokens = nullptr;  // rows * features, or null for float inputs
-  const int32_t* labels = nullptr;  // rows * label_width
+  const int32_t* labels = nullptr;  // rows * label_width, or null for value targets
+  const float* targets = nullptr;   // rows * label_width, or null for class labels
   int64_t rows = 0;
   int64_t features = 0;
   int64_t label_width = 1;
@@ -68,8 +71,12 @@ struct Shard {
 
   // The rows [begin, begin + count) of this shard.
   Shard slice(int64_t begin, int64_t count) const;
-  // Labels that count for the loss (not kIgnoreLabel).
+  // Labels that count for the loss (not kIgnoreLabel); value targets all count.
   int64_t counted_labels() const;
+  // The targets as the 4-byte words they travel in (labels or values).
+  const void* target_words() const {
+    return labels != nullptr ? static_cast<const void*>(labels) : static_cast<const void*>(targets);
+  }
 };
 
 struct StepOutcome {
@@ -90,6 +97,8 @@ struct StepOptions {
   std::chrono::milliseconds outcome_deadline{std::chrono::minutes(21)};
   // Says once why steps do not run as graphs (shape change, dropout, capture failure).
   std::function<void(const std::string&)> notice;
+  std::shared_ptr<const nn::Loss> loss;  // never null (cross-entropy by default)
+  bool check_loss_contract = true;
 };
 
 struct EvalCounts {
@@ -172,6 +181,11 @@ class Replica {
   void step_body(const Shard& shard, int accumulate, const ForwardContext& context);
   // Forward and backward of the shard's micro-batches; adds each one's loss sum to loss_sum_.
   void forward_backward(const Shard& shard, int accumulate, const ForwardContext& context);
+  // The loss's sum over `rows` rows of output and targets (lockstep/nn/loss.h), checked to be
+  // one element; targets_words: the device's target words of those rows.
+  Var loss_sum_of(Tape& tape, const Var& output, const Tensor& targets_words, int64_t rows,
+                  int64_t width) const;
+  void check_loss_contract(const Shard& shard, const ForwardContext& context);
   struct GraphShape {  // the global batch's: see Note [The step as a graph]
     int64_t rows = -1, features = -1, label_width = -1;
     int accumulate = -1;
@@ -210,6 +224,7 @@ class Replica {
   GraphShape graph_shape_;
   GraphShape warm_shape_;  // the shape of the eager steps counted in warm_steps_
   int warm_steps_ = 0;
+  bool loss_contract_checked_ = false;
   bool graphs_possible_ = true;  // false once a step was step-dependent or a capture failed
   bool told_shape_change_ = false;
   int64_t graph_launches_ = 0;

@@ -46,18 +46,43 @@ ErrorKind error_kind_of(const std::exception_ptr& error) {
   }
 }
 
+Var loss_sum_of(const nn::Loss& loss, Tape& tape, const Var& output, const Tensor& targets_words,
+                int64_t rows, int64_t width) {
+  const DType dtype = loss.targets() == nn::TargetKind::kValues ? DType::kF32 : DType::kI32;
+  Var sum = loss.sum(tape, output, targets_words.view_as(dtype, 0, {rows, width}));
+  LS_CHECK(sum->value.numel() == 1, "the loss '", loss.name(), "' returned ",
+           sum->value.describe(), "; a loss returns the sum of its terms, one element "
+           "(lockstep/nn/loss.h)");
+  return sum;
+}
+
+void check_targets_kind(const nn::Loss& loss, const data::Batch& batch) {
+  if (loss.targets() == nn::TargetKind::kValues) {
+    LS_CHECK(!batch.targets.empty(), "the loss '", loss.name(), "' trains on value targets, but "
+             "the batch has none; fill batch.targets (size * label_width values)");
+  } else {
+    LS_CHECK(!batch.labels.empty(), "the loss '", loss.name(), "' trains on class labels, but "
+             "the batch has value targets; fill batch.labels, or choose a loss on values "
+             "(mse_loss, bce_with_logits_loss) in the options' loss");
+  }
+}
+
 int64_t check_batch(const data::Batch& batch) {
   const size_t inputs = batch.tokens.empty() ? batch.images.size() : batch.tokens.size();
   const int64_t features = batch.features > 0 || batch.size <= 0
                                ? batch.features
                                : static_cast<int64_t>(inputs / static_cast<size_t>(batch.size));
-  LS_CHECK(data::examples_fit(batch.size, features, batch.label_width, batch.images.size(),
-                              batch.tokens.size(), batch.labels.size()),
+  LS_CHECK((batch.labels.empty() || batch.targets.empty()) &&
+               data::examples_fit(batch.size, features, batch.label_width, batch.images.size(),
+                                  batch.tokens.size(),
+                                  batch.labels.size() + batch.targets.size()),
            "malformed batch: ", batch.size, " examples of ", features, " features and ",
-           batch.label_width, " label(s), but ", batch.images.size(), " float inputs, ",
-           batch.tokens.size(), " token inputs and ", batch.labels.size(),
-           " labels; fill exactly one of images and tokens with size * features values and "
-           "labels with size * label_width");
+           batch.label_width, " target(s), but ", batch.images.size(), " float inputs, ",
+           batch.tokens.size(), " token inputs, ", batch.labels.size(), " labels and ",
+           batch.targets.size(),
+           " value targets; fill exactly one of images and tokens with size * features values "
+           "and exactly one of labels (class targets) and targets (value targets) with size * "
+           "label_width");
   return features;
 }
 
@@ -72,7 +97,8 @@ void upload_shard(const Shard& shard, bool with_labels, Device device, Tensor& i
   const void* host_inputs = shard.tokens != nullptr ? static_cast<const void*>(shard.tokens)
                                                     : static_cast<const void*>(shard.images);
   inputs.copy_from_host_async(host_inputs, inputs.nbytes(), stream);
-  if (with_labels) labels.copy_from_host_async(shard.labels, labels.nbytes(), stream);
+  // Value targets travel in the same 4-byte words as labels; the loss views them as f32.
+  if (with_labels) labels.copy_from_host_async(shard.target_words(), labels.nbytes(), stream);
 }
 
 }  // namespace ls

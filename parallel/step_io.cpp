@@ -66,7 +66,7 @@ bool StepInputs::upload(const Shard& shard, float global_labels, Tensor& inputs,
   char* host_labels = base + aligned(input_bytes);
   auto* host_count = reinterpret_cast<float*>(host_labels + aligned(label_bytes));
   std::memcpy(base, tokens ? static_cast<const void*>(shard.tokens) : shard.images, input_bytes);
-  std::memcpy(host_labels, shard.labels, label_bytes);
+  std::memcpy(host_labels, shard.target_words(), label_bytes);
   *host_count = global_labels;
 
   Shard staged = shard;

@@ -46,6 +46,7 @@
 namespace ls {
 
 namespace nn {
+class Loss;
 class Module;
 }  // namespace nn
 namespace optim {
@@ -124,6 +125,13 @@ struct DataParallelOptions {
   // kF16 only: the loss is scaled so that small gradients survive f16; dynamic by default (back
   // off on overflow, grow after a run of good steps; ops/step_control.h). Saved in checkpoints.
   LossScaleConfig loss_scale;
+  // What the output is trained against (lockstep/nn/loss.h); null: cross-entropy on class labels.
+  // The batch's targets must be of the loss's kind (labels or values).
+  std::shared_ptr<const nn::Loss> loss;
+  // A loss other than the built-in cross-entropy is checked once, at the first step, on every
+  // replica's rows: its sum must be additive over rows (the contract of lockstep/nn/loss.h).
+  // Costs three forward passes and a wait, once.
+  bool check_loss_contract = true;
   // After graph_warmup eager steps of one shape, capture a replica's step as a graph and launch
   // it for every later step of that shape (engine/core/graph.h): results are bitwise the eager
   // ones. Steps of another shape run eagerly; models with dropout always do (said once each,

@@ -7,6 +7,7 @@
 //   text, tokenizers, prefetching:    <lockstep/data/{text_corpus,wordnet,tokenizer,prefetch}.h>
 //   writing a model: Module, parameters, autograd, the differentiable ops and losses:
 //                                     <lockstep/nn/{module,parameter,autograd,functional,pooling}.h>
+//   losses and their contract (cross-entropy, mse, bce_with_logits, your own): <lockstep/nn/loss.h>
 //   transformer configs:              <lockstep/transformer_config.h>
 //   Hugging Face GPT-2/BERT files:    <lockstep/hf_transformer.h>
 //   Trainer, what every strategy offers (step, results, evaluate, save/load): <lockstep/trainer.h>
@@ -37,6 +38,7 @@
 #include <lockstep/data/wordnet.h>
 #include <lockstep/nn/autograd.h>
 #include <lockstep/nn/functional.h>
+#include <lockstep/nn/loss.h>
 #include <lockstep/nn/module.h>
 #include <lockstep/nn/parameter.h>
 #include <lockstep/nn/pooling.h>

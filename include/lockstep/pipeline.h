@@ -46,6 +46,9 @@ struct PipelineOptions {
   // How long the pipeline may go without any stage making progress (host or device) before it
   // is aborted as stalled; also the bound of each wait for a neighbour's tensor.
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
+  // What the last stage trains the output against (lockstep/nn/loss.h); null: cross-entropy.
+  // Unlike DataParallel, the pipeline does not check a custom loss's contract: check it there.
+  std::shared_ptr<const nn::Loss> loss;
 };
 
 // Where the last step's time went, per stage (of pipeline 0).

@@ -7,6 +7,7 @@
 #include "ops/bias.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
+#include "ops/pointwise_loss.h"
 #include "ops/softmax_xent.h"
 
 namespace ls::nn {
@@ -175,6 +176,44 @@ Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels, float gra
     }
   });
   return out;
+}
+
+Var scale(Tape& tape, const Var& x, float alpha) {
+  Stream& stream = tape.stream();
+  Tensor y = Tensor::empty(x->value.shape(), DType::kF32, x->value.device());
+  fill(y, 0.0f, stream);
+  axpy(alpha, x->value, y, stream);
+  Var out = tape.output(std::move(y), {&x});
+  tape.record(out, {x}, [x, alpha, &stream](const Tensor& dy) {
+    if (!x->requires_grad) return;
+    if (!Tape::begin_grad(*x)) fill(x->grad, 0.0f, stream);
+    axpy(alpha, dy, x->grad, stream);
+  });
+  return out;
+}
+
+namespace {
+// A pointwise loss summed to [1]; backward: dpred (+)= l'(pred, target) * dy, dy read on the device.
+Var pointwise_loss(Tape& tape, PointwiseLoss kind, const Var& pred, const Tensor& target) {
+  Stream& stream = tape.stream();
+  Tensor sum = Tensor::empty({1}, DType::kF32, pred->value.device());
+  pointwise_loss_sum(kind, pred->value, target, sum, stream);
+  Var out = tape.output(std::move(sum), {&pred});
+  tape.record(out, {pred}, [pred, target, kind, &stream](const Tensor& dy) {
+    if (!pred->requires_grad) return;
+    const bool add = Tape::begin_grad(*pred);
+    pointwise_loss_backward(kind, pred->value, target, dy, pred->grad, add, stream);
+  });
+  return out;
+}
+}  // namespace
+
+Var squared_error_sum(Tape& tape, const Var& pred, const Tensor& target) {
+  return pointwise_loss(tape, PointwiseLoss::kSquaredError, pred, target);
+}
+
+Var bce_with_logits_sum(Tape& tape, const Var& logits, const Tensor& target) {
+  return pointwise_loss(tape, PointwiseLoss::kBceWithLogits, logits, target);
 }
 
 }  // namespace ls::nn

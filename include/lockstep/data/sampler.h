@@ -37,10 +37,13 @@ class Sampler {
 struct Batch {
   int64_t size = 0;
   int64_t features = 0;         // per example; 0: inferred from the inputs' length
-  int64_t label_width = 1;
+  int64_t label_width = 1;      // targets per example (labels or values)
   std::vector<float> images;    // size * features, or empty for token inputs
   std::vector<int32_t> tokens;  // size * features, or empty for float inputs
-  std::vector<int32_t> labels;  // size * label_width
+  // The targets (lockstep/nn/loss.h): class labels for a loss on classes (cross-entropy), or
+  // values for a loss on values (mse, bce_with_logits): exactly one holds size * label_width.
+  std::vector<int32_t> labels;
+  std::vector<float> targets;
 };
 
 // Copies the examples at `indices` into out (resizing, so capacity is reused).

@@ -32,6 +32,9 @@ Var add(Tape& tape, const Var& a, const Var& b);
 // The same values with another shape (a view; same element count).
 Var reshape(Tape& tape, const Var& x, const Shape& shape);
 
+// out = alpha x (same shape).
+Var scale(Tape& tape, const Var& x, float alpha);
+
 // ---- activations -------------------------------------------------------------------------------
 
 Var relu(Tape& tape, const Var& x);
@@ -76,5 +79,13 @@ Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels, float gra
 inline Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels) {
   return cross_entropy(tape, logits, labels, 1.0f / static_cast<float>(logits->value.dim(0)));
 }
+
+// Sums over elements (f32 [1]), the form the loss contract asks for (lockstep/nn/loss.h); target
+// is f32 of the prediction's shape; the sum is taken in double in a fixed order (repeatable).
+// sum of (pred - target)^2:
+Var squared_error_sum(Tape& tape, const Var& pred, const Tensor& target);
+// sum of max(x, 0) - x t + log(1 + e^-|x|) over logits x and probabilities t (PyTorch's
+// BCEWithLogitsLoss with reduction='sum'):
+Var bce_with_logits_sum(Tape& tape, const Var& logits, const Tensor& target);
 
 }  // namespace ls::nn
