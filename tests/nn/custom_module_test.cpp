@@ -5,7 +5,10 @@
 // one device, as the built-in models do.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <vector>
@@ -46,6 +49,33 @@ class PairMixer final : public ls::nn::Module {
     Var mixed = ls::nn::matmul(tape, normed, tape.parameter(mix_));
     Var skip = ls::nn::matmul(tape, ls::nn::tanh(tape, x), tape.parameter(skip_));
     return ls::nn::add(tape, mixed, skip);
+  }
+
+  // Two layers for a pipeline: the pair product, then the skip path, which reads the model's
+  // input (each layer gets it) rather than the previous layer's output.
+  std::vector<ls::nn::PipelineLayer> pipeline_layers() override {
+    const std::vector<Parameter*> all = parameters();
+    std::vector<Parameter*> pair_parameters = ls::nn::parameters_under(all, "left.");
+    for (Parameter* p : ls::nn::parameters_under(all, "right.")) pair_parameters.push_back(p);
+    pair_parameters.insert(pair_parameters.end(), {&gamma_, &beta_, &mix_});
+    return {{"pairs",
+             pair_parameters,
+             [this](Tape& tape, const Var& x, const Var&) {
+               const int64_t rows = x->value.dim(0);
+               Var a = ls::nn::reshape(tape, ls::nn::gelu(tape, left_.forward(tape, x)),
+                                       {rows, 2, 4});
+               Var b = ls::nn::reshape(tape, right_.forward(tape, x), {rows, 4, 2});
+               Var pairs = ls::nn::reshape(tape, ls::nn::batched_matmul(tape, a, b), {rows, 4});
+               Var normed = ls::nn::layernorm(tape, pairs, tape.parameter(gamma_),
+                                              tape.parameter(beta_), 1e-5f);
+               return ls::nn::matmul(tape, normed, tape.parameter(mix_));
+             }},
+            {"skip",
+             {&skip_},
+             [this](Tape& tape, const Var& mixed, const Var& input) {
+               Var skip = ls::nn::matmul(tape, ls::nn::tanh(tape, input), tape.parameter(skip_));
+               return ls::nn::add(tape, mixed, skip);
+             }}};
   }
 
  private:
@@ -161,6 +191,71 @@ TEST(CustomModule, TrainsOnSeveralDevicesAsOnOne) {
   zero2.shard = ls::ShardMode::kGradients;
   zero2.accumulate = 2;
   expect_same_losses(one, losses("host:4", zero2, steps), "host:4, ZeRO-2, accumulate 2");
+}
+
+}  // namespace
+
+namespace {
+
+// bf16 matrix products and steps as graphs: 2 replicas track one within the bf16 tolerance the
+// built-in models meet (tests/parallel/precision_training_test.cpp: 1e-3 relative).
+TEST(CustomModule, TrainsInBf16WithGraphsOnTwoDevicesAsOnOne) {
+  ls::DataParallelOptions options;
+  options.precision = ls::Precision::kBF16;
+  options.graphs = true;
+  const std::vector<float> one = losses("host:1", options, 20);
+  const std::vector<float> two = losses("host:2", options, 20);
+  for (size_t s = 0; s < one.size(); ++s) {
+    EXPECT_NEAR(two[s], one[s], 1e-3 * std::abs(one[s])) << "step " << s;
+  }
+  EXPECT_LT(one.back(), 0.8f * one.front()) << "it did not learn in bf16";
+}
+
+// A checkpoint of the custom model resumes into exactly the uninterrupted run.
+TEST(CustomModule, ResumesFromACheckpointAsIfNeverStopped) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("lockstep_custom_module_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto make = [] {
+    return std::make_unique<ls::DataParallel>(
+        ls::parse_devices("host:2"), pair_mixer(),
+        ls::make_optimizer_factory({"adamw", 1e-2f, 0.0f, 0.01f}));
+  };
+  const ls::data::Batch batch = make_batch(16, 5);
+  std::vector<float> straight, resumed;
+  {
+    auto trainer = make();
+    for (int s = 0; s < 6; ++s) {
+      straight.push_back(trainer->step(batch).loss);
+    }
+  }
+  {
+    auto trainer = make();
+    for (int s = 0; s < 3; ++s) resumed.push_back(trainer->step(batch).loss);
+    trainer->save(dir.string(), {0, 3});
+  }
+  {
+    auto trainer = make();
+    trainer->load(dir.string());
+    for (int s = 3; s < 6; ++s) resumed.push_back(trainer->step(batch).loss);
+  }
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(resumed.size(), straight.size());
+  for (size_t s = 0; s < straight.size(); ++s) EXPECT_EQ(resumed[s], straight[s]) << "step " << s;
+}
+
+// Listed as two layers, the model trains as a 2-stage pipeline of 4 micro-batches as on one
+// device (the micro-batch sums round differently: within 1e-5).
+TEST(CustomModule, TrainsAsATwoStagePipelineWhenItListsItsLayers) {
+  ls::PipelineOptions options;
+  options.stages = 2;
+  options.micro_batches = 4;
+  ls::Pipeline pipeline(ls::parse_devices("host:2"), pair_mixer(),
+                        ls::make_optimizer_factory({"adamw", 1e-2f, 0.0f, 0.01f}), options);
+  const ls::data::Batch batch = make_batch(16, 5);
+  std::vector<float> staged;
+  for (int s = 0; s < 20; ++s) staged.push_back(pipeline.step(batch).loss);
+  expect_same_losses(losses("host:1", {}, 20), staged, "2-stage pipeline");
 }
 
 }  // namespace
