@@ -77,8 +77,8 @@ int main() {
     for (size_t s = 0; s < 20; ++s) {
       worst = std::max(worst, std::abs(static_cast<double>(two[s]) - one[s]) / std::abs(one[s]));
     }
-    std::printf("consumer: own model, loss %.4f -> %.4f on host:1; host:2 differs by %.2g (relative, "
-                "first 20 steps)\n",
+    std::printf("consumer: own model, loss %.4f -> %.4f on host:1; host:2 differs by %.2g "
+                "(relative, first 20 steps)\n",
                 one.front(), one.back(), worst);
     if (one.back() >= 0.5f * one.front()) {
       std::fprintf(stderr, "consumer: the model did not learn\n");

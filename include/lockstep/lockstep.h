@@ -5,8 +5,8 @@
 //   mixed precision, loss scaling:    <lockstep/precision.h>
 //   data sets and batches:            <lockstep/data/{dataset,sampler}.h>
 //   text, tokenizers, prefetching:    <lockstep/data/{text_corpus,wordnet,tokenizer,prefetch}.h>
-//   writing a model: Module, parameters, autograd, the differentiable ops and losses:
-//                                     <lockstep/nn/{module,parameter,autograd,functional,pooling}.h>
+//   writing a model: Module, parameters, autograd, the differentiable ops:
+//                                <lockstep/nn/{module,parameter,autograd,functional,pooling}.h>
 //   losses and their contract (cross-entropy, mse, bce_with_logits, your own): <lockstep/nn/loss.h>
 //   transformer configs:              <lockstep/transformer_config.h>
 //   Hugging Face GPT-2/BERT files:    <lockstep/hf_transformer.h>

@@ -24,7 +24,8 @@ double loss_of(PointwiseLoss kind, float p, float t) {
 float derivative_of(PointwiseLoss kind, float p, float t) {
   if (kind == PointwiseLoss::kSquaredError) return 2.0f * (p - t);
   // sigmoid(p) without overflow for large |p|.
-  const float sigmoid = p >= 0.0f ? 1.0f / (1.0f + std::exp(-p)) : std::exp(p) / (1.0f + std::exp(p));
+  const float sigmoid =
+      p >= 0.0f ? 1.0f / (1.0f + std::exp(-p)) : std::exp(p) / (1.0f + std::exp(p));
   return sigmoid - t;
 }
 
@@ -40,7 +41,9 @@ void loss_sum(PointwiseLoss kind, const float* pred, const float* target, int64_
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t end = std::min(n, (b + 1) * kPointwiseLossBlock);
         double s = 0.0;
-        for (int64_t i = b * kPointwiseLossBlock; i < end; ++i) s += loss_of(kind, pred[i], target[i]);
+        for (int64_t i = b * kPointwiseLossBlock; i < end; ++i) {
+          s += loss_of(kind, pred[i], target[i]);
+        }
         sums[b] = s;
       }
     });

@@ -16,6 +16,7 @@
 #include <lockstep/lockstep.h>
 #include "engine/core/runtime.h"
 #include "engine/model/nn/parameter_store.h"
+#include "tests/nn/finite_differences.h"
 
 namespace {
 
@@ -149,26 +150,9 @@ TEST(CustomModule, GradientsMatchFiniteDifferences) {
   ls::nn::ParameterStore store(model, host, *stream, 3);
   const ls::data::Batch batch = make_batch(5, 9);
   loss_of(model, store, batch, *stream, true);
-  const std::vector<float> grads = store.grads().to_host_f32(*stream);
-  std::vector<float> values = store.values_to_host(*stream);
-  const double eps = 1e-2;
-  int checked = 0;
-  for (Parameter* param : store.parameters()) {
-    for (int64_t i = 0; i < param->numel(); ++i) {
-      const size_t at = static_cast<size_t>(param->offset + i);
-      const float saved = values[at];
-      auto loss_at = [&](double delta) {
-        values[at] = static_cast<float>(saved + delta);
-        store.values().copy_from_host_async(values.data(), values.size() * 4, *stream);
-        return static_cast<double>(loss_of(model, store, batch, *stream, false));
-      };
-      const double numeric = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
-      values[at] = saved;
-      EXPECT_NEAR(grads[at], numeric, 2e-3 + 2e-2 * std::abs(numeric))
-          << param->name << "[" << i << "]";
-      ++checked;
-    }
-  }
+  const int64_t checked = ls::test::expect_gradients_match_finite_differences(store, *stream, [&] {
+    return static_cast<double>(loss_of(model, store, batch, *stream, false));
+  });
   EXPECT_EQ(checked, model.parameter_count());
 }
 
@@ -213,8 +197,8 @@ TEST(CustomModule, TrainsInBf16WithGraphsOnTwoDevicesAsOnOne) {
 
 // A checkpoint of the custom model resumes into exactly the uninterrupted run.
 TEST(CustomModule, ResumesFromACheckpointAsIfNeverStopped) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("lockstep_custom_module_" + std::to_string(::getpid()));
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("lockstep_custom_module_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   auto make = [] {
     return std::make_unique<ls::DataParallel>(

@@ -11,6 +11,7 @@
 #include <lockstep/nn/functional.h>
 #include <lockstep/nn/module.h>
 #include "engine/model/nn/parameter_store.h"
+#include "tests/nn/finite_differences.h"
 
 namespace ls::nn {
 namespace {
@@ -53,27 +54,9 @@ void check_gradients(Activation activation) {
   ParameterStore store(*model, kHost0, *stream, 7);
   const Problem problem = make_problem(4, 6, 3, 11);
   run_loss(*model, store, problem, *stream, true);
-  const std::vector<float> grads = store.grads().to_host_f32(*stream);
-  std::vector<float> values = store.values_to_host(*stream);
-
-  const double eps = 1e-2;
-  int checked = 0;
-  for (Parameter* param : store.parameters()) {
-    for (int64_t i = 0; i < param->numel(); ++i) {
-      const size_t at = static_cast<size_t>(param->offset + i);
-      const float saved = values[at];
-      auto loss_at = [&](double delta) {
-        values[at] = static_cast<float>(saved + delta);
-        store.values().copy_from_host_async(values.data(), values.size() * 4, *stream);
-        return static_cast<double>(run_loss(*model, store, problem, *stream, false));
-      };
-      const double numeric = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
-      values[at] = saved;
-      EXPECT_NEAR(grads[at], numeric, 2e-3 + 2e-2 * std::abs(numeric))
-          << param->name << "[" << i << "]";
-      ++checked;
-    }
-  }
+  const int64_t checked = test::expect_gradients_match_finite_differences(store, *stream, [&] {
+    return static_cast<double>(run_loss(*model, store, problem, *stream, false));
+  });
   EXPECT_EQ(checked, store.parameter_count());
 }
 

@@ -70,7 +70,9 @@ TEST_P(PointwiseLossTest, NoElementsSumToZeroAndBadShapesAreNamed) {
 INSTANTIATE_TEST_SUITE_P(Kinds, PointwiseLossTest,
                          ::testing::Values(PointwiseLoss::kSquaredError,
                                            PointwiseLoss::kBceWithLogits),
-                         [](const auto& info) { return std::string(pointwise_loss_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(pointwise_loss_name(info.param));
+                         });
 
 // CUDA against host (skipped without a GPU; the emulator ctest and gpu-check run this suite).
 class CudaPointwiseLossTest : public CudaVsHostTest {};

@@ -31,11 +31,13 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   tape.record(out, inputs, [x, weight, b, precision, &stream](const Tensor& dy) {
     if (x->requires_grad) {  // dx = dy W
       const bool add = Tape::begin_grad(*x);
-      ls::matmul(dy, false, weight->value, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream, precision);
+      ls::matmul(dy, false, weight->value, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream,
+                 precision);
     }
     if (weight->requires_grad) {  // dW = dy^T x
       const bool add = Tape::begin_grad(*weight);
-      ls::matmul(dy, true, x->value, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream, precision);
+      ls::matmul(dy, true, x->value, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream,
+                 precision);
     }
     if (b && b->requires_grad) {
       const bool add = Tape::begin_grad(*b);  // before reading b->grad: it may give it storage
@@ -193,7 +195,8 @@ Var scale(Tape& tape, const Var& x, float alpha) {
 }
 
 namespace {
-// A pointwise loss summed to [1]; backward: dpred (+)= l'(pred, target) * dy, dy read on the device.
+// A pointwise loss summed to [1]; backward: dpred (+)= l'(pred, target) * dy (dy read on the
+// device).
 Var pointwise_loss(Tape& tape, PointwiseLoss kind, const Var& pred, const Tensor& target) {
   Stream& stream = tape.stream();
   Tensor sum = Tensor::empty({1}, DType::kF32, pred->value.device());
