@@ -208,6 +208,12 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
   return out;
 }
 
+Tensor padding_mask(Tape& tape, const Tensor& ids, int32_t pad_id) {
+  Tensor valid = Tensor::empty(ids.shape(), DType::kI32, ids.device());
+  token_mask(ids, pad_id, valid, tape.stream());
+  return valid;
+}
+
 Var pool(Tape& tape, const Var& x, const Tensor& valid, Pooling pooling, int64_t batch,
          int64_t seq) {
   const ls::Pooling mode = pooling == Pooling::kFirst  ? ls::Pooling::kFirst

@@ -5,7 +5,6 @@
 
 #include <lockstep/error.h>
 #include <lockstep/nn/functional.h>
-#include "ops/pooling.h"
 
 namespace ls::nn {
 
@@ -252,9 +251,7 @@ Tensor check_tokens(const Var& tokens, const TransformerConfig& c) {
 Tensor Transformer::valid_mask(Tape& tape, const Tensor& ids) const {
   // Needed by key masks (bidirectional models) and pooling (classifiers) only.
   if (config_.causal && !config_.is_classifier()) return Tensor();
-  Tensor valid = Tensor::empty(ids.shape(), DType::kI32, ids.device());
-  token_mask(ids, config_.pad_id, valid, tape.stream());
-  return valid;
+  return padding_mask(tape, ids, config_.pad_id);
 }
 
 Var Transformer::hidden_states(Tape& tape, const Var& tokens) {

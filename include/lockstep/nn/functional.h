@@ -63,6 +63,9 @@ struct AttentionShape {
 // (0 masks a padding key) or undefined. Attention probabilities get dropout p when training.
 Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const AttentionShape& shape,
               float dropout_p, uint64_t site);
+// i32 of ids' shape: 1 where ids[i] != pad_id, 0 for padding (not differentiable): the key mask
+// of attention and the `valid` of pool.
+Tensor padding_mask(Tape& tape, const Tensor& ids, int32_t pad_id);
 // x [B*T, C] -> [B, C] by `mode` over the valid positions (valid: i32 [B, T]).
 Var pool(Tape& tape, const Var& x, const Tensor& valid, Pooling mode, int64_t batch, int64_t seq);
 
