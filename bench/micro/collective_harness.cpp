@@ -16,7 +16,7 @@
 
 #include "engine/core/runtime.h"
 #include <lockstep/tensor.h>
-#include "parallel/worker_thread.h"
+#include "parallel/runtime/worker_thread.h"
 
 namespace ls::bench {
 namespace {

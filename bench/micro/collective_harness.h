@@ -17,7 +17,7 @@
 
 #include "bench/micro/bench_config.h"
 #include <lockstep/stream.h>
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace ls::bench {
 

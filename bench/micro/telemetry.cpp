@@ -1,4 +1,4 @@
-// What training telemetry costs (parallel/telemetry.h):
+// What training telemetry costs (parallel/observability/telemetry.h):
 //   telemetry/host/devices:2   a recorder sampling 2 host devices every 1 ms for 2 s, while the
 //                              benchmark thread sleeps. Counters:
 //     cpu_us_per_round   process CPU time per round of samples (every device once: JSON,
@@ -19,7 +19,7 @@
 #include <thread>
 
 #include <lockstep/device.h>
-#include "parallel/telemetry.h"
+#include "parallel/observability/telemetry.h"
 
 namespace {
 

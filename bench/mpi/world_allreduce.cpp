@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "engine/core/runtime.h"
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 #include <lockstep/world.h>
-#include "parallel/world_communicators.h"
+#include "parallel/comm/world_communicators.h"
 
 namespace {
 

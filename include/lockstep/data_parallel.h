@@ -21,7 +21,7 @@
 // process, replica, step and phase), without waiting for a timeout. Methods taking `replica`
 // take a LOCAL index (0..local_size()-1).
 // Thread-safety: call from one thread at a time. The implementation is private
-// (parallel/data_parallel_impl.h); this header includes only public headers.
+// (parallel/data_parallel/data_parallel_impl.h); this header includes only public headers.
 #pragma once
 
 #include <chrono>

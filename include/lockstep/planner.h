@@ -16,7 +16,7 @@
 //   (ZeRO-1/2: x one range). A: activations, measured by profile_model (fixed + per example x
 //   rows of one micro-batch on the device). DP: P + G + O + A. ZeRO-1: O / N. ZeRO-2: G / N plus
 //   staging of the kZero2StagingBuckets largest buckets and of tied parameters' buckets, at most
-//   G (parallel/reducer.cpp, Note [Sharded gradients]); on one device as ZeRO-1. Pipeline
+//   G (parallel/data_parallel/reducer.cpp, Note [Sharded gradients]); on one device as ZeRO-1. Pipeline
 //   stage s: its own layers' P, G, O (tied parameters counted on every stage holding them) plus the
 //   activations of the micro-batches it keeps in flight (1F1B: min(p - s, m); GPipe: m) and the
 //   boundary tensors it sends (all m, kept until the optimizer) and receives (in flight), each

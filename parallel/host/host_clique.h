@@ -19,7 +19,7 @@
 #include <vector>
 
 #include <lockstep/error.h>
-#include "parallel/collective.h"
+#include "parallel/comm/collective.h"
 
 namespace ls {
 

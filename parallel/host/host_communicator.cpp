@@ -11,7 +11,7 @@
 
 #include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
-#include "parallel/collective_checks.h"
+#include "parallel/comm/collective_checks.h"
 #include "parallel/host/host_reduce.h"
 
 namespace ls {

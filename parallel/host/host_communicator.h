@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 #include "parallel/host/host_clique.h"
 
 namespace ls {

@@ -12,7 +12,7 @@
 
 #include <cstddef>
 
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace ls {
 

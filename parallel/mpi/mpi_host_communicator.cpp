@@ -13,7 +13,7 @@
 
 #include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
-#include "parallel/collective_checks.h"
+#include "parallel/comm/collective_checks.h"
 #include "parallel/host/host_clique.h"
 #include "parallel/host/host_reduce.h"
 #include "parallel/mpi/mpi_runtime.h"

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include <lockstep/error.h>
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 #include <lockstep/world.h>
 
 namespace ls::mpi {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <lockstep/device.h>
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace ls {
 

@@ -35,7 +35,7 @@
 // poll and call then throws at once) and starts one helper thread that aborts the ranks, holding
 // no lock of anyone else's; ncclCommAbort sets NCCL's abort flag first, so kernels in flight
 // exit at once even while the helper waits for the graphs. The clique joins the helper when its
-// last communicator goes, which is after every replica destroyed its graph (parallel/replica.cpp,
+// last communicator goes, which is after every replica destroyed its graph (parallel/data_parallel/replica.cpp,
 // Note [Graphs go before their communicator]).
 //
 // Note [NCCL groups and abort]
@@ -81,8 +81,8 @@
 #include "engine/core/cuda/cuda_stream_access.h"
 #include <lockstep/device.h>
 #include <lockstep/error.h>
-#include "parallel/collective.h"
-#include "parallel/collective_checks.h"
+#include "parallel/comm/collective.h"
+#include "parallel/comm/collective_checks.h"
 #include "parallel/nccl/nccl_clique.h"
 #include "parallel/nccl/nccl_types.h"
 

@@ -7,7 +7,7 @@
 // Each collective is enqueued on the given CUDA stream and returns once NCCL has enqueued it; the
 // data moves when the stream gets there. A non-blocking communicator may answer ncclInProgress:
 // the call then polls ncclCommGetAsyncError until NCCL is done, bounded by the options' timeout
-// and by abort(). Arguments, in place and count 0 follow NCCL (parallel/communicator.h).
+// and by abort(). Arguments, in place and count 0 follow NCCL (parallel/comm/communicator.h).
 // abort() aborts every communicator of the clique (ncclCommAbort, once); any thread may call it,
 // also while a rank polls. Afterwards every call throws "communicator aborted". Enqueued NCCL
 // kernels exit early, leaving their outputs undefined; abort the streams to end waits on them.
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 #include <lockstep/world.h>
 
 namespace ls {

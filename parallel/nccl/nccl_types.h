@@ -1,5 +1,5 @@
 // lockstep's element types and reduce ops as NCCL's, and the words for NCCL results in messages
-// (collectives are named by describe(), parallel/collective.h). Only parallel/nccl/ includes this
+// (collectives are named by describe(), parallel/comm/collective.h). Only parallel/nccl/ includes this
 // (it pulls in nccl.h). Collectives take f32 and bf16; any other dtype raises ls::Error before
 // NCCL is called. ReduceOp::kAvg is ncclAvg (NCCL >= 2.10),
 // which for floating types multiplies each input by 1/nranks in the data type and then sums
@@ -13,7 +13,7 @@
 
 #include <lockstep/dtype.h>
 #include <lockstep/error.h>
-#include "parallel/collective.h"
+#include "parallel/comm/collective.h"
 
 namespace ls {
 

@@ -2,7 +2,7 @@
 // backend, or with the CUDA emulator (LOCKSTEP_CUDA=EMULATED runs kernels on the CPU; there is no
 // NCCL to emulate, so several emulated GPUs cannot be one data-parallel group).
 #include <lockstep/error.h>
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 #include "parallel/nccl/nccl_communicator.h"
 
 namespace ls {

@@ -1,5 +1,5 @@
 // The bucket planner: caps, the small first bucket, oversized parameters, order and coverage.
-#include "parallel/bucket_plan.h"
+#include "parallel/data_parallel/bucket_plan.h"
 
 #include <gtest/gtest.h>
 

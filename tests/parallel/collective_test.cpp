@@ -1,7 +1,7 @@
-// The one collective descriptor (parallel/collective.h): describe()'s one format,
+// The one collective descriptor (parallel/comm/collective.h): describe()'s one format,
 // same_collective() (the fingerprint: everything but buffers and label), the desync checker that
 // compares descriptors across replicas, and the one device-list check every backend runs.
-#include "parallel/collective.h"
+#include "parallel/comm/collective.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include <lockstep/error.h>
-#include "parallel/communicator.h"
-#include "parallel/flight_recorder.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/observability/flight_recorder.h"
 
 namespace ls {
 namespace {

@@ -22,7 +22,7 @@
 #include "engine/model/optim/optimizer.h"
 #include "ops/elementwise.h"
 #include <lockstep/data_parallel.h>
-#include "parallel/engine_hooks.h"
+#include "parallel/data_parallel/engine_hooks.h"
 
 namespace ls::testing {
 

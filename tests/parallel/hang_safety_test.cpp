@@ -17,9 +17,9 @@
 #include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "engine/core/runtime.h"
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 #include <lockstep/data_parallel.h>
-#include "parallel/engine_hooks.h"
+#include "parallel/data_parallel/engine_hooks.h"
 #include "parallel/random_batch.h"
 #include "parallel/training_helpers.h"
 

@@ -22,7 +22,7 @@
 #include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "engine/core/runtime.h"
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace ls {
 namespace {

@@ -26,7 +26,7 @@
 #include <lockstep/error.h>
 #include "engine/core/runtime.h"
 #include <lockstep/tensor.h>
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace ls {
 namespace {

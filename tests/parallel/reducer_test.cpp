@@ -3,7 +3,7 @@
 // counts say about it; gradients reduced in bf16 against exact bf16-rounded sums; the host
 // communicator running several collectives of different kinds, dtypes and roots in one group,
 // as a fused ZeRO-2 launch issues them; bad options refused with a message that says what to do.
-#include "parallel/reducer.h"
+#include "parallel/data_parallel/reducer.h"
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@
 
 #include <lockstep/error.h>
 #include "engine/core/runtime.h"
-#include "parallel/bucket_plan.h"
-#include "parallel/communicator.h"
+#include "parallel/data_parallel/bucket_plan.h"
+#include "parallel/comm/communicator.h"
 
 namespace ls {
 namespace {

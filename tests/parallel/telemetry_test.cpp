@@ -1,8 +1,8 @@
-// Training telemetry (parallel/telemetry.h): the JSON-lines file a run leaves behind (a start
+// Training telemetry (parallel/observability/telemetry.h): the JSON-lines file a run leaves behind (a start
 // line, one sample per device per interval with the running step and memory, a stop line),
 // every line on the disk as it is written, and a hang report that names the file and each
 // device's last sample.
-#include "parallel/telemetry.h"
+#include "parallel/observability/telemetry.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

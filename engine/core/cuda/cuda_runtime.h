@@ -24,7 +24,7 @@ namespace ls {
 // really had current: one lockstep bound on this thread, one other than 0 (someone chose it), or
 // 0 when its primary context is already active (no new context). A thread with none keeps the
 // guard's device. And every replica thread binds its device before it makes any device state
-// (parallel/replica.cpp), so nothing of it lands on another GPU.
+// (parallel/data_parallel/replica.cpp), so nothing of it lands on another GPU.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);

@@ -1,0 +1,589 @@
+// DataParallel (see lockstep/data_parallel.h) and its Impl (parallel/data_parallel/data_parallel_impl.h):
+// construction, the step, evaluation, and run_on_all with its failure handling.
+#include <lockstep/data_parallel.h>
+
+#include <algorithm>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <numeric>
+#include <set>
+
+#include "engine/core/runtime.h"
+#include <lockstep/nn/module.h>
+#include "engine/model/nn/transformer.h"
+#include "engine/model/optim/optimizer.h"
+#include "ops/softmax_xent.h"
+#include "parallel/data_parallel/data_parallel_impl.h"
+#include "parallel/mpi/mpi_runtime.h"
+#include "parallel/runtime/step_common.h"
+#include "parallel/comm/world_communicators.h"
+
+namespace ls {
+
+// ---- the public class: the implementation's methods ------------------------------------------
+
+DataParallel::DataParallel(std::vector<Device> devices, ModelFactory model,
+                           OptimizerFactory optimizer, DataParallelOptions options)
+    : impl_(std::make_unique<Impl>(nullptr, std::move(devices), model, optimizer,
+                                   std::move(options), EngineHooks{})) {}
+
+DataParallel::DataParallel(const World& world, ModelFactory model, OptimizerFactory optimizer,
+                           DataParallelOptions options)
+    : impl_(std::make_unique<Impl>(&world, world.local_devices(), model, optimizer,
+                                   std::move(options), EngineHooks{})) {}
+
+DataParallel::DataParallel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  LS_CHECK(impl_ != nullptr, "DataParallel: no implementation given");
+}
+
+std::unique_ptr<DataParallel> make_data_parallel(std::vector<Device> devices, ModelFactory model,
+                                                 OptimizerFactory optimizer,
+                                                 DataParallelOptions options,
+                                                 const EngineHooks& hooks) {
+  return std::make_unique<DataParallel>(std::make_unique<DataParallel::Impl>(
+      nullptr, std::move(devices), model, optimizer, std::move(options), hooks));
+}
+
+std::unique_ptr<DataParallel> make_data_parallel(const World& world, ModelFactory model,
+                                                 OptimizerFactory optimizer,
+                                                 DataParallelOptions options,
+                                                 const EngineHooks& hooks) {
+  return std::make_unique<DataParallel>(std::make_unique<DataParallel::Impl>(
+      &world, world.local_devices(), model, optimizer, std::move(options), hooks));
+}
+
+DataParallel::~DataParallel() = default;
+
+StepResult DataParallel::step(const data::Batch& batch) { return impl_->step(batch); }
+int64_t DataParallel::step_async(const data::Batch& batch) { return impl_->step_async(batch); }
+StepResult DataParallel::result(int64_t step) { return impl_->result(step); }
+int64_t DataParallel::graph_launches() const { return impl_->graph_launches(); }
+int64_t DataParallel::graph_nodes() const { return impl_->graph_nodes(); }
+bool DataParallel::graphs() const { return impl_->graphs(); }
+EvalResult DataParallel::evaluate(const data::Dataset& dataset, int64_t batch_size) {
+  return impl_->evaluate(dataset, batch_size);
+}
+int DataParallel::size() const { return impl_->size(); }
+int DataParallel::local_size() const { return impl_->local_size(); }
+const std::vector<Device>& DataParallel::devices() const { return impl_->devices(); }
+int64_t DataParallel::steps_taken() const { return impl_->steps_taken(); }
+int64_t DataParallel::skipped_steps() const { return impl_->skipped_steps(); }
+int64_t DataParallel::parameter_count() const { return impl_->parameter_count(); }
+const std::vector<Bucket>& DataParallel::buckets() const { return impl_->buckets(); }
+std::string DataParallel::layout() const {
+  return std::to_string(impl_->buckets().size()) + " gradient bucket(s)";
+}
+std::vector<NamedParameter> DataParallel::model_parameters() { return named_parameters(0); }
+std::string DataParallel::save(const std::string& dir, const TrainingPosition& position,
+                               const CheckpointRetention& retention) {
+  return impl_->save(dir, position, retention);
+}
+TrainingPosition DataParallel::load(const std::string& dir) { return impl_->load(dir); }
+std::vector<float> DataParallel::parameters(int replica) { return impl_->parameters(replica); }
+std::vector<DataParallel::NamedParameter> DataParallel::named_parameters(int replica) {
+  const std::vector<float> flat = impl_->parameters(replica);
+  std::vector<NamedParameter> out;
+  for (const Parameter* p : impl_->parameter_layout()) {
+    const auto begin = flat.begin() + static_cast<std::ptrdiff_t>(p->offset);
+    out.push_back({p->name,
+                   {p->shape.begin(), p->shape.end()},
+                   std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(p->numel()))});
+  }
+  return out;
+}
+BucketTimeline DataParallel::last_timeline(int replica) { return impl_->last_timeline(replica); }
+DataParallel::StateBytes DataParallel::state_bytes(int replica) {
+  return impl_->state_bytes(replica);
+}
+const char* shard_mode_name(ShardMode mode) {
+  switch (mode) {
+    case ShardMode::kNone: return "none";
+    case ShardMode::kOptimizer: return "optimizer";
+    case ShardMode::kGradients: return "gradients";
+  }
+  return "?";
+}
+AllocatorStats DataParallel::allocator_stats(int replica) const {
+  return impl_->allocator_stats(replica);
+}
+
+// ---- construction and tear-down ------------------------------------------------------------
+
+DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
+                         const ModelFactory& model, const OptimizerFactory& optimizer,
+                         DataParallelOptions options, const EngineHooks& hooks)
+    : world_(world), devices_(std::move(devices)), options_(std::move(options)) {
+  LS_CHECK(!devices_.empty(), "DataParallel needs at least one device");
+  first_replica_ = world_ != nullptr ? world_->first_replica(world_->rank()) : 0;
+  replicas_total_ = world_ != nullptr ? world_->replicas() : static_cast<int>(devices_.size());
+  processes_ = std::make_unique<ProcessGroup>(world_, options_.collective_timeout, failure_);
+  LS_CHECK(options_.accumulate >= 1, "accumulate must be >= 1 micro-batch, got ",
+           options_.accumulate);
+  LS_CHECK(model != nullptr && optimizer != nullptr,
+           "DataParallel needs a model and an optimizer factory");
+  LS_CHECK(options_.collective_timeout.count() > 0, "collective timeout must be positive");
+  LS_CHECK(options_.max_consecutive_skips >= 1, "max_consecutive_skips must be >= 1");
+  LS_CHECK(options_.telemetry_interval.count() > 0, "telemetry_interval must be positive, got ",
+           options_.telemetry_interval.count(), " ms");
+  LS_CHECK(options_.steps_in_flight >= 1 && options_.steps_in_flight < StepOutcomes::kSlots,
+           "steps_in_flight is ", options_.steps_in_flight, "; it must be 1 to ",
+           StepOutcomes::kSlots - 1);
+  LS_CHECK(options_.graph_warmup >= 1, "graph_warmup is ", options_.graph_warmup,
+           "; a step must run eagerly at least once before it is captured");
+  if (options_.precision == Precision::kF16) check_loss_scale_config(options_.loss_scale);
+  build_replicas(model, optimizer, hooks);
+  try {
+    run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
+  } catch (...) {
+    destroy_replicas();
+    throw;
+  }
+  buckets_ = replicas_[0]->reducer().buckets();
+  parameter_count_ = replicas_[0]->store().parameter_count();
+  if (!options_.telemetry_path.empty()) {
+    try {
+      // Several processes: process p > 0 writes PATH.process-p (one writer per file).
+      std::string path = options_.telemetry_path;
+      if (multiprocess() && world_->rank() > 0) path += ".process-" + std::to_string(world_->rank());
+      telemetry_ = std::make_unique<TelemetryRecorder>(path, options_.telemetry_interval, devices_);
+    } catch (...) {
+      destroy_replicas();
+      throw;
+    }
+  }
+}
+
+// Note [Graphs with several GPUs in one process]
+// NCCL's guide ("Using NCCL with CUDA Graphs") warns that capturing NCCL work with several GPUs
+// per process "may result in deadlocks". Until a run on several GPUs has shown lockstep's
+// capture to be safe (the CUDA tests CudaFailure.* and CudaStepGraphs.* on 2+ GPUs,
+// tests/parallel/cuda_multi_gpu_test.cpp, both run by scripts/gpu-check), graphs are off by default when this process drives more than one GPU;
+// DataParallelOptions::graphs = true (--graphs) turns them on. Host devices and one GPU per
+// process keep them on: the host backend replays its collectives through the communicator, and
+// one GPU per process is the case NCCL's guide supports.
+bool graphs_by_default(const std::vector<Device>& local_devices) {
+  const bool cuda = std::any_of(local_devices.begin(), local_devices.end(),
+                                [](const Device& d) { return d.is_cuda(); });
+  return !(cuda && local_devices.size() > 1);
+}
+
+bool DataParallel::Impl::graphs() const {
+  return options_.graphs.value_or(graphs_by_default(devices_));
+}
+
+StepOptions DataParallel::Impl::step_options() const {
+  StepOptions step;
+  step.precision = options_.precision;
+  step.loss_scale = options_.loss_scale;
+  step.graphs = graphs();
+  step.graph_warmup = options_.graph_warmup;
+  step.loss = options_.loss != nullptr ? options_.loss : nn::cross_entropy_loss();
+  step.check_loss_contract = options_.check_loss_contract;
+  // Past the watchdog's timeout and the communicators' own backstop (build_replicas).
+  step.outcome_deadline = 3 * options_.collective_timeout + std::chrono::seconds(2);
+  // One line per reason, from replica 0 only (every replica meets the same reasons).
+  auto told = std::make_shared<std::set<std::string>>();
+  auto mutex = std::make_shared<std::mutex>();
+  std::function<void(const std::string&)> notice = options_.notice;
+  if (!notice)
+    notice = [](const std::string& m) { std::fprintf(stderr, "lockstep: %s\n", m.c_str()); };
+  step.notice = [told, mutex, notice](const std::string& message) {
+    if (current_replica() != 0) return;
+    {
+      std::lock_guard lock(*mutex);
+      if (!told->insert(message).second) return;
+    }
+    notice(message);
+  };
+  return step;
+}
+
+void DataParallel::Impl::build_replicas(const ModelFactory& model,
+                                        const OptimizerFactory& optimizer,
+                                        const EngineHooks& hooks) {
+  // The watchdog acts at collective_timeout; the communicators' own timeout is a backstop for
+  // waits the watchdog cannot see, so it is set later than the watchdog's.
+  CommunicatorOptions comm_options;
+  comm_options.timeout = 2 * options_.collective_timeout + std::chrono::seconds(1);
+  std::vector<std::unique_ptr<Communicator>> backends =
+      world_ != nullptr ? make_world_communicators(*world_, comm_options)
+                        : make_communicators(devices_, comm_options);
+  // In-process desync check; between processes the communicators compare their headers.
+  auto checker = std::make_shared<DesyncChecker>(local_size());
+  replicas_.resize(devices_.size());
+  for (size_t r = 0; r < devices_.size(); ++r) {
+    threads_.push_back(std::make_unique<WorkerThread>(
+        "replica " + std::to_string(first_replica_ + static_cast<int>(r)) + " on " +
+        devices_[r].str()));
+  }
+  // Each replica is built on its own thread: its device state belongs to that thread.
+  const std::exception_ptr first = WorkerThread::run_each(threads_, [&](size_t r) {
+    auto recorder = std::make_unique<RecordingCommunicator>(std::move(backends[r]), checker);
+    RecordingCommunicator& recorder_ref = *recorder;
+    std::unique_ptr<Communicator> comm = std::move(recorder);
+    const int rank = first_replica_ + static_cast<int>(r);
+    if (hooks.wrap_communicator) comm = hooks.wrap_communicator(std::move(comm), rank);
+    replicas_[r] = std::make_unique<Replica>(rank, devices_[r], model, optimizer, std::move(comm),
+                                             recorder_ref, options_.buckets, options_.seed,
+                                             options_.shard, step_options());
+  });
+  // On failure the replicas, too, are destroyed on their own threads (not by ~vector here).
+  if (first) {
+    abort_all();
+    destroy_replicas();
+    std::rethrow_exception(first);
+  }
+}
+
+DataParallel::Impl::~Impl() {
+  // Steps still queued are waited for under the watchdog (bounded), not by the replicas' drain,
+  // which would wait for a collective whose peer is gone without limit.
+  if (!queued_.empty() && !failure_.failed()) {
+    try {
+      finish_queued();
+    } catch (...) {  // the run failed: every replica was aborted, the drain below ends
+    }
+  }
+  telemetry_.reset();  // its last sample reads the replicas' allocators
+  destroy_replicas();
+}
+
+void DataParallel::Impl::destroy_replicas() {
+  WorkerThread::run_each(threads_, [this](size_t r) { replicas_[r].reset(); });
+}
+
+void DataParallel::Impl::abort_all() {
+  for (auto& replica : replicas_) {
+    if (replica) replica->abort();
+  }
+}
+
+void DataParallel::Impl::drain_all() {
+  WorkerThread::run_each(threads_, [this](size_t r) { replicas_[r]->drain(); });
+}
+
+std::vector<ReplicaProgress> DataParallel::Impl::progress() const {
+  std::vector<ReplicaProgress> out;
+  for (const auto& replica : replicas_) {
+    out.push_back({replica->rank(), replica->device(), replica->phase(), reported_step(),
+                   replica->communicator().snapshot(), replica->communicator().waiting_for()});
+  }
+  return out;
+}
+
+// ---- running a job on every replica ----------------------------------------------------------
+
+void DataParallel::Impl::check_usable(const char* what) const {
+  LS_CHECK(!failure_.failed(), "cannot ", what, ": a replica failed earlier (", failure_.message,
+           "); destroy this DataParallel and build a new one");
+}
+
+void DataParallel::Impl::run_on_all(const std::function<void(Replica&)>& job, const char* what) {
+  check_usable(what);
+  std::mutex mutex;
+  Failure first;
+  std::atomic<bool> failed{false};
+  std::vector<std::future<void>> jobs;
+  for (size_t r = 0; r < replicas_.size(); ++r) {
+    jobs.push_back(threads_[r]->post([&, r] {
+      try {
+        job(*replicas_[r]);
+      } catch (...) {
+        std::lock_guard lock(mutex);
+        if (first.replica < 0) {
+          first = {static_cast<int>(r), std::current_exception(), replicas_[r]->phase()};
+        }
+        failed = true;
+      }
+    }));
+  }
+  const std::string stuck = watch(jobs, failed, what);
+  if (!failed && stuck.empty()) return;
+  // A failed job may have left work on its streams that reads the caller's memory (the batch
+  // being uploaded): let every stream finish or skip it before the caller gets control back.
+  drain_all();
+  fail(first, stuck, what);
+}
+
+std::string DataParallel::Impl::watch(std::vector<std::future<void>>& jobs,
+                                      const std::atomic<bool>& failed, const char* what) {
+  // The first failure aborts all replicas, so that none stays blocked in a collective waiting
+  // for the one that failed; a collective that waits too long makes the watchdog abort them
+  // all with its report.
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kPoll = std::chrono::milliseconds(10);
+  constexpr auto kWatchEvery = std::chrono::milliseconds(100);
+  Watchdog watchdog(options_.collective_timeout);
+  std::string stuck;
+  bool aborted = false;
+  Clock::time_point next_watch = Clock::now() + kWatchEvery;
+  Clock::time_point next_beat = Clock::now() + options_.heartbeat_interval;
+  const bool beating = options_.heartbeat && options_.heartbeat_interval.count() > 0;
+  for (auto& job : jobs) {
+    while (job.wait_for(kPoll) != std::future_status::ready) {
+      if (aborted) continue;
+      // A failure in another process: end this process's replicas now, not at a timeout.
+      if (failed || (multiprocess() && processes_->notice())) {
+        abort_all();
+        aborted = true;
+        continue;
+      }
+      const Clock::time_point now = Clock::now();
+      const bool beat = beating && now >= next_beat;
+      if (now < next_watch && !beat) continue;
+      // Nothing may leave this loop while jobs still run: they reference the caller's frame.
+      try {
+        std::vector<ReplicaProgress> where = progress();
+        if (beat) {
+          options_.heartbeat("heartbeat: " + std::string(what) + " " +
+                             std::to_string(reported_step()) + ": " +
+                             watchdog.describe(where, now));
+          next_beat = now + options_.heartbeat_interval;
+        }
+        if (std::optional<std::string> report = watchdog.check(where, now)) {
+          stuck = *report;
+          if (telemetry_) stuck += "; " + telemetry_->last_samples();
+          abort_all();
+          aborted = true;
+        }
+      } catch (...) {
+        stuck = "watching the replicas failed: " + describe_exception(std::current_exception());
+        abort_all();
+        aborted = true;
+      }
+      next_watch = now + kWatchEvery;
+    }
+  }
+  if ((failed || !stuck.empty()) && !aborted) abort_all();
+  return stuck;
+}
+
+void DataParallel::Impl::fail(const Failure& first, const std::string& stuck, const char* what) {
+  // Another process failed first: every process ends with that process's error, word for word
+  // (this process's replicas then only saw their collectives aborted).
+  processes_->raise_notice_if_any();
+  if (!stuck.empty()) {
+    processes_->fail(ErrorKind::kTimeout, processes_->prefix() + what + " " +
+                                              std::to_string(reported_step()) + ": " + stuck);
+  }
+  processes_->fail(error_kind_of(first.error),
+                   processes_->prefix() + "replica " +
+                       std::to_string(first_replica_ + first.replica) + " on " +
+                       devices_[static_cast<size_t>(first.replica)].str() + " failed in " + what +
+                       " (step " + std::to_string(reported_step()) + ", " +
+                       phase_name(first.phase) + "): " + describe_exception(first.error));
+}
+
+void DataParallel::Impl::check_replica(int replica) const {
+  LS_CHECK(replica >= 0 && replica < local_size(), "replica ", replica, " does not exist (",
+           local_size(), " replicas in this process)");
+}
+
+// ---- the step and evaluation -----------------------------------------------------------------
+
+std::vector<int64_t> DataParallel::Impl::shard_rows(int64_t global_rows) const {
+  const int64_t n = size();
+  LS_CHECK(global_rows % n == 0 || options_.allow_uneven_shards, "global batch ", global_rows,
+           " does not divide by the ", n, " devices; use a multiple of ", n,
+           " or allow uneven shards (--uneven-shards)");
+  LS_CHECK(global_rows >= n * options_.accumulate, "global batch ", global_rows,
+           " is too small for ", n, " device(s) x ", options_.accumulate,
+           " micro-batch(es): each micro-batch needs at least one example");
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < n; ++r) rows.push_back(global_rows * (r + 1) / n - global_rows * r / n);
+  return rows;
+}
+
+int64_t DataParallel::Impl::step_async(const data::Batch& batch) {
+  check_usable("step");
+  const int64_t features = check_batch(batch);
+  const std::vector<int64_t> rows = shard_rows(batch.size);
+  check_targets_kind(*step_options().loss, batch);
+  const int64_t global_labels = shard_of(batch, features, 0, batch.size).counted_labels();
+  LS_CHECK(global_labels > 0, "every label of the batch is kIgnoreLabel (", kIgnoreLabel,
+           "), so it has no loss to train on; drop such batches");
+  while (static_cast<int>(queued_.size()) >= options_.steps_in_flight) harvest_oldest();
+  if (telemetry_) telemetry_->set_step(steps_ + 1);
+  run_on_all(
+      [&](Replica& replica) {
+        const int r = replica.rank();  // global
+        const int64_t begin = std::accumulate(rows.begin(), rows.begin() + r, int64_t{0});
+        const Shard shard =
+            shard_of(batch, features, begin, begin + rows[static_cast<size_t>(r)]);
+        replica.enqueue_step(shard, batch.size, global_labels, options_.accumulate, steps_,
+                             options_.seed);
+      },
+      "step");
+  queued_.push_back({++steps_, global_labels});
+  return steps_;
+}
+
+StepResult DataParallel::Impl::result(int64_t step) {
+  LS_CHECK(step >= 1 && step <= steps_, "result: step ", step, " was never enqueued (", steps_,
+           " steps so far; step_async() returns the numbers)");
+  while (!queued_.empty() && queued_.front().step <= step) harvest_oldest();
+  auto it = results_.find(step);
+  LS_CHECK(it != results_.end() || step >= dropped_before_, "result: the result of step ", step,
+           " was dropped: only the last ", kKeptResults,
+           " results not taken yet are kept; "
+           "take each step's result soon after step_async() returns its number");
+  LS_CHECK(it != results_.end(), "result: the result of step ", step,
+           " was taken already (each step's result is returned once)");
+  const StepResult out = it->second;
+  results_.erase(it);
+  return out;
+}
+
+void DataParallel::Impl::finish_queued() {
+  while (!queued_.empty()) harvest_oldest();
+}
+
+void DataParallel::Impl::harvest_oldest() {
+  check_usable("step");
+  const QueuedStep queued = queued_.front();
+  std::vector<StepOutcome> outcomes(devices_.size());
+  harvesting_ = queued.step;  // errors and reports name this step, not the newest
+  try {
+    run_on_all(
+        [&](Replica& replica) {
+          outcomes[static_cast<size_t>(replica.rank() - first_replica_)] =
+              replica.outcome(queued.step - 1);
+        },
+        "step");
+  } catch (...) {
+    harvesting_ = 0;
+    throw;
+  }
+  harvesting_ = 0;
+  queued_.pop_front();
+  const StepOutcome& outcome = outcomes[0];  // bitwise the same on every replica and process
+  StepResult result{
+      static_cast<float>(outcome.global_loss_sum / static_cast<double>(queued.global_labels)),
+      outcome.skipped, outcome.loss_scale, outcome.graph};
+  // Results nobody asks for (step() takes each at once) are not kept forever.
+  if (results_.size() >= kKeptResults) {
+    dropped_before_ = std::max(dropped_before_, results_.begin()->first + 1);
+    results_.erase(results_.begin());
+  }
+  results_[queued.step] = result;
+  if (!outcome.skipped) {
+    consecutive_skips_ = 0;
+    return;
+  }
+  ++skipped_total_;
+  // f16's dynamic loss scale backs off by skipping steps whose scaled gradients overflowed (the
+  // loss itself finite): its schedule expects those, so they count towards
+  // max_consecutive_skips only once the scale is at its minimum.
+  const bool scaling = options_.precision == Precision::kF16 && options_.loss_scale.dynamic;
+  if (scaling && std::isfinite(outcome.global_loss_sum) &&
+      outcome.loss_scale > options_.loss_scale.min_scale) {
+    return;
+  }
+  if (++consecutive_skips_ >= options_.max_consecutive_skips) {
+    // Every process takes this decision alike (the loss and counts are all-reduced).
+    processes_->fail(ErrorKind::kNonFinite,
+                     processes_->prefix() + std::to_string(consecutive_skips_) +
+                         " steps in a row (up to step " + std::to_string(queued.step) +
+                         ") had non-finite loss or gradients (last: loss " +
+                         std::to_string(result.loss) + ", " + std::to_string(outcome.nonfinite) +
+                         " non-finite gradient values" +
+                         (options_.precision == Precision::kF16
+                              ? ", loss scale " + std::to_string(outcome.loss_scale)
+                              : std::string()) +
+                         "); lower the learning rate or check the data");
+  }
+}
+
+EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t batch_size) {
+  LS_CHECK(batch_size > 0, "evaluate: batch size must be positive, got ", batch_size);
+  const nn::Loss& loss = *step_options().loss;
+  LS_CHECK(loss.targets() == nn::TargetKind::kClasses, "evaluate: a data set holds class labels, "
+           "and the loss '", loss.name(), "' trains on value targets; evaluate it with "
+           "your own forward passes (lockstep/nn/module.h) or step() results");
+  finish_queued();
+  LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
+  data::check_dataset(dataset);
+  std::vector<EvalCounts> counts(replicas_.size());
+  const int64_t n = size();
+  run_on_all(
+      [&](Replica& replica) {
+        const int64_t r = replica.rank();  // global
+        const int64_t begin = dataset.count * r / n, end = dataset.count * (r + 1) / n;
+        const Shard rows = shard_of(dataset, dataset.features, begin, end);
+        if (rows.rows > 0) counts[static_cast<size_t>(r - first_replica_)] =
+            replica.evaluate(rows, batch_size);
+      },
+      "evaluate");
+  return combine_eval_counts(counts, *processes_);
+}
+
+std::vector<float> DataParallel::Impl::parameters(int replica) {
+  finish_queued();
+  return run_on<std::vector<float>>(
+      replica, [](Replica& r) { return r.store().values_to_host(r.compute_stream()); });
+}
+
+DataParallel::StateBytes DataParallel::Impl::state_bytes(int replica) {
+  check_replica(replica);
+  return replicas_[static_cast<size_t>(replica)]->state_bytes();
+}
+
+BucketTimeline DataParallel::Impl::last_timeline(int replica) {
+  finish_queued();
+  return run_on<BucketTimeline>(replica, [](Replica& r) { return r.last_timeline(); });
+}
+
+AllocatorStats DataParallel::Impl::allocator_stats(int replica) const {
+  check_replica(replica);
+  return device_runtime(devices_[static_cast<size_t>(replica)]).allocator().stats();
+}
+
+// ---- factories -------------------------------------------------------------------------------
+
+OptimizerFactory make_optimizer_factory(const OptimizerSpec& spec) {
+  LS_CHECK(spec.kind == "adamw" || spec.kind == "sgd", "unknown optimizer '", spec.kind,
+           "'; use adamw or sgd");
+  return [spec](const Tensor& params, Stream& stream) -> std::unique_ptr<optim::Optimizer> {
+    if (spec.kind == "adamw") {
+      AdamWConfig config;
+      config.lr = spec.lr;
+      config.weight_decay = spec.weight_decay;
+      return std::make_unique<optim::AdamW>(params, config, stream);
+    }
+    SgdConfig config;
+    config.lr = spec.lr;
+    config.momentum = spec.momentum;
+    config.weight_decay = spec.weight_decay;
+    return std::make_unique<optim::Sgd>(params, config, stream);
+  };
+}
+
+ModelFactory mlp_factory(std::vector<int64_t> widths) {
+  return [widths] { return nn::mlp(widths); };
+}
+
+ModelFactory transformer_factory(nn::TransformerConfig config,
+                                 std::shared_ptr<const checkpoint::HostTensors> weights) {
+  config.validate();
+  return [config, weights]() -> std::unique_ptr<nn::Module> {
+    auto model = std::make_unique<nn::Transformer>(config);
+    if (weights == nullptr) return model;
+    // Every parameter the weights hold starts from them (replica 0's are broadcast anyway).
+    for (Parameter* p : model->parameters()) {
+      auto it = weights->find(p->name);
+      if (it == weights->end()) continue;
+      LS_CHECK(it->second.values.size() == static_cast<size_t>(p->numel()), "weights for ", p->name,
+               " have ", it->second.values.size(), " values; the parameter is ",
+               shape_str(p->shape));
+      p->init = Init::from_values(std::make_shared<const std::vector<float>>(it->second.values));
+    }
+    return model;
+  };
+}
+
+}  // namespace ls

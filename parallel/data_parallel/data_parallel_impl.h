@@ -1,0 +1,150 @@
+// DataParallel's implementation (internal; the public class is lockstep/data_parallel.h).
+//
+// Impl owns the replica threads and replicas and runs every job on all of them together
+// (run_on_all): post the job to every thread, watch them (failure, watchdog, heartbeat), abort all
+// on the first failure or hang, drain every stream, and raise one error that names where it
+// happened. Checkpoints live in parallel/checkpointing.cpp.
+// Thread-safety: one calling thread at a time, like the public class.
+#pragma once
+
+#include <deque>
+#include <exception>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <lockstep/error.h>
+#include <lockstep/data_parallel.h>
+#include "parallel/data_parallel/engine_hooks.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/data_parallel/replica.h"
+#include "parallel/runtime/step_common.h"
+#include "parallel/observability/telemetry.h"
+#include "parallel/observability/watchdog.h"
+#include "parallel/runtime/worker_thread.h"
+#include <lockstep/world.h>
+
+namespace ls {
+
+struct HostState;  // a replica's training state in host memory (parallel/data_parallel/checkpointing.cpp)
+
+class DataParallel::Impl {
+ public:
+  // `world` null: one process driving `devices`; else world->local_devices() of every process.
+  Impl(const World* world, std::vector<Device> devices, const ModelFactory& model,
+       const OptimizerFactory& optimizer, DataParallelOptions options, const EngineHooks& hooks);
+  ~Impl();  // replicas are destroyed on their own threads, then the threads are joined
+
+  StepResult step(const data::Batch& batch) { return result(step_async(batch)); }
+  int64_t step_async(const data::Batch& batch);
+  StepResult result(int64_t step);
+  // Waits for every queued step's result (kept for result()): before anything that reads or
+  // replaces the training state.
+  void finish_queued();
+  int64_t graph_launches() const { return replicas_[0]->graph_launches(); }
+  int64_t graph_nodes() const { return replicas_[0]->graph_nodes(); }
+  bool graphs() const;  // See Note [Graphs with several GPUs in one process]
+  EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
+  std::string save(const std::string& dir, const TrainingPosition& position,
+                   const CheckpointRetention& retention);
+  TrainingPosition load(const std::string& dir);
+  std::vector<float> parameters(int replica);
+  DataParallel::StateBytes state_bytes(int replica);
+  BucketTimeline last_timeline(int replica);
+  AllocatorStats allocator_stats(int replica) const;
+
+  int size() const { return replicas_total_; }
+  int local_size() const { return static_cast<int>(devices_.size()); }
+  const std::vector<Device>& devices() const { return devices_; }
+  int64_t steps_taken() const { return steps_; }  // enqueued
+  int64_t skipped_steps() const { return skipped_total_; }
+  int64_t parameter_count() const { return parameter_count_; }
+  // Replica 0's parameters (names, shapes, offsets in the flat buffer; the same on every replica).
+  const std::vector<Parameter*>& parameter_layout() const {
+    return replicas_[0]->store().parameters();
+  }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+ private:
+  // The first replica job that threw, and where (replica: local index).
+  struct Failure {
+    int replica = -1;
+    std::exception_ptr error;
+    Phase phase = Phase::kIdle;
+  };
+
+  StepOptions step_options() const;
+  void build_replicas(const ModelFactory& model, const OptimizerFactory& optimizer,
+                      const EngineHooks& hooks);
+  // Runs job(replica) on every replica's thread and waits; on any failure aborts all replicas
+  // and throws the first failure, described (see the class comment of DataParallel).
+  void run_on_all(const std::function<void(Replica&)>& job, const char* what);
+  // Waits for every job, aborting all replicas at the first failure or when the watchdog finds
+  // a collective past its timeout (returns its report then, else "").
+  std::string watch(std::vector<std::future<void>>& jobs, const std::atomic<bool>& failed,
+                    const char* what);
+  // Raises the run's failure (and keeps it: every later call raises it too).
+  [[noreturn]] void fail(const Failure& first, const std::string& stuck, const char* what);
+  // Runs job on replica r's thread and returns its result (for reads and checkpoints).
+  template <typename T>
+  T run_on(int replica, const std::function<T(Replica&)>& job) {
+    check_replica(replica);
+    T out{};
+    threads_[static_cast<size_t>(replica)]
+        ->post([&] { out = job(*replicas_[static_cast<size_t>(replica)]); })
+        .get();
+    return out;
+  }
+  void check_replica(int replica) const;
+  bool multiprocess() const { return processes_->several(); }
+  // An exchange between the processes that fails the run when it throws (ProcessGroup).
+  template <typename T>
+  T between_processes(const std::function<T()>& exchange) {
+    return processes_->failing_run(exchange);
+  }
+  // Checkpoints (parallel/data_parallel/checkpointing.cpp).
+  void gather_optimizer_ranges(HostState& state, int64_t shard_size);
+  std::string commit(const std::string& dir, const TrainingPosition& position,
+                     const CheckpointRetention& retention, const HostState& state);
+
+  // Waits for the oldest queued step on every replica and accounts its result.
+  void harvest_oldest();
+  void check_usable(const char* what) const;
+  std::vector<int64_t> shard_rows(int64_t global_rows) const;
+  std::vector<ReplicaProgress> progress() const;
+  void abort_all();
+  void drain_all();         // each on its own thread; after it no stream reads caller memory
+  void destroy_replicas();  // each on its own thread
+
+  const World* world_ = nullptr;  // null: one process
+  std::vector<Device> devices_;   // this process's
+  int first_replica_ = 0;         // global index of devices_[0]'s replica
+  int replicas_total_ = 0;        // over every process
+  DataParallelOptions options_;
+  std::vector<std::unique_ptr<WorkerThread>> threads_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::vector<Bucket> buckets_;
+  int64_t parameter_count_ = 0;
+  int64_t steps_ = 0;
+  int64_t skipped_total_ = 0;
+  int consecutive_skips_ = 0;
+  struct QueuedStep {
+    int64_t step;           // 1-based
+    int64_t global_labels;  // the loss is the sum over these
+  };
+  int64_t harvesting_ = 0;  // the step whose result is being read (0: none)
+  // The step progress reports and errors name: the one being read, else the next.
+  int64_t reported_step() const { return harvesting_ > 0 ? harvesting_ : steps_ + 1; }
+  std::deque<QueuedStep> queued_;          // enqueued, result not read from the devices yet
+  std::map<int64_t, StepResult> results_;  // read, not taken by result() yet
+  static constexpr size_t kKeptResults = 64;
+  int64_t dropped_before_ = 0;  // results of steps below this were dropped untaken
+  RunFailure failure_;  // set once a replica has failed; every later call raises it
+  std::unique_ptr<TelemetryRecorder> telemetry_;  // when options_.telemetry_path is set
+  std::unique_ptr<ProcessGroup> processes_;       // the other processes of world_ (if any)
+};
+
+}  // namespace ls

@@ -1,0 +1,241 @@
+// Replica: one device's share of data-parallel training — its streams, its copy of the model,
+// its optimizer, its communicator and its Reducer. Created, used and destroyed on its own
+// WorkerThread (lockstep/data_parallel.h), so all of a device's state belongs to one thread.
+//
+// A step runs the shard's micro-batches forward and backward on the compute stream (the last
+// one feeding the Reducer, so gradient all-reduces overlap its backward), then all-reduces the
+// loss sum and counts non-finite values in the summed gradients. Every replica holds bitwise the
+// same summed gradients and loss, so every replica takes the same decision: step the optimizer,
+// or skip the step when anything is NaN/Inf (parameters stay bitwise equal across replicas).
+// That decision is taken on the device (ops/step_control.h), so enqueueing a step never waits
+// for the device: enqueue_step() returns once the step is queued, and outcome() reads its loss
+// and decision later (Note [A step the host never waits on], replica.cpp). Gradients are scaled
+// by 1/global_batch and summed, so the result equals one big batch whatever the shard sizes
+// (uneven shards included).
+// Graphs: after warm-up, a step of an unchanged shape is captured once and then launched as one
+// graph (engine/core/graph.h; Note [The step as a graph], replica.cpp).
+// Sharded (ZeRO): the optimizer steps this replica's range of the flat buffer and an all-gather
+// spreads the updated ranges. ZeRO-2 also keeps only that range of the summed gradients: every
+// micro-batch's buckets are reduced to their owners (Note [Sharded gradients], reducer.cpp), and
+// the non-finite count of each range rides in the loss's all-reduce.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <lockstep/precision.h>
+#include <lockstep/nn/loss.h>
+#include <lockstep/nn/module.h>
+#include "engine/model/nn/parameter_store.h"
+#include "engine/model/optim/optimizer.h"
+#include "parallel/comm/communicator.h"
+#include <lockstep/data_parallel.h>
+#include "parallel/observability/flight_recorder.h"
+#include "parallel/comm/graph_communicator.h"
+#include "parallel/data_parallel/reducer.h"
+#include "parallel/data_parallel/step_io.h"
+
+namespace ls {
+
+// Where a replica is, for error messages and (later) the watchdog.
+// kDevice: the host waits for a step's device work (enqueued earlier: eager or a graph launch).
+enum class Phase {
+  kIdle,
+  kSetup,
+  kUpload,
+  kForward,
+  kBackward,
+  kReduce,
+  kOptimizer,
+  kEvaluate,
+  kDevice
+};
+const char* phase_name(Phase phase);
+
+// A replica's rows of the global batch, in host memory owned by the caller: float inputs
+// (images) or token ids, and label_width targets per row: class labels (kIgnoreLabel ones count
+// for nothing) or f32 values.
+struct Shard {
+  const float* images = nullptr;    // rows * features, or null for token inputs
+  const int32_t* tokens = nullptr;  // rows * features, or null for float inputs
+  const int32_t* labels = nullptr;  // rows * label_width, or null for value targets
+  const float* targets = nullptr;   // rows * label_width, or null for class labels
+  int64_t rows = 0;
+  int64_t features = 0;
+  int64_t label_width = 1;
+  int64_t first_row = 0;  // global index of the first row (dropout masks)
+
+  // The rows [begin, begin + count) of this shard.
+  Shard slice(int64_t begin, int64_t count) const;
+  // Labels that count for the loss (not kIgnoreLabel); value targets all count.
+  int64_t counted_labels() const;
+  // The targets as the 4-byte words they travel in (labels or values).
+  const void* target_words() const {
+    return labels != nullptr ? static_cast<const void*>(labels) : static_cast<const void*>(targets);
+  }
+};
+
+struct StepOutcome {
+  double global_loss_sum = 0;  // sum over the GLOBAL batch of the per-label loss (all-reduced)
+  int32_t nonfinite = 0;       // NaN/Inf values in the summed gradients
+  bool skipped = false;        // the optimizer did not step (non-finite loss or gradients)
+  float loss_scale = 1;        // the loss scale after the step (dynamic scaling: f16)
+  int64_t optimizer_steps = 0;  // steps the optimizer has taken after this one
+  bool graph = false;           // the step ran as a graph launch
+};
+
+// How every replica runs its steps (from DataParallelOptions).
+struct StepOptions {
+  Precision precision = Precision::kF32;
+  LossScaleConfig loss_scale;  // dynamic only with kF16
+  bool graphs = true;          // capture and launch steps as graphs after warm-up
+  int graph_warmup = 2;        // eager steps of a shape before it is captured
+  std::chrono::milliseconds outcome_deadline{std::chrono::minutes(21)};
+  // Says once why steps do not run as graphs (shape change, dropout, capture failure).
+  std::function<void(const std::string&)> notice;
+  std::shared_ptr<const nn::Loss> loss;  // never null (cross-entropy by default)
+  bool check_loss_contract = true;
+};
+
+struct EvalCounts {
+  double loss_sum = 0;
+  int64_t correct = 0;
+  int64_t rows = 0;  // labels counted (not kIgnoreLabel)
+};
+
+class Replica {
+ public:
+  // `comm` is the replica's communicator chain (decorators, if any, around `recorder`, the
+  // flight recorder it owns, around the backend); `recorder` is read by the watchdog.
+  // `shard` (ZeRO-1, ZeRO-2): the optimizer owns range `rank` of the flat parameter buffer only
+  // (and ZeRO-2 that range of the summed gradients), and every step all-gathers the updated
+  // ranges.
+  Replica(int rank, Device device, const ModelFactory& model, const OptimizerFactory& optimizer,
+          std::unique_ptr<Communicator> comm, RecordingCommunicator& recorder,
+          const BucketOptions& buckets, uint64_t seed, ShardMode shard = ShardMode::kNone,
+          StepOptions step_options = {});
+  ~Replica();
+
+  // Makes every replica start from rank 0's parameters (a collective: all replicas call it).
+  void broadcast_parameters();
+  // Enqueues step `step_index` (0-based) on this replica's shard of a global batch with
+  // `global_labels` counted labels (the loss is their mean) and returns without waiting for the
+  // device. `dropout_seed` keys the dropout masks. The shard's memory may be reused at return.
+  // `global_rows`: the global batch's rows (every replica decides on graphs by it).
+  void enqueue_step(const Shard& shard, int64_t global_rows, int64_t global_labels, int accumulate,
+                    int64_t step_index, uint64_t dropout_seed);
+  // Waits for an enqueued step (one of the last StepOutcomes::kSlots) and returns its outcome.
+  StepOutcome outcome(int64_t step_index);
+  // Both: one step, waited for.
+  StepOutcome step(const Shard& shard, int64_t global_rows, int64_t global_labels, int accumulate,
+                   int64_t step_index, uint64_t dropout_seed) {
+    enqueue_step(shard, global_rows, global_labels, accumulate, step_index, dropout_seed);
+    return outcome(step_index);
+  }
+  // The training state kept on the device (synchronizes): for checkpoints, and for the host's
+  // decision when the optimizer does not read it itself (Optimizer::gated()).
+  StepControl read_control();
+  // Restores it (a loaded checkpoint): optimizer steps and the loss scale.
+  void restore_control(int64_t optimizer_steps, float loss_scale, int32_t good_steps);
+  // Graph launches and captures so far, and the nodes of the current graph (0: none).
+  int64_t graph_launches() const { return graph_launches_; }
+  int64_t graph_nodes() const { return graph_ ? graph_->nodes() : 0; }
+  EvalCounts evaluate(const Shard& rows, int64_t batch_size);
+
+  int rank() const { return rank_; }
+  Device device() const { return device_; }
+  Phase phase() const { return phase_.load(); }
+  nn::ParameterStore& store() { return *store_; }
+  bool sharded() const { return store_->shards() > 1; }
+  bool gradients_sharded() const { return owned_grads_.defined(); }
+  // The part of a flat buffer this replica's optimizer updates: all of it, or its shard.
+  Tensor optimizer_range(const Tensor& flat) const {
+    return sharded() ? store_->shard_view(flat, rank_) : flat;
+  }
+  DataParallel::StateBytes state_bytes() const { return state_bytes_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  RecordingCommunicator& communicator() { return recorder_; }
+  const Reducer& reducer() const { return *reducer_; }
+  Stream& compute_stream() { return *compute_; }
+  // The last step's timeline, relative to its start (valid after step() returned).
+  // A CUDA graph does not record the events the timeline reads: steps run as graphs have none.
+  Reducer::Timeline last_timeline() const {
+    LS_CHECK(device_.is_host() || !last_step_graph_, "the bucket timeline of ", device_.str(),
+             " is not recorded for steps that run as CUDA graphs; turn graphs off "
+             "(DataParallelOptions::graphs = false, --no-graphs) to time the buckets");
+    return reducer_->timeline(*step_start_);
+  }
+  // Ends every wait of this replica (any thread): its streams and its communicator.
+  void abort();
+  // Waits until both streams have run (or, after an abort, skipped) all enqueued work; errors
+  // are ignored (they were reported already). After it, no enqueued work reads caller memory.
+  void drain();
+
+ private:
+  void upload(const Shard& shard);
+  // The step's device work after the upload: what a graph captures.
+  void step_body(const Shard& shard, int accumulate, const ForwardContext& context);
+  // Forward and backward of the shard's micro-batches; adds each one's loss sum to loss_sum_.
+  void forward_backward(const Shard& shard, int accumulate, const ForwardContext& context);
+  // The loss's sum over `rows` rows of output and targets (lockstep/nn/loss.h), checked to be
+  // one element; targets_words: the device's target words of those rows.
+  Var loss_sum_of(Tape& tape, const Var& output, const Tensor& targets_words, int64_t rows,
+                  int64_t width) const;
+  void check_loss_contract(const Shard& shard, const ForwardContext& context);
+  struct GraphShape {  // the global batch's: see Note [The step as a graph]
+    int64_t rows = -1, features = -1, label_width = -1;
+    int accumulate = -1;
+    bool operator==(const GraphShape&) const = default;
+  };
+  // Runs step_body as a graph when it may (capturing it first), else eagerly.
+  void run_body(const GraphShape& shape, const Shard& shard, int accumulate,
+                const ForwardContext& context);
+  void capture_body(const Shard& shard, int accumulate, const ForwardContext& context);
+  void notice_once(const std::string& message);
+  // The uploaded inputs of rows [begin, end) as the model's input Var.
+  Var input_rows(Tape& tape, const Shard& shard, int64_t begin, int64_t end) const;
+
+  int rank_;
+  Device device_;
+  StepOptions step_options_;
+  std::atomic<Phase> phase_{Phase::kSetup};
+  std::unique_ptr<Stream> compute_;
+  std::unique_ptr<Stream> comm_stream_;
+  std::unique_ptr<nn::Module> model_;
+  std::unique_ptr<nn::ParameterStore> store_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<Communicator> comm_;
+  GraphAwareCommunicator* graph_comm_ = nullptr;  // comm_ itself
+  RecordingCommunicator& recorder_;  // inside comm_
+  std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<Event> step_start_;
+  Tensor inputs_, labels_;  // device copies of the shard, reused across steps
+  Tensor control_;          // i32 [kStepControlWords]: the StepControl
+  StepControl control_host_;  // read_control / restore_control's host side of the copies
+  StepInputs staging_;
+  StepOutcomes outcomes_;
+  // Graphs: the captured step and the shape it was captured for (its inputs are the tensors it
+  // was captured reading; a step of another shape runs eagerly with its own).
+  std::unique_ptr<StreamGraph> graph_;
+  GraphShape graph_shape_;
+  GraphShape warm_shape_;  // the shape of the eager steps counted in warm_steps_
+  int warm_steps_ = 0;
+  bool loss_contract_checked_ = false;
+  bool graphs_possible_ = true;  // false once a step was step-dependent or a capture failed
+  bool told_shape_change_ = false;
+  int64_t graph_launches_ = 0;
+  bool last_step_graph_ = false;
+  bool graph_step_[StepOutcomes::kSlots] = {};  // per outcome slot: that step was a launch
+  Tensor graph_inputs_, graph_labels_;
+  Tensor owned_grads_;      // ZeRO-2: f32 [shard size], this replica's range of the summed grads
+  // f32 [2]: this shard's loss sum, then (all-reduced) the global one; [1] counts the
+  // non-finite summed gradients (ZeRO-2: this range's, then, all-reduced, all of them).
+  Tensor loss_sum_;
+  DataParallel::StateBytes state_bytes_;
+};
+
+}  // namespace ls

@@ -1,0 +1,480 @@
+// Pipeline (see lockstep/pipeline.h): building the stages, running a job on every stage with
+// failure and stall handling, and the step.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <future>
+#include <map>
+#include <mutex>
+#include <numeric>
+
+#include "engine/core/runtime.h"
+#include "ops/softmax_xent.h"
+#include "parallel/pipeline/pipeline_impl.h"
+#include "parallel/runtime/step_common.h"
+#include "parallel/comm/world_communicators.h"
+
+namespace ls {
+
+// ---- construction ----------------------------------------------------------------------------
+
+Pipeline::Impl::Impl(const World* world, std::vector<Device> devices, const ModelFactory& model,
+                     const OptimizerFactory& optimizer, PipelineOptions options)
+    : world_(world), devices_(std::move(devices)), options_(options) {
+  const int d = static_cast<int>(devices_.size());
+  LS_CHECK(model != nullptr && optimizer != nullptr,
+           "Pipeline needs a model and an optimizer factory");
+  LS_CHECK(options_.stages >= 1, "pipeline stages must be at least 1, got ", options_.stages);
+  if (world_ != nullptr &&
+      world_->size() > 1) {  // whole pipelines in every process (checked alike)
+    for (int q = 0; q < world_->size(); ++q) {
+      LS_CHECK(world_->local_device_count(q) % options_.stages == 0, "pipeline of ",
+               options_.stages, " stages across processes: process ", q, " on ",
+               world_->host_name(q), " drives ", world_->local_device_count(q),
+               " device(s), not a multiple of the stages; a stage never spans processes, so "
+               "give every process a multiple of ",
+               options_.stages, " devices");
+    }
+  }
+  LS_CHECK(d >= options_.stages && d % options_.stages == 0, "pipeline of ", options_.stages,
+           " stages on ", d, " device(s): the device count must be a multiple of the stages; use ",
+           options_.stages, ", ", 2 * options_.stages, ", ... devices or --pipeline dividing ", d);
+  LS_CHECK(options_.micro_batches >= 1, "micro-batches must be at least 1, got ",
+           options_.micro_batches);
+  LS_CHECK(options_.timeout.count() > 0, "pipeline timeout must be positive, got ",
+           options_.timeout.count(), " ms");
+  pipelines_total_ = d / options_.stages;
+  if (world_ != nullptr) {
+    first_pipeline_ = world_->first_replica(world_->rank()) / options_.stages;
+    pipelines_total_ = world_->replicas() / options_.stages;
+  }
+  processes_ = std::make_unique<ProcessGroup>(world_, options_.timeout, failure_);
+  plan(model);
+  schedule_ = pipeline_schedule(options_.stages, options_.micro_batches, options_.schedule);
+  build_stages(model, optimizer);
+}
+
+void Pipeline::Impl::plan(const ModelFactory& model) {
+  // A probe model on this thread: building one only declares parameters (no device memory).
+  std::unique_ptr<nn::Module> probe = model();
+  LS_CHECK(probe != nullptr, "the model factory returned no model");
+  const std::vector<Parameter*> all = probe->parameters();
+  const std::vector<nn::PipelineLayer> layers = probe->pipeline_layers();
+  std::vector<bool> has_parameters;
+  for (const nn::PipelineLayer& layer : layers) has_parameters.push_back(!layer.parameters.empty());
+  ranges_ = split_layers(has_parameters, options_.stages);
+  std::map<const Parameter*, int> index;
+  for (size_t i = 0; i < all.size(); ++i) {
+    index[all[i]] = static_cast<int>(i);
+    parameter_names_.push_back(all[i]->name);
+    parameter_shapes_.emplace_back(all[i]->shape.begin(), all[i]->shape.end());
+    parameter_count_ += all[i]->numel();
+  }
+  std::vector<std::vector<int>> holders(all.size());
+  for (int s = 0; s < options_.stages; ++s) {
+    stage_layer_names_.emplace_back();
+    for (int l = ranges_[static_cast<size_t>(s)].first; l < ranges_[static_cast<size_t>(s)].second;
+         ++l) {
+      stage_layer_names_.back().push_back(layers[static_cast<size_t>(l)].name);
+      for (const Parameter* p : layers[static_cast<size_t>(l)].parameters) {
+        std::vector<int>& h = holders[static_cast<size_t>(index.at(p))];
+        if (h.empty() || h.back() != s) h.push_back(s);
+      }
+    }
+  }
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (holders[i].size() > 1) tied_.push_back({static_cast<int>(i), holders[i]});
+  }
+}
+
+void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFactory& optimizer) {
+  const int p = options_.stages, n = local_pipelines();
+  // Stage s of every pipeline all-reduces its gradients with the others: one clique per stage
+  // (across processes: over the stage-s devices of every process).
+  std::vector<std::vector<std::unique_ptr<Communicator>>> comms(static_cast<size_t>(p));
+  const bool data_parallel = pipelines() > 1;
+  if (data_parallel) {
+    CommunicatorOptions comm_options;
+    comm_options.timeout = 2 * options_.timeout + std::chrono::seconds(1);
+    for (int s = 0; s < p; ++s) {
+      std::vector<Device> group;
+      for (int r = 0; r < n; ++r) group.push_back(devices_[static_cast<size_t>(r * p + s)]);
+      comms[static_cast<size_t>(s)] =
+          world_ != nullptr
+              ? make_world_communicators(*world_->with_local_devices(group), comm_options)
+              : make_communicators(group, comm_options);
+    }
+  }
+  stages_.resize(devices_.size());
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    threads_.push_back(std::make_unique<WorkerThread>(where(static_cast<int>(i))));
+  }
+  const std::exception_ptr first = WorkerThread::run_each(threads_, [&](size_t i) {
+    const int s = static_cast<int>(i) % p, r = static_cast<int>(i) / p;
+    StageConfig config{s,
+                       p,
+                       ranges_[static_cast<size_t>(s)].first,
+                       ranges_[static_cast<size_t>(s)].second,
+                       options_.micro_batches,
+                       options_.seed,
+                       options_.timeout,
+                       {},
+                       options_.loss != nullptr ? options_.loss : nn::cross_entropy_loss()};
+    const int base = static_cast<int>(i) - s;
+    for (int j = 0; j < p; ++j) config.pipeline.push_back(devices_[static_cast<size_t>(base + j)]);
+    std::unique_ptr<Communicator> comm =
+        data_parallel ? std::move(comms[static_cast<size_t>(s)][static_cast<size_t>(r)]) : nullptr;
+    stages_[i] =
+        std::make_unique<PipelineStage>(config, devices_[i], model, optimizer, std::move(comm));
+  });
+  if (first) {
+    abort_all();
+    destroy_stages();
+    std::rethrow_exception(first);
+  }
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const int s = static_cast<int>(i) % p, base = static_cast<int>(i) - s;
+    std::vector<StageInbox*> inboxes;
+    for (int j = 0; j < p; ++j) inboxes.push_back(&stages_[static_cast<size_t>(base + j)]->inbox());
+    std::vector<TiedParameter> mine;
+    for (const TiedParameter& t : tied_) {
+      for (int h : t.holders) {
+        if (h == s) mine.push_back(t);
+      }
+    }
+    stages_[i]->connect(std::move(inboxes), std::move(mine));
+  }
+}
+
+void Pipeline::Impl::destroy_stages() {
+  WorkerThread::run_each(threads_, [this](size_t i) { stages_[i].reset(); });
+}
+
+std::string Pipeline::Impl::where(int index) const {
+  const int p = options_.stages;
+  std::string out = "stage " + std::to_string(index % p);
+  if (pipelines() > 1) out += " of pipeline " + std::to_string(first_pipeline_ + index / p);
+  return out + " on " + devices_[static_cast<size_t>(index)].str();
+}
+
+void Pipeline::Impl::abort_all() {
+  for (auto& stage : stages_) {
+    if (stage) stage->abort();
+  }
+}
+
+void Pipeline::Impl::drain_all() {
+  WorkerThread::run_each(threads_, [this](size_t i) { stages_[i]->drain(); });
+}
+
+// ---- running a job on every stage ------------------------------------------------------------
+
+void Pipeline::Impl::run_on_stages(const std::function<void(PipelineStage&)>& job,
+                                   const char* what) {
+  LS_CHECK(!failure_.failed(), "cannot ", what, ": a stage failed earlier (", failure_.message,
+           "); destroy this Pipeline and build a new one");
+  std::mutex mutex;
+  Failure first;
+  std::atomic<bool> failed{false};
+  std::vector<std::future<void>> jobs;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    jobs.push_back(threads_[i]->post([&, i] {
+      try {
+        job(*stages_[i]);
+      } catch (...) {
+        std::lock_guard lock(mutex);
+        if (first.stage < 0) {
+          first = {static_cast<int>(i), std::current_exception(), stages_[i]->phase(),
+                   stages_[i]->micro_batch()};
+        }
+        failed = true;
+      }
+    }));
+  }
+  const std::string stuck = watch(jobs, failed);
+  if (!failed && stuck.empty()) return;
+  drain_all();  // no stream may still read the caller's batch when step() returns
+  fail(first, stuck, what);
+}
+
+std::string Pipeline::Impl::watch(std::vector<std::future<void>>& jobs,
+                                  const std::atomic<bool>& failed) {
+  // The first failure aborts every stage, so none stays blocked waiting for the one that failed;
+  // no progress anywhere (host phases or device actions) for options_.timeout is a stall.
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kPoll = std::chrono::milliseconds(5);
+  std::string stuck;
+  bool aborted = false;
+  uint64_t signature = progress_signature();
+  Clock::time_point last_change = Clock::now();
+  for (auto& job : jobs) {
+    while (job.wait_for(kPoll) != std::future_status::ready) {
+      if (aborted) continue;
+      // A failure in another process: end this process's stages now, not at a timeout.
+      if (failed || (processes_->several() && processes_->notice())) {
+        abort_all();
+        aborted = true;
+        continue;
+      }
+      const Clock::time_point now = Clock::now();
+      const uint64_t current = progress_signature();
+      if (current != signature) {
+        signature = current;
+        last_change = now;
+      } else if (now - last_change > options_.timeout) {
+        stuck =
+            stall_report(std::chrono::duration_cast<std::chrono::milliseconds>(now - last_change));
+        abort_all();
+        aborted = true;
+      }
+    }
+  }
+  if (failed && !aborted) abort_all();
+  return stuck;
+}
+
+int Pipeline::Impl::device_done(const PipelineStage& stage) const {
+  int k = 0;
+  while (stage.action_done(k)) ++k;
+  return k;
+}
+
+uint64_t Pipeline::Impl::progress_signature() const {
+  uint64_t signature = 0;
+  for (const auto& stage : stages_) {
+    signature =
+        signature * 1000003u + stage->ticks() * 131u + static_cast<uint64_t>(device_done(*stage));
+  }
+  return signature;
+}
+
+std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) const {
+  // The stalled stage is the one whose next action on the device has its input already: it is
+  // running (or stuck in) that action, while the others wait for it.
+  const int p = options_.stages;
+  auto index_of = [this](int s, PipelineAction a) {
+    const auto& actions = schedule_[static_cast<size_t>(s)];
+    return static_cast<int>(std::find(actions.begin(), actions.end(), a) - actions.begin());
+  };
+  std::string culprit, all;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const int s = static_cast<int>(i) % p, base = static_cast<int>(i) - s;
+    const auto& actions = schedule_[static_cast<size_t>(s)];
+    const int done = device_done(*stages_[i]);
+    const int total = static_cast<int>(actions.size());
+    all += "; " + where(static_cast<int>(i)) + ": host in " +
+           stage_phase_name(stages_[i]->phase()) + " (micro-batch " +
+           std::to_string(stages_[i]->micro_batch()) + "), device ran " + std::to_string(done) +
+           " of " + std::to_string(total) + " actions";
+    if (!culprit.empty() || done >= total || done >= stages_[i]->actions_enqueued()) continue;
+    const PipelineAction next = actions[static_cast<size_t>(done)];
+    const bool forward = next.kind == PipelineAction::Kind::kForward;
+    const int from = forward ? s - 1 : s + 1;
+    const bool input_ready =
+        from < 0 || from >= p ||
+        stages_[static_cast<size_t>(base + from)]->action_done(index_of(from, next));
+    if (input_ready) {
+      culprit = where(static_cast<int>(i)) + " stalled in " + (forward ? "forward" : "backward") +
+                " of micro-batch " + std::to_string(next.micro_batch);
+    }
+  }
+  if (culprit.empty()) culprit = "the stages stalled after their forward and backward actions";
+  return "no stage made progress for " + std::to_string(quiet.count()) + " ms (timeout " +
+         std::to_string(options_.timeout.count()) + " ms): " + culprit + all;
+}
+
+void Pipeline::Impl::fail(const Failure& first, const std::string& stuck, const char* what) {
+  // Another process failed first: every process ends with its error, word for word.
+  processes_->raise_notice_if_any();
+  if (!stuck.empty()) {
+    processes_->fail(ErrorKind::kTimeout, processes_->prefix() + "pipeline " + what + " " +
+                                              std::to_string(steps_ + 1) + ": " + stuck);
+  }
+  std::string position = stage_phase_name(first.phase);
+  if (first.micro_batch >= 0) position += " of micro-batch " + std::to_string(first.micro_batch);
+  processes_->fail(error_kind_of(first.error), processes_->prefix() + where(first.stage) +
+                                                   " failed in pipeline " + what + " " +
+                                                   std::to_string(steps_ + 1) + " (" + position +
+                                                   "): " + describe_exception(first.error));
+}
+
+// ---- the step --------------------------------------------------------------------------------
+
+StepResult Pipeline::Impl::step(const data::Batch& batch) {
+  const int64_t features = check_batch(batch);
+  const int64_t n = pipelines(), m = options_.micro_batches;
+  LS_CHECK(batch.size % n == 0, "global batch ", batch.size, " does not divide by the ", n,
+           " pipelines (", n * options_.stages, " devices / ", options_.stages,
+           " stages); use a multiple of ", n);
+  LS_CHECK(batch.size / n >= m, "micro-batches ", m, " exceed the ", batch.size / n,
+           " rows each pipeline gets of the batch of ", batch.size,
+           "; use at most that many micro-batches or a bigger batch");
+  check_targets_kind(options_.loss != nullptr ? *options_.loss : *nn::cross_entropy_loss(), batch);
+  const int64_t global_labels = shard_of(batch, features, 0, batch.size).counted_labels();
+  LS_CHECK(global_labels > 0, "every label of the batch is kIgnoreLabel (", kIgnoreLabel,
+           "), so it has no loss to train on; drop such batches");
+  std::vector<StageOutcome> outcomes(stages_.size());
+  const int p = options_.stages;
+  const auto started = std::chrono::steady_clock::now();
+  run_on_stages(
+      [&](PipelineStage& stage) {
+        int index = 0;
+        while (stages_[static_cast<size_t>(index)].get() != &stage) ++index;
+        const int64_t r = first_pipeline_ + index / p, rows = batch.size / n;
+        const Shard shard = shard_of(batch, features, r * rows, (r + 1) * rows);
+        outcomes[static_cast<size_t>(index)] =
+            stage.run(shard, global_labels, schedule_[static_cast<size_t>(stage.stage())], steps_,
+                      options_.seed);
+      },
+      "step");
+  const double step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  double loss_sum = 0;
+  bool nonfinite = false;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    if (static_cast<int>(i) % p == p - 1) loss_sum += outcomes[i].loss_sum;
+    nonfinite = nonfinite || outcomes[i].nonfinite != 0;
+  }
+  // Every process's last stages, in process order; any non-finite stage skips everywhere.
+  const std::array<double, 2> mine{loss_sum, nonfinite ? 1.0 : 0.0};
+  const std::vector<double> sums =
+      processes_->sum_over_processes(mine, "step: combining the processes' losses");
+  loss_sum = sums[0];
+  nonfinite = sums[1] > 0;
+  const float loss = static_cast<float>(loss_sum / static_cast<double>(global_labels));
+  const bool skipped = nonfinite || !std::isfinite(loss);
+  run_on_stages([skipped](PipelineStage& stage) { stage.step(!skipped); }, "optimizer step");
+  ++steps_;
+  if (skipped) ++skipped_total_;
+  stats_ = {};
+  stats_.step_ms = step_ms;
+  for (int s = 0; s < p; ++s) {
+    const double busy = outcomes[static_cast<size_t>(s)].busy_ms;
+    stats_.busy_ms.push_back(busy);
+    stats_.bubble.push_back(step_ms > 0 ? std::max(0.0, 1.0 - busy / step_ms) : 0.0);
+    stats_.mean_bubble += stats_.bubble.back() / p;
+  }
+  stats_.theoretical_bubble = theoretical_bubble(p, options_.micro_batches);
+  return {loss, skipped};
+}
+
+EvalResult Pipeline::Impl::evaluate(const data::Dataset& dataset, int64_t batch_size) {
+  LS_CHECK(batch_size > 0, "evaluate: batch size must be positive, got ", batch_size);
+  LS_CHECK(options_.loss == nullptr || options_.loss->targets() == nn::TargetKind::kClasses,
+           "evaluate: a data set holds class labels, and the loss '", options_.loss->name(),
+           "' trains on value targets; evaluate it with your own forward passes or step() "
+           "results");
+  LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
+  data::check_dataset(dataset);
+  const int p = options_.stages, n = pipelines(), local = local_pipelines();
+  std::vector<EvalCounts> counts(stages_.size());
+  run_on_stages(
+      [&](PipelineStage& stage) {
+        int index = 0;
+        while (stages_[static_cast<size_t>(index)].get() != &stage) ++index;
+        const int64_t r = first_pipeline_ + index / p;
+        const int64_t begin = dataset.count * r / n, end = dataset.count * (r + 1) / n;
+        const Shard rows = shard_of(dataset, dataset.features, begin, end);
+        if (rows.rows > 0) counts[static_cast<size_t>(index)] = stage.evaluate(rows, batch_size);
+      },
+      "evaluate");
+  std::vector<EvalCounts> last_stages;  // in pipeline order
+  for (int r = 0; r < local; ++r) last_stages.push_back(counts[static_cast<size_t>(r * p + p - 1)]);
+  const EvalResult result = combine_eval_counts(last_stages, *processes_);
+  LS_CHECK(result.examples > 0, "evaluate: every label of '", dataset.name,
+           "' is kIgnoreLabel; there is nothing to evaluate");
+  return result;
+}
+
+std::vector<DataParallel::NamedParameter> Pipeline::Impl::named_parameters() {
+  std::map<std::string, size_t> index;  // a parameter's place in registration order
+  for (size_t k = 0; k < parameter_names_.size(); ++k) index[parameter_names_[k]] = k;
+  std::vector<DataParallel::NamedParameter> out(parameter_names_.size());
+  for (int s = 0; s < options_.stages; ++s) {  // pipeline 0; tied ones from the first holder
+    for (DataParallel::NamedParameter& p : stage_parameters(0, s)) {
+      DataParallel::NamedParameter& slot = out[index.at(p.name)];
+      if (slot.name.empty()) slot = std::move(p);
+    }
+  }
+  return out;
+}
+
+std::vector<DataParallel::NamedParameter> Pipeline::Impl::stage_parameters(int pipeline,
+                                                                           int stage) {
+  LS_CHECK(!failure_.failed(), "cannot read parameters: a stage failed earlier (", failure_.message,
+           ")");
+  LS_CHECK(pipeline >= 0 && pipeline < local_pipelines() && stage >= 0 && stage < options_.stages,
+           "stage_parameters: pipeline ", pipeline, " stage ", stage,
+           " does not exist; this "
+           "process has ",
+           local_pipelines(), " pipeline(s) of ", options_.stages, " stages");
+  std::vector<DataParallel::NamedParameter> out;
+  run_on(pipeline * options_.stages + stage, [&](PipelineStage& s) {
+    const std::vector<float> flat = s.store().values_to_host(s.compute_stream());
+    const auto& params = s.store().parameters();
+    for (size_t j = 0; j < params.size(); ++j) {
+      const auto k = static_cast<size_t>(s.model_indices()[j]);
+      const auto begin = flat.begin() + static_cast<std::ptrdiff_t>(params[j]->offset);
+      out.push_back({parameter_names_[k], parameter_shapes_[k],
+                     std::vector<float>(begin, begin + params[j]->numel())});
+    }
+  });
+  return out;
+}
+
+// ---- the public class ------------------------------------------------------------------------
+
+Pipeline::Pipeline(std::vector<Device> devices, ModelFactory model, OptimizerFactory optimizer,
+                   PipelineOptions options)
+    : impl_(std::make_unique<Impl>(nullptr, std::move(devices), model, optimizer, options)) {}
+Pipeline::Pipeline(const World& world, ModelFactory model, OptimizerFactory optimizer,
+                   PipelineOptions options)
+    : impl_(std::make_unique<Impl>(&world, world.local_devices(), model, optimizer, options)) {}
+Pipeline::~Pipeline() = default;
+StepResult Pipeline::step(const data::Batch& batch) { return impl_->step(batch); }
+int64_t Pipeline::step_async(const data::Batch& batch) {
+  const StepResult done = impl_->step(batch);
+  const int64_t number = impl_->steps_taken();
+  untaken_[number] = done;
+  // Like DataParallel, keep a bounded number of results nobody took (a loop of step_async()
+  // alone must not grow without end).
+  constexpr size_t kKeptResults = 64;
+  if (untaken_.size() > kKeptResults) untaken_.erase(untaken_.begin());
+  return number;
+}
+StepResult Pipeline::result(int64_t step) {
+  const auto it = untaken_.find(step);
+  LS_CHECK(it != untaken_.end(), "result: step ", step,
+           " was not queued by step_async(), or its result was taken already (each step's "
+           "result is returned once)");
+  const StepResult out = it->second;
+  untaken_.erase(it);
+  return out;
+}
+std::string Pipeline::layout() const {
+  return "pipeline of " + std::to_string(impl_->stages()) + " stages x " +
+         std::to_string(impl_->pipelines());
+}
+EvalResult Pipeline::evaluate(const data::Dataset& dataset, int64_t batch_size) {
+  return impl_->evaluate(dataset, batch_size);
+}
+int Pipeline::stages() const { return impl_->stages(); }
+int Pipeline::pipelines() const { return impl_->pipelines(); }
+int Pipeline::local_pipelines() const { return impl_->local_pipelines(); }
+const std::vector<Device>& Pipeline::devices() const { return impl_->devices(); }
+int64_t Pipeline::steps_taken() const { return impl_->steps_taken(); }
+int64_t Pipeline::skipped_steps() const { return impl_->skipped_steps(); }
+int64_t Pipeline::parameter_count() const { return impl_->parameter_count(); }
+std::vector<std::vector<std::string>> Pipeline::stage_layers() const {
+  return impl_->stage_layers();
+}
+PipelineStepStats Pipeline::last_step_stats() const { return impl_->last_step_stats(); }
+std::vector<DataParallel::NamedParameter> Pipeline::named_parameters() {
+  return impl_->named_parameters();
+}
+std::vector<DataParallel::NamedParameter> Pipeline::stage_parameters(int pipeline, int stage) {
+  return impl_->stage_parameters(pipeline, stage);
+}
+
+}  // namespace ls

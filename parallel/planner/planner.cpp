@@ -1,0 +1,264 @@
+// The planner's memory and time model (see lockstep/planner.h).
+#include <lockstep/planner.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include <lockstep/allocator.h>
+#include <lockstep/error.h>
+#include <lockstep/nn/module.h>
+#include "parallel/data_parallel/bucket_plan.h"
+
+namespace ls {
+namespace {
+
+constexpr int64_t kAlign = 64;  // nn::ParameterStore::kAlignment
+
+std::string megabytes(double bytes) {  // "12.3 MB"
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f MB", bytes / 1e6);
+  return text;
+}
+
+int64_t rounded(int64_t bytes) {
+  return static_cast<int64_t>(CachingAllocator::round_size(static_cast<size_t>(bytes)));
+}
+
+// P, G and O of one flat store over `numel`, sharded `shards` ways (ZeRO modes divide O or G).
+StageBytes state_of(const ModelProfile& m, const std::vector<int64_t>& numel, int shards,
+                    ShardMode mode) {
+  const int64_t flat = padded_elements(numel, shards);
+  const int64_t range = flat / shards;
+  StageBytes b;
+  b.parameters = rounded(flat * 4);
+  const int64_t opt_elems = mode == ShardMode::kNone ? flat : range;
+  const int tensors = static_cast<int>(std::lround(m.optimizer_floats_per_parameter));
+  b.optimizer = tensors * rounded(opt_elems * 4);
+  b.gradients = mode == ShardMode::kGradients ? rounded(range * 4) : rounded(flat * 4);
+  return b;
+}
+
+void check_inputs(const ModelProfile& m, const MachineSpec& machine, const PlanRequest& r) {
+  LS_CHECK(machine.devices >= 1, "planner: devices is ", machine.devices, "; need at least 1");
+  LS_CHECK(machine.device_bytes > 0, "planner: device memory is ", machine.device_bytes,
+           " bytes; it must be positive");
+  LS_CHECK(machine.gemm_flops > 0 && machine.link_bytes_per_s > 0,
+           "planner: the GEMM rate and link bandwidth must be positive");
+  LS_CHECK(r.global_batch >= 1, "planner: batch is ", r.global_batch, "; need at least 1");
+  LS_CHECK(r.micro_batches >= 1, "planner: micro-batches is ", r.micro_batches,
+           "; need at least 1");
+  LS_CHECK(r.headroom > 0 && r.headroom <= 1, "planner: headroom must be in (0, 1]");
+  LS_CHECK(!m.parameter_numel.empty(), "planner: the model has no parameters");
+  LS_CHECK(m.layer_parameters.size() == m.layer_activation_share.size(),
+           "planner: the profile has ", m.layer_parameters.size(), " layers but ",
+           m.layer_activation_share.size(), " activation shares");
+}
+
+// ZeRO-2's staging: the kZero2StagingBuckets largest buckets at once, plus the buckets of tied
+// parameters (used by two layers: touched at the start of backward, reduced at its end), buckets
+// planned as the Reducer plans them (a parameter larger than the cap alone in one).
+int64_t staging_bytes(const ModelProfile& m, const BucketOptions& options) {
+  std::vector<ParameterExtent> extents;
+  int64_t offset = 0;
+  for (int64_t n : m.parameter_numel) {
+    const int64_t extent = (n + kAlign - 1) / kAlign * kAlign;
+    extents.push_back({offset, extent});
+    offset += extent;
+  }
+  std::vector<int> uses(m.parameter_numel.size(), 0);
+  for (const auto& layer : m.layer_parameters) {
+    for (int i : layer) ++uses[static_cast<size_t>(i)];
+  }
+  std::vector<int64_t> sizes;
+  int64_t tied = 0;
+  for (const Bucket& b : plan_buckets(extents, 4, options)) {
+    const bool holds_tied = std::any_of(b.parameters.begin(), b.parameters.end(),
+                                        [&](int i) { return uses[static_cast<size_t>(i)] > 1; });
+    if (holds_tied) {
+      tied += rounded(b.count * 4);
+    } else {
+      sizes.push_back(rounded(b.count * 4));
+    }
+  }
+  std::sort(sizes.rbegin(), sizes.rend());
+  int64_t sum = tied;
+  for (size_t i = 0; i < sizes.size() && i < kZero2StagingBuckets; ++i) sum += sizes[i];
+  return sum;
+}
+
+double all_reduce_ms(double bytes, int n, double busbw) {
+  return n <= 1 ? 0.0 : 2.0 * (n - 1) / n * bytes / busbw * 1e3;
+}
+
+StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine,
+                               const PlanRequest& r, ShardMode mode) {
+  const int n = machine.devices;
+  StrategyEstimate e;
+  e.name = mode == ShardMode::kNone        ? "data parallel"
+           : mode == ShardMode::kOptimizer ? "ZeRO-1"
+                                           : "ZeRO-2";
+  e.shard = mode;
+  e.pipelines = n;
+  const int shards = mode == ShardMode::kNone ? 1 : n;
+  // On one device ZeRO-2 keeps the flat gradient buffer (parallel/data_parallel/replica.cpp): no staging.
+  const ShardMode layout = mode == ShardMode::kGradients && n == 1 ? ShardMode::kOptimizer : mode;
+  StageBytes b = state_of(m, m.parameter_numel, shards, layout);
+  const double rows = std::ceil(static_cast<double>(r.global_batch) / n);
+  if (r.global_batch % n != 0 && !r.allow_uneven_shards) {
+    e.infeasible = "the batch of " + std::to_string(r.global_batch) + " does not divide by " +
+                   std::to_string(n) + " devices";
+  } else if (rows < r.accumulate) {
+    e.infeasible = "fewer rows per device than micro-batches (--accumulate)";
+  }
+  // Accumulation runs the device's rows in `accumulate` micro-batches: activations of one.
+  const double micro = std::ceil(rows / r.accumulate);
+  double act = m.activation_fixed_bytes + m.activation_bytes_per_example * micro;
+  if (layout == ShardMode::kGradients) {
+    act += static_cast<double>(
+        std::min(rounded(padded_elements(m.parameter_numel, 1) * 4), staging_bytes(m, r.buckets)));
+  }
+  b.activations = static_cast<int64_t>(act);
+  e.per_stage = {b};
+  e.worst = b;
+  const double grad_bytes = 4.0 * static_cast<double>(padded_elements(m.parameter_numel, shards));
+  e.step_ms = m.train_flops_per_example * rows / machine.gemm_flops * 1e3 +
+              all_reduce_ms(grad_bytes, n, machine.link_bytes_per_s);
+  if (mode == ShardMode::kOptimizer && n > 1) {
+    e.step_ms += (n - 1.0) / n * grad_bytes / machine.link_bytes_per_s * 1e3;
+  }
+  return e;
+}
+
+int layers_with_parameters(const ModelProfile& m) {
+  int count = 0;
+  for (const auto& l : m.layer_parameters) count += l.empty() ? 0 : 1;
+  return count;
+}
+
+StrategyEstimate pipeline(const ModelProfile& m, const MachineSpec& machine, const PlanRequest& r,
+                          int p) {
+  StrategyEstimate e;
+  e.stages = p;
+  e.pipelines = machine.devices / p;
+  e.name = "pipeline " + std::to_string(p) + " x " + std::to_string(e.pipelines);
+  std::vector<bool> has;
+  for (const auto& l : m.layer_parameters) has.push_back(!l.empty());
+  const auto ranges = split_layers(has, p);
+  const int mb = r.micro_batches;
+  const double micro_rows =
+      std::ceil(std::ceil(static_cast<double>(r.global_batch) / e.pipelines) / mb);
+  if (r.accumulate > 1) {
+    e.infeasible = "a pipeline accumulates over its micro-batches, not with --accumulate";
+  } else if (r.global_batch % e.pipelines != 0) {
+    e.infeasible = "the batch of " + std::to_string(r.global_batch) + " does not divide by " +
+                   std::to_string(e.pipelines) + " pipelines";
+  } else if (r.global_batch / e.pipelines < mb) {
+    e.infeasible = "each pipeline's " + std::to_string(r.global_batch / e.pipelines) +
+                   " rows are fewer than the " + std::to_string(mb) + " micro-batches";
+  }
+  double max_grad_bytes = 0;
+  for (int s = 0; s < p; ++s) {
+    std::vector<bool> used(m.parameter_numel.size(), false);
+    double share = 0;
+    for (int l = ranges[static_cast<size_t>(s)].first; l < ranges[static_cast<size_t>(s)].second;
+         ++l) {
+      for (int i : m.layer_parameters[static_cast<size_t>(l)]) used[static_cast<size_t>(i)] = true;
+      share += m.layer_activation_share[static_cast<size_t>(l)];
+    }
+    std::vector<int64_t> numel;  // in registration order, as PipelineStage builds its store
+    for (size_t i = 0; i < used.size(); ++i) {
+      if (used[i]) numel.push_back(m.parameter_numel[i]);
+    }
+    StageBytes b = state_of(m, numel, 1, ShardMode::kNone);
+    const int in_flight = r.schedule == ScheduleKind::kGPipe ? mb : std::min(p - s, mb);
+    // Boundary tensors: a stage keeps every activation and gradient it sends until the step's
+    // optimizer (Note [Pipeline transfer lifetime]), m of each, and its received copies live
+    // with the micro-batches in flight.
+    const int sends = (s + 1 < p ? 1 : 0) + (s > 0 ? 1 : 0);
+    const int receives = sends;
+    b.activations = static_cast<int64_t>(
+        m.activation_fixed_bytes / p +
+        m.activation_bytes_per_example * share * micro_rows * in_flight +
+        m.boundary_bytes_per_example * micro_rows * (sends * mb + receives * in_flight));
+    e.per_stage.push_back(b);
+    if (b.total() > e.worst.total()) e.worst = b;
+    max_grad_bytes = std::max(max_grad_bytes, static_cast<double>(b.gradients));
+  }
+  const double compute_ms = m.train_flops_per_example * micro_rows * mb / machine.gemm_flops * 1e3;
+  const double transfers_ms = 2.0 * (mb + p - 1) * m.boundary_bytes_per_example * micro_rows /
+                              machine.link_bytes_per_s * 1e3;
+  e.step_ms = compute_ms / p * (mb + p - 1) / mb + transfers_ms +
+              all_reduce_ms(max_grad_bytes, e.pipelines, machine.link_bytes_per_s);
+  return e;
+}
+
+std::string recommend(const Plan& plan, const MachineSpec& machine, const PlanRequest& r) {
+  const double usable = r.headroom * static_cast<double>(machine.device_bytes);
+  if (plan.recommended < 0) {
+    const StrategyEstimate* best = nullptr;
+    for (const StrategyEstimate& e : plan.strategies) {
+      if (e.infeasible.empty() && (best == nullptr || e.worst.total() < best->worst.total())) {
+        best = &e;
+      }
+    }
+    if (best == nullptr) {
+      return "no strategy can run a batch of " + std::to_string(r.global_batch) + " on " +
+             std::to_string(machine.devices) + " devices: " + plan.strategies.front().name + ": " +
+             plan.strategies.front().infeasible;
+    }
+    return "nothing fits in " + megabytes(usable) + " per device (" +
+           std::to_string(static_cast<int>(r.headroom * 100)) + "% of " +
+           megabytes(static_cast<double>(machine.device_bytes)) + "): the smallest, " + best->name +
+           ", needs " + megabytes(static_cast<double>(best->worst.total())) +
+           " per device; use devices with at least " +
+           megabytes(static_cast<double>(best->worst.total()) / r.headroom) +
+           ", more devices, or a smaller batch";
+  }
+  const StrategyEstimate& e = plan.strategies[static_cast<size_t>(plan.recommended)];
+  const std::string need =
+      megabytes(static_cast<double>(e.worst.total())) + " of " + megabytes(usable) + " per device";
+  if (e.stages == 1 && e.shard == ShardMode::kNone) {
+    return "fits with data parallel: use it (" + need + ")";
+  }
+  const StrategyEstimate& before = plan.strategies[static_cast<size_t>(plan.recommended) - 1];
+  const std::string why =
+      "; " + before.name +
+      (before.infeasible.empty() ? " needs " + megabytes(static_cast<double>(before.worst.total()))
+                                 : " cannot run it: " + before.infeasible);
+  if (e.stages == 1) return "needs " + e.name + ": " + need + why;
+  return "needs a " + std::to_string(e.stages) + "-stage pipeline (x " +
+         std::to_string(e.pipelines) + " data parallel): " + need + why;
+}
+
+}  // namespace
+
+int64_t padded_elements(const std::vector<int64_t>& numel, int shards) {
+  LS_CHECK(shards >= 1, "padded_elements: shards is ", shards);
+  int64_t offset = 0;
+  for (int64_t n : numel) offset += (n + kAlign - 1) / kAlign * kAlign;
+  const int64_t shard = (offset + shards - 1) / shards;
+  return (shard + kAlign - 1) / kAlign * kAlign * shards;
+}
+
+Plan plan_strategies(const ModelProfile& m, const MachineSpec& machine, const PlanRequest& r) {
+  check_inputs(m, machine, r);
+  Plan plan;
+  for (ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
+    plan.strategies.push_back(data_parallel(m, machine, r, mode));
+  }
+  const int layers = layers_with_parameters(m);
+  for (int p = 2; p <= machine.devices && p <= layers; p *= 2) {
+    if (machine.devices % p == 0) plan.strategies.push_back(pipeline(m, machine, r, p));
+  }
+  const double usable = r.headroom * static_cast<double>(machine.device_bytes);
+  for (size_t i = 0; i < plan.strategies.size(); ++i) {
+    StrategyEstimate& e = plan.strategies[i];
+    e.fits = e.infeasible.empty() && static_cast<double>(e.worst.total()) <= usable;
+    if (e.fits && plan.recommended < 0) plan.recommended = static_cast<int>(i);
+  }
+  plan.reason = recommend(plan, machine, r);
+  return plan;
+}
+
+}  // namespace ls

@@ -1,0 +1,69 @@
+// What DataParallel and Pipeline share to run a step and report its failure (internal): checking
+// a batch, cutting it into Shards, and describing a worker's exception.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <lockstep/error.h>
+#include <lockstep/data/dataset.h>
+#include <lockstep/data/sampler.h>
+#include "parallel/data_parallel/replica.h"
+
+namespace ls {
+
+// "message [context] (file:line)" for an ls::Error, what() for other exceptions.
+std::string describe_exception(const std::exception_ptr& error);
+// The kind of a worker's error; anything not an ls::Error came from user code (a model or a
+// factory) and is reported as internal.
+ErrorKind error_kind_of(const std::exception_ptr& error);
+
+class ProcessGroup;  // parallel/comm/process_group.h
+
+// The evaluation result from this process's counts (in order) and, across processes, every
+// process's sums added in process order: the same result in every process. Counts stay exact
+// in doubles below 2^53. Throws (failing the run) if the exchange cannot complete.
+EvalResult combine_eval_counts(const std::vector<EvalCounts>& counts, ProcessGroup& processes);
+
+// The loss's sum over `rows` rows of output and targets (lockstep/nn/loss.h), checked to be one
+// element; targets_words: the device's target words of those rows (labels or f32 values),
+// viewed as the loss's kind. Note [The loss contract] (parallel/data_parallel/replica.cpp).
+Var loss_sum_of(const nn::Loss& loss, Tape& tape, const Var& output, const Tensor& targets_words,
+                int64_t rows, int64_t width);
+
+// The batch's targets must be of the loss's kind (class labels or values); says what to fill.
+void check_targets_kind(const nn::Loss& loss, const data::Batch& batch);
+
+// A batch's arrays must agree with its size, features and label width before any worker reads
+// them. Returns the features per example (features == 0: inferred from the inputs).
+int64_t check_batch(const data::Batch& batch);
+
+// A Batch's value targets (a Dataset has none).
+inline const float* targets_of(const data::Batch& batch) {
+  return batch.targets.empty() ? nullptr : batch.targets.data();
+}
+inline const float* targets_of(const data::Dataset&) { return nullptr; }
+
+// The rows [begin, end) of a Batch or Dataset (both lay examples out the same way).
+template <typename Examples>
+Shard shard_of(const Examples& ex, int64_t features, int64_t begin, int64_t end) {
+  Shard all{ex.images.empty() ? nullptr : ex.images.data(),
+            ex.tokens.empty() ? nullptr : ex.tokens.data(),
+            ex.labels.empty() ? nullptr : ex.labels.data(),
+            targets_of(ex),
+            end,
+            features,
+            ex.label_width,
+            0};
+  return all.slice(begin, end - begin);
+}
+
+// Enqueues on `stream` the copy of a shard's inputs into `inputs` (and, with `with_labels`, its
+// labels into `labels`), (re)allocating both on `device` when the shard's shape changed. The
+// shard's host arrays must outlive the copies.
+void upload_shard(const Shard& shard, bool with_labels, Device device, Tensor& inputs,
+                  Tensor& labels, Stream& stream);
+
+}  // namespace ls
