@@ -36,7 +36,9 @@ inline int64_t expect_gradients_match_finite_differences(
       ++checked;
     }
   }
+  // Back to the original values; the copy reads `values`, so wait for it before it goes.
   store.values().copy_from_host_async(values.data(), values.size() * 4, stream);
+  stream.synchronize();
   return checked;
 }
 
