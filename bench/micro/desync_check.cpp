@@ -1,8 +1,7 @@
 // The cost of the in-process desync check that every collective of a data-parallel step goes
-// through (parallel/observability/flight_recorder.h): one same_collective() comparison per replica per
-// collective.
-// Multiply by the collectives per step (gradient buckets + the loss sum) and compare with the
-// step time (dp_step) to get its share of a step.
+// through (parallel/observability/flight_recorder.h): one same_collective() comparison per replica
+// per collective. Multiply by the collectives per step (gradient buckets + the loss sum) and
+// compare with the step time (dp_step) to get its share of a step.
 #include <benchmark/benchmark.h>
 
 #include "parallel/observability/flight_recorder.h"

@@ -5,8 +5,8 @@
 // all m micro-batches. 1F1B (PipeDream-flush, Megatron-LM's default): stage s runs p - s - 1
 // warm-up forwards, then alternates one forward and one backward, then drains the remaining
 // backwards; it holds at most p - s micro-batches in flight, with the same bubble as GPipe.
-// Both are deadlock-free when sends never block (parallel/pipeline/stage_inbox.h): a stage only waits for
-// what an earlier action of a neighbour produces. Theory bubble: (p - 1) / (m + p - 1).
+// Both are deadlock-free when sends never block (parallel/pipeline/stage_inbox.h): a stage only
+// waits for what an earlier action of a neighbour produces. Theory bubble: (p - 1) / (m + p - 1).
 #pragma once
 
 #include <string>

@@ -16,11 +16,11 @@
 //   (ZeRO-1/2: x one range). A: activations, measured by profile_model (fixed + per example x
 //   rows of one micro-batch on the device). DP: P + G + O + A. ZeRO-1: O / N. ZeRO-2: G / N plus
 //   staging of the kZero2StagingBuckets largest buckets and of tied parameters' buckets, at most
-//   G (parallel/data_parallel/reducer.cpp, Note [Sharded gradients]); on one device as ZeRO-1. Pipeline
-//   stage s: its own layers' P, G, O (tied parameters counted on every stage holding them) plus the
-//   activations of the micro-batches it keeps in flight (1F1B: min(p - s, m); GPipe: m) and the
-//   boundary tensors it sends (all m, kept until the optimizer) and receives (in flight), each
-//   stage's share of the per-example activations taken from the per-layer profile (an
+//   G (parallel/data_parallel/reducer.cpp, Note [Sharded gradients]); on one device as ZeRO-1.
+//   Pipeline stage s: its own layers' P, G, O (tied parameters counted on every stage holding them)
+//   plus the activations of the micro-batches it keeps in flight (1F1B: min(p - s, m); GPipe: m)
+//   and the boundary tensors it sends (all m, kept until the optimizer) and receives (in flight),
+//   each stage's share of the per-example activations taken from the per-layer profile (an
 //   APPROXIMATION: per-block bytes from a depth probe for transformers, else by parameter share).
 // Step time (ESTIMATES): compute = training FLOPs / GEMM rate; DP adds an all-reduce of
 // 2(n-1)/n x gradient bytes at the link's bus bandwidth; ZeRO-1 adds an all-gather of (n-1)/n x

@@ -35,6 +35,21 @@ __device__ inline float block_max(float v, float* shared) {
   return result;
 }
 
+// The block's `partial`s summed in double by a halving tree over the thread numbers (an order
+// fixed by the thread numbers: repeatable); blockDim.x is a power of two and `shared` holds
+// blockDim.x doubles. Every thread gets the total; barriers as block_sum's.
+__device__ inline double block_sum_tree(double partial, double* shared) {
+  const int tid = static_cast<int>(threadIdx.x);
+  __syncthreads();  // `shared` may still be read from a previous call
+  shared[tid] = partial;
+  __syncthreads();
+  for (int stride = static_cast<int>(blockDim.x) / 2; stride > 0; stride /= 2) {
+    if (tid < stride) shared[tid] += shared[tid + stride];
+    __syncthreads();
+  }
+  return shared[0];
+}
+
 __device__ inline float block_sum(float v, float* shared) {
   v = warp_sum(v);
   __syncthreads();  // `shared` may still be read from a previous call

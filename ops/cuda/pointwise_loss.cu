@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/cuda_launch.h"
 #include "ops/pointwise_loss.h"
 
@@ -31,18 +32,6 @@ __device__ inline float derivative_of(PointwiseLoss kind, float p, float t) {
   return sigmoid - t;
 }
 
-// Sums `partial` over the block's threads in a fixed tree; thread 0 gets the total.
-__device__ inline double block_total(double partial, double* shared) {
-  const int tid = static_cast<int>(threadIdx.x);
-  shared[tid] = partial;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (tid < stride) shared[tid] += shared[tid + stride];
-    __syncthreads();
-  }
-  return shared[0];
-}
-
 __global__ void loss_block_sums_kernel(PointwiseLoss kind, const float* pred, const float* target,
                                        int64_t n, int64_t blocks, double* block_sums) {
   __shared__ double shared[kThreads];
@@ -53,9 +42,8 @@ __global__ void loss_block_sums_kernel(PointwiseLoss kind, const float* pred, co
     for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
       partial += loss_of(kind, pred[i], target[i]);
     }
-    const double total = block_total(partial, shared);
+    const double total = block_sum_tree(partial, shared);  // starts with a barrier: reusable
     if (threadIdx.x == 0) block_sums[b] = total;
-    __syncthreads();  // shared is reused by the next b
   }
 }
 
@@ -63,7 +51,7 @@ __global__ void loss_total_kernel(const double* block_sums, int64_t blocks, floa
   __shared__ double shared[kThreads];
   double partial = 0.0;
   for (int64_t b = threadIdx.x; b < blocks; b += kThreads) partial += block_sums[b];
-  const double total = block_total(partial, shared);
+  const double total = block_sum_tree(partial, shared);
   if (threadIdx.x == 0) *sum = static_cast<float>(total);
 }
 

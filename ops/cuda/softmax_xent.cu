@@ -87,16 +87,10 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
 // Pass 2: *loss = the mean of the row losses, summed in a fixed order in double.
 __global__ void softmax_xent_loss_kernel(const float* row_loss, int64_t rows, float* loss) {
   __shared__ double partials[kThreads];
-  const int tid = static_cast<int>(threadIdx.x);
   double partial = 0.0;
-  for (int64_t r = tid; r < rows; r += kThreads) partial += row_loss[r];
-  partials[tid] = partial;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (tid < stride) partials[tid] += partials[tid + stride];
-    __syncthreads();
-  }
-  if (tid == 0) *loss = static_cast<float>(partials[0] / static_cast<double>(rows));
+  for (int64_t r = threadIdx.x; r < rows; r += kThreads) partial += row_loss[r];
+  const double total = block_sum_tree(partial, partials);
+  if (threadIdx.x == 0) *loss = static_cast<float>(total / static_cast<double>(rows));
 }
 
 // One thread per row: argmax with the first maximum winning ties, as the host kernel does.

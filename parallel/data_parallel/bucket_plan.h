@@ -26,9 +26,9 @@ struct ParameterExtent {
   int64_t extent = 0;
 };
 
-// ZeRO-2 (parallel/data_parallel/reducer.cpp, Note [Sharded gradients]) keeps this many buckets' staging at
-// once when backward finishes gradients in bucket order: the two launched last (released when
-// the next one launches) and the one filling; plus any bucket backward touched early but
+// ZeRO-2 (parallel/data_parallel/reducer.cpp, Note [Sharded gradients]) keeps this many buckets'
+// staging at once when backward finishes gradients in bucket order: the two launched last (released
+// when the next one launches) and the one filling; plus any bucket backward touched early but
 // launches late (a tied parameter's), and more when gradients finish out of bucket order.
 inline constexpr size_t kZero2StagingBuckets = 3;
 

@@ -1,5 +1,6 @@
-// DataParallel (see lockstep/data_parallel.h) and its Impl (parallel/data_parallel/data_parallel_impl.h):
-// construction, the step, evaluation, and run_on_all with its failure handling.
+// DataParallel (see lockstep/data_parallel.h) and its Impl
+// (parallel/data_parallel/data_parallel_impl.h): construction, the step, evaluation, and run_on_all
+// with its failure handling.
 #include <lockstep/data_parallel.h>
 
 #include <algorithm>
@@ -136,6 +137,7 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
   LS_CHECK(options_.graph_warmup >= 1, "graph_warmup is ", options_.graph_warmup,
            "; a step must run eagerly at least once before it is captured");
   if (options_.precision == Precision::kF16) check_loss_scale_config(options_.loss_scale);
+  options_.loss = loss_or_default(std::move(options_.loss));
   build_replicas(model, optimizer, hooks);
   try {
     run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
@@ -182,7 +184,7 @@ StepOptions DataParallel::Impl::step_options() const {
   step.loss_scale = options_.loss_scale;
   step.graphs = graphs();
   step.graph_warmup = options_.graph_warmup;
-  step.loss = options_.loss != nullptr ? options_.loss : nn::cross_entropy_loss();
+  step.loss = options_.loss;
   step.check_loss_contract = options_.check_loss_contract;
   // Past the watchdog's timeout and the communicators' own backstop (build_replicas).
   step.outcome_deadline = 3 * options_.collective_timeout + std::chrono::seconds(2);
@@ -403,7 +405,7 @@ int64_t DataParallel::Impl::step_async(const data::Batch& batch) {
   check_usable("step");
   const int64_t features = check_batch(batch);
   const std::vector<int64_t> rows = shard_rows(batch.size);
-  check_targets_kind(*step_options().loss, batch);
+  check_targets_kind(*options_.loss, batch);
   const int64_t global_labels = shard_of(batch, features, 0, batch.size).counted_labels();
   LS_CHECK(global_labels > 0, "every label of the batch is kIgnoreLabel (", kIgnoreLabel,
            "), so it has no loss to train on; drop such batches");
@@ -501,10 +503,7 @@ void DataParallel::Impl::harvest_oldest() {
 
 EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t batch_size) {
   LS_CHECK(batch_size > 0, "evaluate: batch size must be positive, got ", batch_size);
-  const nn::Loss& loss = *step_options().loss;
-  LS_CHECK(loss.targets() == nn::TargetKind::kClasses, "evaluate: a data set holds class labels, "
-           "and the loss '", loss.name(), "' trains on value targets; evaluate it with "
-           "your own forward passes (lockstep/nn/module.h) or step() results");
+  check_evaluable(*options_.loss);
   finish_queued();
   LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
   data::check_dataset(dataset);

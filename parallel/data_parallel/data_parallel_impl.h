@@ -29,7 +29,8 @@
 
 namespace ls {
 
-struct HostState;  // a replica's training state in host memory (parallel/data_parallel/checkpointing.cpp)
+// A replica's training state in host memory (parallel/data_parallel/checkpointing.cpp).
+struct HostState;
 
 class DataParallel::Impl {
  public:

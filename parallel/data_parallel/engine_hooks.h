@@ -1,8 +1,8 @@
 // Seams of DataParallel for tests and tools (internal; the public constructors take none):
-// decorators wrapped around each replica's communicator, so failure paths are exercised without fault code in the engine's step path.
-// A decorator sits between the replica and its flight recorder, so whatever it changes (a
-// collective skipped, a count altered) is seen by the desync check and the watchdog as a real
-// replica's behaviour would be.
+// decorators wrapped around each replica's communicator, so failure paths are exercised without
+// fault code in the engine's step path. A decorator sits between the replica and its flight
+// recorder, so whatever it changes (a collective skipped, a count altered) is seen by the desync
+// check and the watchdog as a real replica's behaviour would be.
 #pragma once
 
 #include <functional>

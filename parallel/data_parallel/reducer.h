@@ -3,17 +3,16 @@
 // sharded gradients (ZeRO-2), reduce each bucket's pieces to the replicas that own them, from
 // short-lived staging buffers (Note [Sharded gradients] in reducer.cpp).
 //
-// Buckets (parallel/data_parallel/bucket_plan.h) are views of the flat gradient buffer the Reducer is given,
-// with the parameters' extents in it. During the last backward of a step, the tape's grad-ready
-// hook calls on_grad_ready(parameter index); when every parameter of
-// the next bucket is ready, the reducer records an event on the compute stream, makes the comm
-// stream wait on it and enqueues the bucket's in-place all-reduce there: no host sync, so the
-// all-reduce of early buckets runs while backward computes the rest. finish() launches what is
-// left and makes the compute stream wait for the comm stream, so the optimizer sees summed
-// gradients. Every replica launches buckets in the same order (Note [Bucket ready order]).
-// Buckets found ready in the same call go out in one group call when BucketOptions::fuse_ready
-// (Note [Fused bucket launches]); with reduce_dtype bf16 each bucket travels as a bf16 copy
-// (Note [Gradients reduced in bf16]).
+// Buckets (parallel/data_parallel/bucket_plan.h) are views of the flat gradient buffer the Reducer
+// is given, with the parameters' extents in it. During the last backward of a step, the tape's
+// grad-ready hook calls on_grad_ready(parameter index); when every parameter of the next bucket is
+// ready, the reducer records an event on the compute stream, makes the comm stream wait on it and
+// enqueues the bucket's in-place all-reduce there: no host sync, so the all-reduce of early buckets
+// runs while backward computes the rest. finish() launches what is left and makes the compute
+// stream wait for the comm stream, so the optimizer sees summed gradients. Every replica launches
+// buckets in the same order (Note [Bucket ready order]). Buckets found ready in the same call go
+// out in one group call when BucketOptions::fuse_ready (Note [Fused bucket launches]); with
+// reduce_dtype bf16 each bucket travels as a bf16 copy (Note [Gradients reduced in bf16]).
 // Timeline events (bucket start/end on the comm stream, backward end on compute) let callers
 // measure overlap and exposed communication after the step has synchronized.
 // Thread-safety: used by its replica's thread only.

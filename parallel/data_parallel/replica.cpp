@@ -198,8 +198,8 @@ Var Replica::input_rows(Tape& tape, const Shard& shard, int64_t begin, int64_t e
 // optimizer's step count and the loss scale's schedule. The optimizer kernels read the decision,
 // so the optimizer and the ZeRO all-gather are always enqueued and do nothing harmful on a skip
 // (the all-gather spreads unchanged ranges). enqueue_step() therefore only enqueues: upload from
-// host staging (parallel/data_parallel/step_io.h), the body, and the copy of the outcome (loss sum, count,
-// StepControl) into a host ring slot. outcome() waits for that copy, bounded by a deadline.
+// host staging (parallel/data_parallel/step_io.h), the body, and the copy of the outcome (loss sum,
+// count, StepControl) into a host ring slot. outcome() waits for that copy, bounded by a deadline.
 
 void Replica::forward_backward(const Shard& shard, int accumulate, const ForwardContext& context) {
   Stream& stream = *compute_;
@@ -235,7 +235,7 @@ void Replica::forward_backward(const Shard& shard, int accumulate, const Forward
       phase_ = Phase::kBackward;
       tape.backward(mean);
     } else {  // Note [The loss contract]: a sum, seeded with loss scale / global count
-      Var sum = loss_sum_of(tape, output, y, end - begin, shard.label_width);
+      Var sum = loss_sum_of(loss, tape, output, y, end - begin, shard.label_width);
       axpy(1.0f, sum->value, loss_sum_.view(0, {1}), stream);
       phase_ = Phase::kBackward;
       tape.backward(sum, grad_seed);
@@ -261,10 +261,6 @@ void Replica::forward_backward(const Shard& shard, int accumulate, const Forward
 // count), so each replica's gradient is its share of the global mean's, as cross-entropy's is. A
 // loss that breaks the contract (a mean, a batch statistic) would silently train N replicas
 // differently from one; check_loss_contract() catches that at the first step.
-Var Replica::loss_sum_of(Tape& tape, const Var& output, const Tensor& targets_words, int64_t rows,
-                         int64_t width) const {
-  return ls::loss_sum_of(*step_options_.loss, tape, output, targets_words, rows, width);
-}
 
 // The contract, checked once on this replica's rows: sum(all rows) = sum(first half) + sum(second
 // half), within 1e-4 relative (f32 sums of different lengths round differently). Evaluation
@@ -272,6 +268,7 @@ Var Replica::loss_sum_of(Tape& tape, const Var& output, const Tensor& targets_wo
 void Replica::check_loss_contract(const Shard& shard, const ForwardContext& context) {
   if (shard.rows < 2) return;
   Stream& stream = *compute_;
+  const nn::Loss& loss = *step_options_.loss;
   const int64_t half = shard.rows / 2;
   ForwardContext eval = context;
   eval.training = false;
@@ -280,22 +277,23 @@ void Replica::check_loss_contract(const Shard& shard, const ForwardContext& cont
     tape.set_context(eval);
     Var output = model_->forward(tape, input_rows(tape, shard, begin, end));
     Tensor targets = labels_.view(begin * shard.label_width, {(end - begin) * shard.label_width});
-    Var sum = loss_sum_of(tape, output, targets, end - begin, shard.label_width);
+    Var sum = loss_sum_of(loss, tape, output, targets, end - begin, shard.label_width);
     float host = 0.0f;
     sum->value.copy_to_host_async(&host, sizeof host, stream);
     stream.synchronize();
     return static_cast<double>(host);
   };
   const double whole = sum_of(0, shard.rows);
-  const double parts = sum_of(0, half) + sum_of(half, shard.rows);
-  const nn::Loss& loss = *step_options_.loss;
+  const double first = sum_of(0, half);
+  const double second = sum_of(half, shard.rows);
+  const double parts = first + second;
   LS_CHECK_AS(ErrorKind::kUsage,
               std::abs(whole - parts) <= 1e-4 * std::max(std::abs(whole), std::abs(parts)) + 1e-6,
               "the loss '", loss.name(), "' breaks the loss contract (lockstep/nn/loss.h): its "
               "value over ", shard.rows, " rows is ", whole, ", but over rows [0, ", half,
-              ") and [", half, ", ", shard.rows, ") it is ", sum_of(0, half), " + ",
-              sum_of(half, shard.rows), " = ", parts, ". A loss returns the SUM of per-target "
-              "terms (not a mean, no batch statistics); the engine divides by the global count. "
+              ") and [", half, ", ", shard.rows, ") it is ", first, " + ", second, " = ", parts,
+              ". A loss returns the SUM of per-target terms (not a mean, no batch statistics); "
+              "the engine divides by the global count. "
               "Set DataParallelOptions::check_loss_contract = false only for a loss that is "
               "additive up to rounding");
 }
@@ -501,19 +499,16 @@ EvalCounts Replica::evaluate(const Shard& rows, int64_t batch_size) {
     Tape tape(stream, /*record=*/false);
     tape.set_context(ForwardContext{false, 0, 0, 0, step_options_.precision});
     Var logits = model_->forward(tape, input_rows(tape, batch, 0, batch.rows));
-    // The built-in loss is (sum over counted labels) / (logit rows), a custom one the sum.
-    const bool mean = nn::is_cross_entropy(*step_options_.loss);
-    Var loss = mean ? nn::cross_entropy(tape, logits, labels_)
-                    : loss_sum_of(tape, logits, labels_, batch.rows, batch.label_width);
+    const ChunkLoss loss = evaluation_loss(*step_options_.loss, tape, logits, labels_, batch.rows,
+                                           batch.label_width);
     count_correct(logits->value, labels_, correct, stream);
     int32_t correct_host = 0;
     float loss_host = 0;
     correct.copy_to_host_async(&correct_host, sizeof correct_host, stream);
-    loss->value.copy_to_host_async(&loss_host, sizeof loss_host, stream);
+    loss.value->value.copy_to_host_async(&loss_host, sizeof loss_host, stream);
     stream.synchronize();
     counts.correct += correct_host;
-    counts.loss_sum += static_cast<double>(loss_host) *
-                       (mean ? static_cast<double>(logits->value.dim(0)) : 1.0);
+    counts.loss_sum += static_cast<double>(loss_host) * loss.to_sum;
     counts.rows += counted;
   }
   phase_ = Phase::kIdle;

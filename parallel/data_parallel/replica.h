@@ -181,10 +181,6 @@ class Replica {
   void step_body(const Shard& shard, int accumulate, const ForwardContext& context);
   // Forward and backward of the shard's micro-batches; adds each one's loss sum to loss_sum_.
   void forward_backward(const Shard& shard, int accumulate, const ForwardContext& context);
-  // The loss's sum over `rows` rows of output and targets (lockstep/nn/loss.h), checked to be
-  // one element; targets_words: the device's target words of those rows.
-  Var loss_sum_of(Tape& tape, const Var& output, const Tensor& targets_words, int64_t rows,
-                  int64_t width) const;
   void check_loss_contract(const Shard& shard, const ForwardContext& context);
   struct GraphShape {  // the global batch's: see Note [The step as a graph]
     int64_t rows = -1, features = -1, label_width = -1;

@@ -35,8 +35,8 @@
 // poll and call then throws at once) and starts one helper thread that aborts the ranks, holding
 // no lock of anyone else's; ncclCommAbort sets NCCL's abort flag first, so kernels in flight
 // exit at once even while the helper waits for the graphs. The clique joins the helper when its
-// last communicator goes, which is after every replica destroyed its graph (parallel/data_parallel/replica.cpp,
-// Note [Graphs go before their communicator]).
+// last communicator goes, which is after every replica destroyed its graph
+// (parallel/data_parallel/replica.cpp, Note [Graphs go before their communicator]).
 //
 // Note [NCCL groups and abort]
 // NCCL groups are per thread: ncclGroupStart only counts, and calls inside a group queue their

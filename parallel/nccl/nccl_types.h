@@ -1,9 +1,9 @@
 // lockstep's element types and reduce ops as NCCL's, and the words for NCCL results in messages
-// (collectives are named by describe(), parallel/comm/collective.h). Only parallel/nccl/ includes this
-// (it pulls in nccl.h). Collectives take f32 and bf16; any other dtype raises ls::Error before
-// NCCL is called. ReduceOp::kAvg is ncclAvg (NCCL >= 2.10),
-// which for floating types multiplies each input by 1/nranks in the data type and then sums
-// (NVIDIA/nccl src/enqueue.cc, hostToDevRedOp), so it is exact when nranks is a power of two.
+// (collectives are named by describe(), parallel/comm/collective.h). Only parallel/nccl/ includes
+// this (it pulls in nccl.h). Collectives take f32 and bf16; any other dtype raises ls::Error before
+// NCCL is called. ReduceOp::kAvg is ncclAvg (NCCL >= 2.10), which for floating types multiplies
+// each input by 1/nranks in the data type and then sums (NVIDIA/nccl src/enqueue.cc,
+// hostToDevRedOp), so it is exact when nranks is a power of two.
 #pragma once
 
 #include <nccl.h>

@@ -2,7 +2,8 @@
 // where every replica is, e.g.
 //   "replica 1 (host:1) waits in all_reduce #42 (bucket 3, 1.0 MiB) [f32, count=262144, sum]
 //    for 1.0 s; replica 0 (host:0) never issued #42: its last completed collective is #41 and it
-//    is in forward of step 17" (collectives as describe() in parallel/comm/collective.h writes them)
+//    is in forward of step 17" (collectives as describe() in
+//    parallel/comm/collective.h writes them)
 // It only reads progress (flight recorder snapshots, phases); DataParallel acts on its verdict
 // (aborts every replica and throws the report). Thread-safety: one thread (DataParallel's).
 #pragma once

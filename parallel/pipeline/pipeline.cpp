@@ -22,6 +22,7 @@ namespace ls {
 Pipeline::Impl::Impl(const World* world, std::vector<Device> devices, const ModelFactory& model,
                      const OptimizerFactory& optimizer, PipelineOptions options)
     : world_(world), devices_(std::move(devices)), options_(options) {
+  options_.loss = loss_or_default(std::move(options_.loss));
   const int d = static_cast<int>(devices_.size());
   LS_CHECK(model != nullptr && optimizer != nullptr,
            "Pipeline needs a model and an optimizer factory");
@@ -120,7 +121,7 @@ void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFact
                        options_.seed,
                        options_.timeout,
                        {},
-                       options_.loss != nullptr ? options_.loss : nn::cross_entropy_loss()};
+                       options_.loss};
     const int base = static_cast<int>(i) - s;
     for (int j = 0; j < p; ++j) config.pipeline.push_back(devices_[static_cast<size_t>(base + j)]);
     std::unique_ptr<Communicator> comm =
@@ -310,7 +311,7 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   LS_CHECK(batch.size / n >= m, "micro-batches ", m, " exceed the ", batch.size / n,
            " rows each pipeline gets of the batch of ", batch.size,
            "; use at most that many micro-batches or a bigger batch");
-  check_targets_kind(options_.loss != nullptr ? *options_.loss : *nn::cross_entropy_loss(), batch);
+  check_targets_kind(*options_.loss, batch);
   const int64_t global_labels = shard_of(batch, features, 0, batch.size).counted_labels();
   LS_CHECK(global_labels > 0, "every label of the batch is kIgnoreLabel (", kIgnoreLabel,
            "), so it has no loss to train on; drop such batches");
@@ -361,10 +362,7 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
 
 EvalResult Pipeline::Impl::evaluate(const data::Dataset& dataset, int64_t batch_size) {
   LS_CHECK(batch_size > 0, "evaluate: batch size must be positive, got ", batch_size);
-  LS_CHECK(options_.loss == nullptr || options_.loss->targets() == nn::TargetKind::kClasses,
-           "evaluate: a data set holds class labels, and the loss '", options_.loss->name(),
-           "' trains on value targets; evaluate it with your own forward passes or step() "
-           "results");
+  check_evaluable(*options_.loss);
   LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
   data::check_dataset(dataset);
   const int p = options_.stages, n = pipelines(), local = local_pipelines();

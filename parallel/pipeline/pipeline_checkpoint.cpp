@@ -1,9 +1,9 @@
 // Pipeline's save and load (see lockstep/pipeline.h): the same files as DataParallel's
-// (parallel/runtime/checkpoint_tensors.h), so either loads the other's. Saving gathers whole tensors from
-// pipeline 0's stages in the model's registration order, each tied parameter once (from the
-// first stage holding it: every holder keeps bitwise the same values and optimizer state, since
-// their summed gradients and updates are identical). Loading gives every stage of every pipeline
-// its parameters' tensors, tied copies included.
+// (parallel/runtime/checkpoint_tensors.h), so either loads the other's. Saving gathers whole
+// tensors from pipeline 0's stages in the model's registration order, each tied parameter once
+// (from the first stage holding it: every holder keeps bitwise the same values and optimizer state,
+// since their summed gradients and updates are identical). Loading gives every stage of every
+// pipeline its parameters' tensors, tied copies included.
 #include <cstring>
 
 #include <lockstep/error.h>

@@ -382,19 +382,16 @@ void PipelineStage::evaluate_chunk(const Shard& chunk, int c, EvalCounts& counts
   }
   for (const nn::PipelineLayer& layer : layers_) x = layer.forward(tape, x, model_input);
   if (last()) {
-    // The built-in loss is (sum over counted labels) / (logit rows), a custom one the sum.
-    const bool mean = nn::is_cross_entropy(*config_.loss);
-    Var loss = mean ? nn::cross_entropy(tape, x, labels_)
-                    : loss_sum_of(*config_.loss, tape, x, labels_, chunk.rows, chunk.label_width);
+    const ChunkLoss loss =
+        evaluation_loss(*config_.loss, tape, x, labels_, chunk.rows, chunk.label_width);
     count_correct(x->value, labels_, nonfinite_, *compute_);  // nonfinite_ is free: i32 [1]
     int32_t correct = 0;
     float loss_value = 0;
     nonfinite_.copy_to_host_async(&correct, sizeof correct, *compute_);
-    loss->value.copy_to_host_async(&loss_value, sizeof loss_value, *compute_);
+    loss.value->value.copy_to_host_async(&loss_value, sizeof loss_value, *compute_);
     compute_->synchronize();
     counts.correct += correct;
-    counts.loss_sum +=
-        static_cast<double>(loss_value) * (mean ? static_cast<double>(x->value.dim(0)) : 1.0);
+    counts.loss_sum += static_cast<double>(loss_value) * loss.to_sum;
     counts.rows += chunk.counted_labels();
     return;
   }

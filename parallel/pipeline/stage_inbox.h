@@ -3,11 +3,11 @@
 // A sender enqueues the work producing a tensor on its stream, records an Event after it and
 // posts {tensor, event} to the receiver's inbox under a key (what it is and which micro-batch).
 // The receiver's thread takes the message, makes its own stream wait on the event, and copies
-// the tensor to its device (see Note [Pipeline transfer lifetime] in parallel/pipeline/pipeline_stage.cpp).
-// Posting never blocks, so a schedule in which every stage only waits for what a neighbour's
-// earlier action produced cannot deadlock. take() is bounded: it ends with an ls::Error when the
-// inbox is aborted or after `timeout` (kind timeout), naming what it waited for.
-// Thread-safety: post(), take() and abort() from any thread.
+// the tensor to its device (see Note [Pipeline transfer lifetime] in
+// parallel/pipeline/pipeline_stage.cpp). Posting never blocks, so a schedule in which every stage
+// only waits for what a neighbour's earlier action produced cannot deadlock. take() is bounded: it
+// ends with an ls::Error when the inbox is aborted or after `timeout` (kind timeout), naming what
+// it waited for. Thread-safety: post(), take() and abort() from any thread.
 #pragma once
 
 #include <chrono>

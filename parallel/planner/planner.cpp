@@ -101,7 +101,8 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
   e.shard = mode;
   e.pipelines = n;
   const int shards = mode == ShardMode::kNone ? 1 : n;
-  // On one device ZeRO-2 keeps the flat gradient buffer (parallel/data_parallel/replica.cpp): no staging.
+  // On one device ZeRO-2 keeps the flat gradient buffer (parallel/data_parallel/replica.cpp): no
+  // staging.
   const ShardMode layout = mode == ShardMode::kGradients && n == 1 ? ShardMode::kOptimizer : mode;
   StageBytes b = state_of(m, m.parameter_numel, shards, layout);
   const double rows = std::ceil(static_cast<double>(r.global_batch) / n);

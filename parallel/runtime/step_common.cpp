@@ -3,6 +3,7 @@
 
 #include <array>
 
+#include <lockstep/nn/functional.h>
 #include "parallel/comm/process_group.h"
 
 namespace ls {
@@ -65,6 +66,24 @@ void check_targets_kind(const nn::Loss& loss, const data::Batch& batch) {
              "the batch has value targets; fill batch.labels, or choose a loss on values "
              "(mse_loss, bce_with_logits_loss) in the options' loss");
   }
+}
+
+std::shared_ptr<const nn::Loss> loss_or_default(std::shared_ptr<const nn::Loss> loss) {
+  return loss != nullptr ? std::move(loss) : nn::cross_entropy_loss();
+}
+
+void check_evaluable(const nn::Loss& loss) {
+  LS_CHECK(loss.targets() == nn::TargetKind::kClasses, "evaluate: a data set holds class labels, "
+           "and the loss '", loss.name(), "' trains on value targets; evaluate it with your own "
+           "forward passes (lockstep/nn/module.h) or step() results");
+}
+
+ChunkLoss evaluation_loss(const nn::Loss& loss, Tape& tape, const Var& logits,
+                          const Tensor& labels, int64_t rows, int64_t width) {
+  if (nn::is_cross_entropy(loss)) {
+    return {nn::cross_entropy(tape, logits, labels), static_cast<double>(logits->value.dim(0))};
+  }
+  return {loss_sum_of(loss, tape, logits, labels, rows, width), 1.0};
 }
 
 int64_t check_batch(const data::Batch& batch) {

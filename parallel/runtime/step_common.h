@@ -36,6 +36,22 @@ Var loss_sum_of(const nn::Loss& loss, Tape& tape, const Var& output, const Tenso
 // The batch's targets must be of the loss's kind (class labels or values); says what to fill.
 void check_targets_kind(const nn::Loss& loss, const data::Batch& batch);
 
+// The options' loss, or cross-entropy where they hold none (null is the default).
+std::shared_ptr<const nn::Loss> loss_or_default(std::shared_ptr<const nn::Loss> loss);
+
+// evaluate() reads a Dataset, which holds class labels: the loss must train on them.
+void check_evaluable(const nn::Loss& loss);
+
+// One evaluation chunk's loss: `value` times `to_sum` is its sum over the chunk's counted targets
+// (the built-in cross-entropy gives its mean over the rows, turned into the sum in double on the
+// host; a custom loss gives the sum itself, to_sum = 1).
+struct ChunkLoss {
+  Var value;
+  double to_sum = 1.0;
+};
+ChunkLoss evaluation_loss(const nn::Loss& loss, Tape& tape, const Var& logits,
+                          const Tensor& labels, int64_t rows, int64_t width);
+
 // A batch's arrays must agree with its size, features and label width before any worker reads
 // them. Returns the features per example (features == 0: inferred from the inputs).
 int64_t check_batch(const data::Batch& batch);

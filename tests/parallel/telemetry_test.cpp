@@ -1,7 +1,7 @@
-// Training telemetry (parallel/observability/telemetry.h): the JSON-lines file a run leaves behind (a start
-// line, one sample per device per interval with the running step and memory, a stop line),
-// every line on the disk as it is written, and a hang report that names the file and each
-// device's last sample.
+// Training telemetry (parallel/observability/telemetry.h): the JSON-lines file a run leaves behind
+// (a start line, one sample per device per interval with the running step and memory, a stop line),
+// every line on the disk as it is written, and a hang report that names the file and each device's
+// last sample.
 #include "parallel/observability/telemetry.h"
 
 #include <gtest/gtest.h>
@@ -157,7 +157,8 @@ TEST(Telemetry, AHangReportNamesTheFileAndTheLastSamples) {
   std::string message;
   {
     const std::unique_ptr<DataParallel> faulty =
-        make_data_parallel(parse_devices("host:2"), testing::with_fault(mlp_factory({16, 32, 10}), fault),
+        make_data_parallel(parse_devices("host:2"),
+                           testing::with_fault(mlp_factory({16, 32, 10}), fault),
                            make_optimizer_factory({}), options, testing::with_fault(fault));
     DataParallel& dp = *faulty;
     const data::Batch batch = testing::random_batch(8, 16, 1);

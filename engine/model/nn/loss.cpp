@@ -1,6 +1,8 @@
 // The built-in losses (lockstep/nn/loss.h).
 #include <lockstep/nn/loss.h>
 
+#include <utility>
+
 #include <lockstep/error.h>
 #include <lockstep/nn/functional.h>
 
@@ -29,22 +31,20 @@ class CrossEntropyLoss final : public Loss {
   }
 };
 
-class MseLoss final : public Loss {
+// A sum over value targets of a pointwise function of output and target (mse, BCE with logits).
+class PointwiseValueLoss final : public Loss {
  public:
-  std::string name() const override { return "mse"; }
+  using SumFunction = Var (*)(Tape&, const Var&, const Tensor&);
+  PointwiseValueLoss(std::string name, SumFunction sum) : name_(std::move(name)), sum_(sum) {}
+  std::string name() const override { return name_; }
   TargetKind targets() const override { return TargetKind::kValues; }
   Var sum(Tape& tape, const Var& output, const Tensor& targets) const override {
-    return squared_error_sum(tape, output, as_rows_of(targets, output));
+    return sum_(tape, output, as_rows_of(targets, output));
   }
-};
 
-class BceWithLogitsLoss final : public Loss {
- public:
-  std::string name() const override { return "bce_with_logits"; }
-  TargetKind targets() const override { return TargetKind::kValues; }
-  Var sum(Tape& tape, const Var& output, const Tensor& targets) const override {
-    return bce_with_logits_sum(tape, output, as_rows_of(targets, output));
-  }
+ private:
+  std::string name_;
+  SumFunction sum_;
 };
 
 }  // namespace
@@ -53,9 +53,11 @@ std::shared_ptr<const Loss> cross_entropy_loss() {
   static const auto loss = std::make_shared<const CrossEntropyLoss>();
   return loss;
 }
-std::shared_ptr<const Loss> mse_loss() { return std::make_shared<const MseLoss>(); }
+std::shared_ptr<const Loss> mse_loss() {
+  return std::make_shared<const PointwiseValueLoss>("mse", squared_error_sum);
+}
 std::shared_ptr<const Loss> bce_with_logits_loss() {
-  return std::make_shared<const BceWithLogitsLoss>();
+  return std::make_shared<const PointwiseValueLoss>("bce_with_logits", bce_with_logits_sum);
 }
 
 bool is_cross_entropy(const Loss& loss) {
