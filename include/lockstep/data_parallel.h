@@ -98,7 +98,7 @@ int current_replica();
 enum class ShardMode { kNone, kOptimizer, kGradients };
 const char* shard_mode_name(ShardMode mode);  // "none", "optimizer", "gradients"
 
-struct DataParallelOptions {
+struct DataParallelOptions : MonitorOptions {  // heartbeat, telemetry (lockstep/trainer.h)
   BucketOptions buckets;
   ShardMode shard = ShardMode::kNone;
   int accumulate = 1;                // micro-batches per step; all-reduce after the last only
@@ -107,16 +107,6 @@ struct DataParallelOptions {
   // How long one collective may wait for its peers before the watchdog aborts the run.
   std::chrono::milliseconds collective_timeout = std::chrono::minutes(10);
   int max_consecutive_skips = 10;    // non-finite steps in a row before it is an error
-  // Called from the calling thread every heartbeat_interval while a step runs (0: never),
-  // with where every replica is: shows a live run is live.
-  std::chrono::milliseconds heartbeat_interval{0};
-  std::function<void(const std::string&)> heartbeat;
-  // Telemetry (off when empty): every telemetry_interval, one JSON line per device appended to
-  // this file and flushed to the disk: the step, memory in use and peak, and on GPUs power,
-  // temperature, clocks and throttle reasons. A hang report names the file and the last sample
-  // of each device. Format: parallel/telemetry.h.
-  std::string telemetry_path;
-  std::chrono::milliseconds telemetry_interval{1000};
   // Mixed precision (lockstep/precision.h): kBF16/kF16 round every matrix product's operands
   // (forward and backward) to 16 bits and accumulate in f32; parameters (master weights),
   // gradients, optimizer state and every other op stay f32. Gradients are all-reduced in f32

@@ -17,6 +17,8 @@
 // Failure: when a stage throws, or no stage makes progress for `timeout`, every stage is aborted
 // and step() throws one ls::Error naming the stage, its device, the step, the micro-batch and the
 // phase or transfer it was in, with the original message; the object is unusable afterwards.
+// Heartbeat and telemetry (MonitorOptions, lockstep/trainer.h) work as in DataParallel: the
+// two strategies run on one runtime.
 // Several processes (lockstep/world.h): built from a World, every process drives whole pipelines
 // on its own devices (each process's device count a multiple of the stages), pipelines numbered
 // process-major, and stage s of every pipeline of every process all-reduces with the others;
@@ -38,7 +40,7 @@
 
 namespace ls {
 
-struct PipelineOptions {
+struct PipelineOptions : MonitorOptions {  // heartbeat, telemetry (lockstep/trainer.h)
   int stages = 2;  // p; the device count must be a multiple of it
   int micro_batches = 4;
   ScheduleKind schedule = ScheduleKind::k1F1B;

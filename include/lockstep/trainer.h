@@ -1,11 +1,14 @@
 // Trainer: what every training strategy offers, so a program drives data parallel and pipelines
 // alike (DataParallel and Pipeline implement it): a step, steps queued and their results taken
 // later, evaluation, checkpoints, the model's parameters, and counters. The results and the
-// checkpoint position are plain structs shared by every strategy.
+// checkpoint position are plain structs shared by every strategy, and so are the options of
+// what a run tells while it runs (MonitorOptions: heartbeat, telemetry).
 // Thread-safety: one thread drives a trainer.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +46,22 @@ struct NamedParameter {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<float> values;
+};
+
+// What a run tells while it runs, the same for every strategy (DataParallelOptions and
+// PipelineOptions are both MonitorOptions).
+struct MonitorOptions {
+  // Called from the calling thread every heartbeat_interval while a step runs (0: never), with
+  // where every replica or stage is: shows a live run is live.
+  std::chrono::milliseconds heartbeat_interval{0};
+  std::function<void(const std::string&)> heartbeat;
+  // Telemetry (off when empty): every telemetry_interval, one JSON line per device appended to
+  // this file and flushed to the disk: the step, memory in use and peak, and on GPUs power,
+  // temperature, clocks and throttle reasons. A hang report names the file and the last sample
+  // of each device. Several processes: process p > 0 writes PATH.process-p. Format:
+  // parallel/observability/telemetry.h.
+  std::string telemetry_path;
+  std::chrono::milliseconds telemetry_interval{1000};
 };
 
 class Trainer {

@@ -122,7 +122,7 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
   }
   if (sharded && multiprocess()) gather_optimizer_ranges(state, shard_size);
   // Process 0 writes; every process then returns its result or raises its error.
-  return processes_->on_process_zero([&] { return commit(dir, position, retention, state); },
+  return processes().on_process_zero([&] { return commit(dir, position, retention, state); },
                                      "save: waiting for process 0 to write the checkpoint (a slow "
                                      "disk needs a longer collective timeout)",
                                      "process 0 could not save the checkpoint: ");
@@ -145,7 +145,7 @@ void DataParallel::Impl::gather_optimizer_ranges(HostState& state, int64_t shard
       between_processes<std::vector<std::vector<float>>>([&] {
         return mpi::gather_floats(mine, 0, options_.collective_timeout,
                                   "save: gathering the sharded optimizer state",
-                                  processes_->channel());
+                                  processes().channel());
       });
   for (size_t p = 0; p < blocks.size(); ++p) {
     const auto [from, length] = block_of(static_cast<int>(p));
@@ -193,7 +193,7 @@ TrainingPosition DataParallel::Impl::load(const std::string& dir) {
   check_usable("load");
   finish_queued();
   // Every process reads DIR itself; all load, or none.
-  const checkpoint::LoadedCheckpoint loaded = processes_->read_checkpoint(dir);
+  const checkpoint::LoadedCheckpoint loaded = processes().read_checkpoint(dir);
   HostState state = run_on<HostState>(0, [](Replica& r) {
     HostState s;
     s.parameters = r.store().parameters();

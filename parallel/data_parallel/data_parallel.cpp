@@ -122,7 +122,16 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
   LS_CHECK(!devices_.empty(), "DataParallel needs at least one device");
   first_replica_ = world_ != nullptr ? world_->first_replica(world_->rank()) : 0;
   replicas_total_ = world_ != nullptr ? world_->replicas() : static_cast<int>(devices_.size());
-  processes_ = std::make_unique<ProcessGroup>(world_, options_.collective_timeout, failure_);
+  std::vector<std::string> names;
+  for (size_t r = 0; r < devices_.size(); ++r) {
+    names.push_back("replica " + std::to_string(first_replica_ + static_cast<int>(r)) + " on " +
+                    devices_[r].str());
+  }
+  WorkerGroupOptions group;
+  group.timeout = options_.collective_timeout;
+  group.heartbeat = options_.heartbeat;
+  group.heartbeat_interval = options_.heartbeat_interval;
+  group_ = std::make_unique<WorkerGroup>(world_, std::move(names), std::move(group));
   LS_CHECK(options_.accumulate >= 1, "accumulate must be >= 1 micro-batch, got ",
            options_.accumulate);
   LS_CHECK(model != nullptr && optimizer != nullptr,
@@ -139,24 +148,11 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
   if (options_.precision == Precision::kF16) check_loss_scale_config(options_.loss_scale);
   options_.loss = loss_or_default(std::move(options_.loss));
   build_replicas(model, optimizer, hooks);
-  try {
-    run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
-  } catch (...) {
-    destroy_replicas();
-    throw;
-  }
-  buckets_ = replicas_[0]->reducer().buckets();
-  parameter_count_ = replicas_[0]->store().parameter_count();
+  run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
+  buckets_ = replica(0).reducer().buckets();
+  parameter_count_ = replica(0).store().parameter_count();
   if (!options_.telemetry_path.empty()) {
-    try {
-      // Several processes: process p > 0 writes PATH.process-p (one writer per file).
-      std::string path = options_.telemetry_path;
-      if (multiprocess() && world_->rank() > 0) path += ".process-" + std::to_string(world_->rank());
-      telemetry_ = std::make_unique<TelemetryRecorder>(path, options_.telemetry_interval, devices_);
-    } catch (...) {
-      destroy_replicas();
-      throw;
-    }
+    group_->start_telemetry(options_.telemetry_path, options_.telemetry_interval, devices_);
   }
 }
 
@@ -217,168 +213,69 @@ void DataParallel::Impl::build_replicas(const ModelFactory& model,
                         : make_communicators(devices_, comm_options);
   // In-process desync check; between processes the communicators compare their headers.
   auto checker = std::make_shared<DesyncChecker>(local_size());
-  replicas_.resize(devices_.size());
-  for (size_t r = 0; r < devices_.size(); ++r) {
-    threads_.push_back(std::make_unique<WorkerThread>(
-        "replica " + std::to_string(first_replica_ + static_cast<int>(r)) + " on " +
-        devices_[r].str()));
-  }
   // Each replica is built on its own thread: its device state belongs to that thread.
-  const std::exception_ptr first = WorkerThread::run_each(threads_, [&](size_t r) {
+  group_->build([&](size_t r) -> std::unique_ptr<GroupMember> {
     auto recorder = std::make_unique<RecordingCommunicator>(std::move(backends[r]), checker);
     RecordingCommunicator& recorder_ref = *recorder;
     std::unique_ptr<Communicator> comm = std::move(recorder);
     const int rank = first_replica_ + static_cast<int>(r);
     if (hooks.wrap_communicator) comm = hooks.wrap_communicator(std::move(comm), rank);
-    replicas_[r] = std::make_unique<Replica>(rank, devices_[r], model, optimizer, std::move(comm),
-                                             recorder_ref, options_.buckets, options_.seed,
-                                             options_.shard, step_options());
+    return std::make_unique<Replica>(rank, devices_[r], model, optimizer, std::move(comm),
+                                     recorder_ref, options_.buckets, options_.seed, options_.shard,
+                                     step_options());
   });
-  // On failure the replicas, too, are destroyed on their own threads (not by ~vector here).
-  if (first) {
-    abort_all();
-    destroy_replicas();
-    std::rethrow_exception(first);
-  }
 }
 
 DataParallel::Impl::~Impl() {
   // Steps still queued are waited for under the watchdog (bounded), not by the replicas' drain,
   // which would wait for a collective whose peer is gone without limit.
-  if (!queued_.empty() && !failure_.failed()) {
+  if (group_ && !queued_.empty() && !group_->failure().failed()) {
     try {
       finish_queued();
     } catch (...) {  // the run failed: every replica was aborted, the drain below ends
     }
   }
-  telemetry_.reset();  // its last sample reads the replicas' allocators
-  destroy_replicas();
-}
+}  // group_ then destroys the replicas, each on its own thread
 
-void DataParallel::Impl::destroy_replicas() {
-  WorkerThread::run_each(threads_, [this](size_t r) { replicas_[r].reset(); });
-}
-
-void DataParallel::Impl::abort_all() {
-  for (auto& replica : replicas_) {
-    if (replica) replica->abort();
-  }
-}
-
-void DataParallel::Impl::drain_all() {
-  WorkerThread::run_each(threads_, [this](size_t r) { replicas_[r]->drain(); });
-}
-
-std::vector<ReplicaProgress> DataParallel::Impl::progress() const {
+std::vector<ReplicaProgress> DataParallel::Impl::progress() {
   std::vector<ReplicaProgress> out;
-  for (const auto& replica : replicas_) {
-    out.push_back({replica->rank(), replica->device(), replica->phase(), reported_step(),
-                   replica->communicator().snapshot(), replica->communicator().waiting_for()});
+  for (size_t r = 0; r < group_->size(); ++r) {
+    Replica& rep = replica(r);
+    out.push_back({rep.rank(), rep.device(), rep.phase(), reported_step(),
+                   rep.communicator().snapshot(), rep.communicator().waiting_for()});
   }
   return out;
 }
 
 // ---- running a job on every replica ----------------------------------------------------------
 
-void DataParallel::Impl::check_usable(const char* what) const {
-  LS_CHECK(!failure_.failed(), "cannot ", what, ": a replica failed earlier (", failure_.message,
-           "); destroy this DataParallel and build a new one");
-}
+namespace {
+
+// DataParallel's stall detector: a replica inside one collective longer than the timeout (the
+// Watchdog, which also says where every replica is for the heartbeat).
+class CollectiveStalls final : public StallDetector {
+ public:
+  CollectiveStalls(std::chrono::milliseconds timeout,
+                   std::function<std::vector<ReplicaProgress>()> progress)
+      : watchdog_(timeout), progress_(std::move(progress)) {}
+  std::chrono::milliseconds period() const override { return std::chrono::milliseconds(100); }
+  std::optional<std::string> check(Clock::time_point now) override {
+    return watchdog_.check(progress_(), now);
+  }
+  std::string describe(Clock::time_point now) override {
+    return watchdog_.describe(progress_(), now);
+  }
+
+ private:
+  Watchdog watchdog_;
+  std::function<std::vector<ReplicaProgress>()> progress_;
+};
+
+}  // namespace
 
 void DataParallel::Impl::run_on_all(const std::function<void(Replica&)>& job, const char* what) {
-  check_usable(what);
-  std::mutex mutex;
-  Failure first;
-  std::atomic<bool> failed{false};
-  std::vector<std::future<void>> jobs;
-  for (size_t r = 0; r < replicas_.size(); ++r) {
-    jobs.push_back(threads_[r]->post([&, r] {
-      try {
-        job(*replicas_[r]);
-      } catch (...) {
-        std::lock_guard lock(mutex);
-        if (first.replica < 0) {
-          first = {static_cast<int>(r), std::current_exception(), replicas_[r]->phase()};
-        }
-        failed = true;
-      }
-    }));
-  }
-  const std::string stuck = watch(jobs, failed, what);
-  if (!failed && stuck.empty()) return;
-  // A failed job may have left work on its streams that reads the caller's memory (the batch
-  // being uploaded): let every stream finish or skip it before the caller gets control back.
-  drain_all();
-  fail(first, stuck, what);
-}
-
-std::string DataParallel::Impl::watch(std::vector<std::future<void>>& jobs,
-                                      const std::atomic<bool>& failed, const char* what) {
-  // The first failure aborts all replicas, so that none stays blocked in a collective waiting
-  // for the one that failed; a collective that waits too long makes the watchdog abort them
-  // all with its report.
-  using Clock = std::chrono::steady_clock;
-  constexpr auto kPoll = std::chrono::milliseconds(10);
-  constexpr auto kWatchEvery = std::chrono::milliseconds(100);
-  Watchdog watchdog(options_.collective_timeout);
-  std::string stuck;
-  bool aborted = false;
-  Clock::time_point next_watch = Clock::now() + kWatchEvery;
-  Clock::time_point next_beat = Clock::now() + options_.heartbeat_interval;
-  const bool beating = options_.heartbeat && options_.heartbeat_interval.count() > 0;
-  for (auto& job : jobs) {
-    while (job.wait_for(kPoll) != std::future_status::ready) {
-      if (aborted) continue;
-      // A failure in another process: end this process's replicas now, not at a timeout.
-      if (failed || (multiprocess() && processes_->notice())) {
-        abort_all();
-        aborted = true;
-        continue;
-      }
-      const Clock::time_point now = Clock::now();
-      const bool beat = beating && now >= next_beat;
-      if (now < next_watch && !beat) continue;
-      // Nothing may leave this loop while jobs still run: they reference the caller's frame.
-      try {
-        std::vector<ReplicaProgress> where = progress();
-        if (beat) {
-          options_.heartbeat("heartbeat: " + std::string(what) + " " +
-                             std::to_string(reported_step()) + ": " +
-                             watchdog.describe(where, now));
-          next_beat = now + options_.heartbeat_interval;
-        }
-        if (std::optional<std::string> report = watchdog.check(where, now)) {
-          stuck = *report;
-          if (telemetry_) stuck += "; " + telemetry_->last_samples();
-          abort_all();
-          aborted = true;
-        }
-      } catch (...) {
-        stuck = "watching the replicas failed: " + describe_exception(std::current_exception());
-        abort_all();
-        aborted = true;
-      }
-      next_watch = now + kWatchEvery;
-    }
-  }
-  if ((failed || !stuck.empty()) && !aborted) abort_all();
-  return stuck;
-}
-
-void DataParallel::Impl::fail(const Failure& first, const std::string& stuck, const char* what) {
-  // Another process failed first: every process ends with that process's error, word for word
-  // (this process's replicas then only saw their collectives aborted).
-  processes_->raise_notice_if_any();
-  if (!stuck.empty()) {
-    processes_->fail(ErrorKind::kTimeout, processes_->prefix() + what + " " +
-                                              std::to_string(reported_step()) + ": " + stuck);
-  }
-  processes_->fail(error_kind_of(first.error),
-                   processes_->prefix() + "replica " +
-                       std::to_string(first_replica_ + first.replica) + " on " +
-                       devices_[static_cast<size_t>(first.replica)].str() + " failed in " + what +
-                       " (step " + std::to_string(reported_step()) + ", " +
-                       phase_name(first.phase) + "): " + describe_exception(first.error));
+  CollectiveStalls stalls(options_.collective_timeout, [this] { return progress(); });
+  group_->run_on_all([&](size_t r) { job(replica(r)); }, what, reported_step(), stalls);
 }
 
 void DataParallel::Impl::check_replica(int replica) const {
@@ -410,7 +307,7 @@ int64_t DataParallel::Impl::step_async(const data::Batch& batch) {
   LS_CHECK(global_labels > 0, "every label of the batch is kIgnoreLabel (", kIgnoreLabel,
            "), so it has no loss to train on; drop such batches");
   while (static_cast<int>(queued_.size()) >= options_.steps_in_flight) harvest_oldest();
-  if (telemetry_) telemetry_->set_step(steps_ + 1);
+  group_->set_telemetry_step(steps_ + 1);
   run_on_all(
       [&](Replica& replica) {
         const int r = replica.rank();  // global
@@ -488,8 +385,8 @@ void DataParallel::Impl::harvest_oldest() {
   }
   if (++consecutive_skips_ >= options_.max_consecutive_skips) {
     // Every process takes this decision alike (the loss and counts are all-reduced).
-    processes_->fail(ErrorKind::kNonFinite,
-                     processes_->prefix() + std::to_string(consecutive_skips_) +
+    processes().fail(ErrorKind::kNonFinite,
+                     processes().prefix() + std::to_string(consecutive_skips_) +
                          " steps in a row (up to step " + std::to_string(queued.step) +
                          ") had non-finite loss or gradients (last: loss " +
                          std::to_string(result.loss) + ", " + std::to_string(outcome.nonfinite) +
@@ -507,7 +404,7 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
   finish_queued();
   LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
   data::check_dataset(dataset);
-  std::vector<EvalCounts> counts(replicas_.size());
+  std::vector<EvalCounts> counts(group_->size());
   const int64_t n = size();
   run_on_all(
       [&](Replica& replica) {
@@ -518,7 +415,7 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
             replica.evaluate(rows, batch_size);
       },
       "evaluate");
-  return combine_eval_counts(counts, *processes_);
+  return combine_eval_counts(counts, processes());
 }
 
 std::vector<float> DataParallel::Impl::parameters(int replica) {
@@ -529,7 +426,7 @@ std::vector<float> DataParallel::Impl::parameters(int replica) {
 
 DataParallel::StateBytes DataParallel::Impl::state_bytes(int replica) {
   check_replica(replica);
-  return replicas_[static_cast<size_t>(replica)]->state_bytes();
+  return this->replica(static_cast<size_t>(replica)).state_bytes();
 }
 
 BucketTimeline DataParallel::Impl::last_timeline(int replica) {

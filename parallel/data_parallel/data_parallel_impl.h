@@ -1,9 +1,9 @@
 // DataParallel's implementation (internal; the public class is lockstep/data_parallel.h).
 //
-// Impl owns the replica threads and replicas and runs every job on all of them together
-// (run_on_all): post the job to every thread, watch them (failure, watchdog, heartbeat), abort all
-// on the first failure or hang, drain every stream, and raise one error that names where it
-// happened. Checkpoints live in parallel/checkpointing.cpp.
+// Impl owns the replicas in a WorkerGroup (parallel/runtime/worker_group.h), which runs every
+// job on all of them together: watched (first failure, the Watchdog over the collectives,
+// heartbeat, telemetry), all aborted on the first failure or hang, every stream drained, one
+// error that names where it happened. Checkpoints live in parallel/data_parallel/checkpointing.cpp.
 // Thread-safety: one calling thread at a time, like the public class.
 #pragma once
 
@@ -24,7 +24,7 @@
 #include "parallel/runtime/step_common.h"
 #include "parallel/observability/telemetry.h"
 #include "parallel/observability/watchdog.h"
-#include "parallel/runtime/worker_thread.h"
+#include "parallel/runtime/worker_group.h"
 #include <lockstep/world.h>
 
 namespace ls {
@@ -45,8 +45,8 @@ class DataParallel::Impl {
   // Waits for every queued step's result (kept for result()): before anything that reads or
   // replaces the training state.
   void finish_queued();
-  int64_t graph_launches() const { return replicas_[0]->graph_launches(); }
-  int64_t graph_nodes() const { return replicas_[0]->graph_nodes(); }
+  int64_t graph_launches() const { return replica(0).graph_launches(); }
+  int64_t graph_nodes() const { return replica(0).graph_nodes(); }
   bool graphs() const;  // See Note [Graphs with several GPUs in one process]
   EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
   std::string save(const std::string& dir, const TrainingPosition& position,
@@ -65,46 +65,33 @@ class DataParallel::Impl {
   int64_t parameter_count() const { return parameter_count_; }
   // Replica 0's parameters (names, shapes, offsets in the flat buffer; the same on every replica).
   const std::vector<Parameter*>& parameter_layout() const {
-    return replicas_[0]->store().parameters();
+    return replica(0).store().parameters();
   }
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
  private:
-  // The first replica job that threw, and where (replica: local index).
-  struct Failure {
-    int replica = -1;
-    std::exception_ptr error;
-    Phase phase = Phase::kIdle;
-  };
-
   StepOptions step_options() const;
   void build_replicas(const ModelFactory& model, const OptimizerFactory& optimizer,
                       const EngineHooks& hooks);
-  // Runs job(replica) on every replica's thread and waits; on any failure aborts all replicas
-  // and throws the first failure, described (see the class comment of DataParallel).
+  Replica& replica(size_t r) { return static_cast<Replica&>(group_->member(r)); }
+  const Replica& replica(size_t r) const { return static_cast<const Replica&>(group_->member(r)); }
+  // Runs job(replica) on every replica at once, watched by the Watchdog over the collectives
+  // (WorkerGroup::run_on_all: on any failure every replica is aborted and one error raised).
   void run_on_all(const std::function<void(Replica&)>& job, const char* what);
-  // Waits for every job, aborting all replicas at the first failure or when the watchdog finds
-  // a collective past its timeout (returns its report then, else "").
-  std::string watch(std::vector<std::future<void>>& jobs, const std::atomic<bool>& failed,
-                    const char* what);
-  // Raises the run's failure (and keeps it: every later call raises it too).
-  [[noreturn]] void fail(const Failure& first, const std::string& stuck, const char* what);
   // Runs job on replica r's thread and returns its result (for reads and checkpoints).
   template <typename T>
-  T run_on(int replica, const std::function<T(Replica&)>& job) {
-    check_replica(replica);
-    T out{};
-    threads_[static_cast<size_t>(replica)]
-        ->post([&] { out = job(*replicas_[static_cast<size_t>(replica)]); })
-        .get();
-    return out;
+  T run_on(int r, const std::function<T(Replica&)>& job) {
+    check_replica(r);
+    return group_->run_on<T>(static_cast<size_t>(r),
+                             [&] { return job(replica(static_cast<size_t>(r))); });
   }
   void check_replica(int replica) const;
-  bool multiprocess() const { return processes_->several(); }
+  ProcessGroup& processes() { return group_->processes(); }
+  bool multiprocess() const { return group_->several_processes(); }
   // An exchange between the processes that fails the run when it throws (ProcessGroup).
   template <typename T>
   T between_processes(const std::function<T()>& exchange) {
-    return processes_->failing_run(exchange);
+    return processes().failing_run(exchange);
   }
   // Checkpoints (parallel/data_parallel/checkpointing.cpp).
   void gather_optimizer_ranges(HostState& state, int64_t shard_size);
@@ -113,20 +100,17 @@ class DataParallel::Impl {
 
   // Waits for the oldest queued step on every replica and accounts its result.
   void harvest_oldest();
-  void check_usable(const char* what) const;
+  void check_usable(const char* what) const { group_->check_usable(what); }
   std::vector<int64_t> shard_rows(int64_t global_rows) const;
-  std::vector<ReplicaProgress> progress() const;
-  void abort_all();
-  void drain_all();         // each on its own thread; after it no stream reads caller memory
-  void destroy_replicas();  // each on its own thread
+  std::vector<ReplicaProgress> progress();
 
   const World* world_ = nullptr;  // null: one process
   std::vector<Device> devices_;   // this process's
   int first_replica_ = 0;         // global index of devices_[0]'s replica
   int replicas_total_ = 0;        // over every process
   DataParallelOptions options_;
-  std::vector<std::unique_ptr<WorkerThread>> threads_;
-  std::vector<std::unique_ptr<Replica>> replicas_;
+  // The replicas, their threads and the run's failure (declared before what reads them).
+  std::unique_ptr<WorkerGroup> group_;
   std::vector<Bucket> buckets_;
   int64_t parameter_count_ = 0;
   int64_t steps_ = 0;
@@ -143,9 +127,6 @@ class DataParallel::Impl {
   std::map<int64_t, StepResult> results_;  // read, not taken by result() yet
   static constexpr size_t kKeptResults = 64;
   int64_t dropped_before_ = 0;  // results of steps below this were dropped untaken
-  RunFailure failure_;  // set once a replica has failed; every later call raises it
-  std::unique_ptr<TelemetryRecorder> telemetry_;  // when options_.telemetry_path is set
-  std::unique_ptr<ProcessGroup> processes_;       // the other processes of world_ (if any)
 };
 
 }  // namespace ls

@@ -38,6 +38,7 @@
 #include "parallel/comm/graph_communicator.h"
 #include "parallel/data_parallel/reducer.h"
 #include "parallel/data_parallel/step_io.h"
+#include "parallel/runtime/worker_group.h"
 
 namespace ls {
 
@@ -107,7 +108,7 @@ struct EvalCounts {
   int64_t rows = 0;  // labels counted (not kIgnoreLabel)
 };
 
-class Replica {
+class Replica final : public GroupMember {
  public:
   // `comm` is the replica's communicator chain (decorators, if any, around `recorder`, the
   // flight recorder it owns, around the backend); `recorder` is read by the watchdog.
@@ -118,7 +119,7 @@ class Replica {
           std::unique_ptr<Communicator> comm, RecordingCommunicator& recorder,
           const BucketOptions& buckets, uint64_t seed, ShardMode shard = ShardMode::kNone,
           StepOptions step_options = {});
-  ~Replica();
+  ~Replica() override;
 
   // Makes every replica start from rank 0's parameters (a collective: all replicas call it).
   void broadcast_parameters();
@@ -150,6 +151,7 @@ class Replica {
   Device device() const { return device_; }
   Phase phase() const { return phase_.load(); }
   nn::ParameterStore& store() { return *store_; }
+  const nn::ParameterStore& store() const { return *store_; }
   bool sharded() const { return store_->shards() > 1; }
   bool gradients_sharded() const { return owned_grads_.defined(); }
   // The part of a flat buffer this replica's optimizer updates: all of it, or its shard.
@@ -170,10 +172,11 @@ class Replica {
     return reducer_->timeline(*step_start_);
   }
   // Ends every wait of this replica (any thread): its streams and its communicator.
-  void abort();
+  void abort() override;
   // Waits until both streams have run (or, after an abort, skipped) all enqueued work; errors
   // are ignored (they were reported already). After it, no enqueued work reads caller memory.
-  void drain();
+  void drain() override;
+  std::string position() const override { return phase_name(phase()); }
 
  private:
   void upload(const Shard& shard);

@@ -50,10 +50,23 @@ Pipeline::Impl::Impl(const World* world, std::vector<Device> devices, const Mode
     first_pipeline_ = world_->first_replica(world_->rank()) / options_.stages;
     pipelines_total_ = world_->replicas() / options_.stages;
   }
-  processes_ = std::make_unique<ProcessGroup>(world_, options_.timeout, failure_);
+  LS_CHECK(options_.telemetry_interval.count() > 0, "telemetry_interval must be positive, got ",
+           options_.telemetry_interval.count(), " ms");
+  std::vector<std::string> names;
+  for (int i = 0; i < d; ++i) names.push_back(where(i));
+  WorkerGroupOptions group;
+  group.strategy = "Pipeline";
+  group.member_noun = "stage";
+  group.timeout = options_.timeout;
+  group.heartbeat = options_.heartbeat;
+  group.heartbeat_interval = options_.heartbeat_interval;
+  group_ = std::make_unique<WorkerGroup>(world_, std::move(names), std::move(group));
   plan(model);
   schedule_ = pipeline_schedule(options_.stages, options_.micro_batches, options_.schedule);
   build_stages(model, optimizer);
+  if (!options_.telemetry_path.empty()) {
+    group_->start_telemetry(options_.telemetry_path, options_.telemetry_interval, devices_);
+  }
 }
 
 void Pipeline::Impl::plan(const ModelFactory& model) {
@@ -107,11 +120,7 @@ void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFact
               : make_communicators(group, comm_options);
     }
   }
-  stages_.resize(devices_.size());
-  for (size_t i = 0; i < devices_.size(); ++i) {
-    threads_.push_back(std::make_unique<WorkerThread>(where(static_cast<int>(i))));
-  }
-  const std::exception_ptr first = WorkerThread::run_each(threads_, [&](size_t i) {
+  group_->build([&](size_t i) -> std::unique_ptr<GroupMember> {
     const int s = static_cast<int>(i) % p, r = static_cast<int>(i) / p;
     StageConfig config{s,
                        p,
@@ -126,30 +135,20 @@ void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFact
     for (int j = 0; j < p; ++j) config.pipeline.push_back(devices_[static_cast<size_t>(base + j)]);
     std::unique_ptr<Communicator> comm =
         data_parallel ? std::move(comms[static_cast<size_t>(s)][static_cast<size_t>(r)]) : nullptr;
-    stages_[i] =
-        std::make_unique<PipelineStage>(config, devices_[i], model, optimizer, std::move(comm));
+    return std::make_unique<PipelineStage>(config, devices_[i], model, optimizer, std::move(comm));
   });
-  if (first) {
-    abort_all();
-    destroy_stages();
-    std::rethrow_exception(first);
-  }
-  for (size_t i = 0; i < stages_.size(); ++i) {
+  for (size_t i = 0; i < stage_count(); ++i) {
     const int s = static_cast<int>(i) % p, base = static_cast<int>(i) - s;
     std::vector<StageInbox*> inboxes;
-    for (int j = 0; j < p; ++j) inboxes.push_back(&stages_[static_cast<size_t>(base + j)]->inbox());
+    for (int j = 0; j < p; ++j) inboxes.push_back(&stage(static_cast<size_t>(base + j)).inbox());
     std::vector<TiedParameter> mine;
     for (const TiedParameter& t : tied_) {
       for (int h : t.holders) {
         if (h == s) mine.push_back(t);
       }
     }
-    stages_[i]->connect(std::move(inboxes), std::move(mine));
+    stage(i).connect(std::move(inboxes), std::move(mine));
   }
-}
-
-void Pipeline::Impl::destroy_stages() {
-  WorkerThread::run_each(threads_, [this](size_t i) { stages_[i].reset(); });
 }
 
 std::string Pipeline::Impl::where(int index) const {
@@ -159,80 +158,55 @@ std::string Pipeline::Impl::where(int index) const {
   return out + " on " + devices_[static_cast<size_t>(index)].str();
 }
 
-void Pipeline::Impl::abort_all() {
-  for (auto& stage : stages_) {
-    if (stage) stage->abort();
-  }
-}
-
-void Pipeline::Impl::drain_all() {
-  WorkerThread::run_each(threads_, [this](size_t i) { stages_[i]->drain(); });
-}
-
 // ---- running a job on every stage ------------------------------------------------------------
 
-void Pipeline::Impl::run_on_stages(const std::function<void(PipelineStage&)>& job,
-                                   const char* what) {
-  LS_CHECK(!failure_.failed(), "cannot ", what, ": a stage failed earlier (", failure_.message,
-           "); destroy this Pipeline and build a new one");
-  std::mutex mutex;
-  Failure first;
-  std::atomic<bool> failed{false};
-  std::vector<std::future<void>> jobs;
-  for (size_t i = 0; i < stages_.size(); ++i) {
-    jobs.push_back(threads_[i]->post([&, i] {
-      try {
-        job(*stages_[i]);
-      } catch (...) {
-        std::lock_guard lock(mutex);
-        if (first.stage < 0) {
-          first = {static_cast<int>(i), std::current_exception(), stages_[i]->phase(),
-                   stages_[i]->micro_batch()};
-        }
-        failed = true;
-      }
-    }));
-  }
-  const std::string stuck = watch(jobs, failed);
-  if (!failed && stuck.empty()) return;
-  drain_all();  // no stream may still read the caller's batch when step() returns
-  fail(first, stuck, what);
-}
+namespace {
 
-std::string Pipeline::Impl::watch(std::vector<std::future<void>>& jobs,
-                                  const std::atomic<bool>& failed) {
-  // The first failure aborts every stage, so none stays blocked waiting for the one that failed;
-  // no progress anywhere (host phases or device actions) for options_.timeout is a stall.
-  using Clock = std::chrono::steady_clock;
-  constexpr auto kPoll = std::chrono::milliseconds(5);
-  std::string stuck;
-  bool aborted = false;
-  uint64_t signature = progress_signature();
-  Clock::time_point last_change = Clock::now();
-  for (auto& job : jobs) {
-    while (job.wait_for(kPoll) != std::future_status::ready) {
-      if (aborted) continue;
-      // A failure in another process: end this process's stages now, not at a timeout.
-      if (failed || (processes_->several() && processes_->notice())) {
-        abort_all();
-        aborted = true;
-        continue;
-      }
-      const Clock::time_point now = Clock::now();
-      const uint64_t current = progress_signature();
-      if (current != signature) {
-        signature = current;
-        last_change = now;
-      } else if (now - last_change > options_.timeout) {
-        stuck =
-            stall_report(std::chrono::duration_cast<std::chrono::milliseconds>(now - last_change));
-        abort_all();
-        aborted = true;
-      }
+// Pipeline's stall detector: no progress anywhere (host phases or device actions) for the
+// timeout. Stages wait for each other, so a stalled one stops the rest: the report names the
+// stage whose next action has its input already.
+class StageStalls final : public StallDetector {
+ public:
+  StageStalls(std::chrono::milliseconds timeout, std::function<uint64_t()> signature,
+              std::function<std::string()> describe,
+              std::function<std::string(std::chrono::milliseconds)> report)
+      : timeout_(timeout),
+        signature_(std::move(signature)),
+        describe_(std::move(describe)),
+        report_(std::move(report)),
+        last_(signature_()),
+        last_change_(Clock::now()) {}
+  std::chrono::milliseconds period() const override { return std::chrono::milliseconds(5); }
+  std::optional<std::string> check(Clock::time_point now) override {
+    const uint64_t current = signature_();
+    if (current != last_) {
+      last_ = current;
+      last_change_ = now;
+      return std::nullopt;
     }
+    if (now - last_change_ <= timeout_) return std::nullopt;
+    return report_(std::chrono::duration_cast<std::chrono::milliseconds>(now - last_change_));
   }
-  if (failed && !aborted) abort_all();
-  return stuck;
+  std::string describe(Clock::time_point) override { return describe_(); }
+
+ private:
+  std::chrono::milliseconds timeout_;
+  std::function<uint64_t()> signature_;
+  std::function<std::string()> describe_;
+  std::function<std::string(std::chrono::milliseconds)> report_;
+  uint64_t last_;
+  Clock::time_point last_change_;
+};
+
+}  // namespace
+
+void Pipeline::Impl::run_on_stages(const std::function<void(size_t, PipelineStage&)>& job,
+                                   const char* what) {
+  StageStalls stalls(
+      options_.timeout, [this] { return progress_signature(); },
+      [this] { return describe_stages(); },
+      [this](std::chrono::milliseconds quiet) { return stall_report(quiet); });
+  group_->run_on_all([&](size_t i) { job(i, stage(i)); }, what, steps_ + 1, stalls);
 }
 
 int Pipeline::Impl::device_done(const PipelineStage& stage) const {
@@ -243,11 +217,24 @@ int Pipeline::Impl::device_done(const PipelineStage& stage) const {
 
 uint64_t Pipeline::Impl::progress_signature() const {
   uint64_t signature = 0;
-  for (const auto& stage : stages_) {
-    signature =
-        signature * 1000003u + stage->ticks() * 131u + static_cast<uint64_t>(device_done(*stage));
+  for (size_t i = 0; i < stage_count(); ++i) {
+    signature = signature * 1000003u + stage(i).ticks() * 131u +
+                static_cast<uint64_t>(device_done(stage(i)));
   }
   return signature;
+}
+
+std::string Pipeline::Impl::describe_stages() const {
+  std::string all;
+  for (size_t i = 0; i < stage_count(); ++i) {
+    const PipelineStage& st = stage(i);
+    const int s = static_cast<int>(i) % options_.stages;
+    if (!all.empty()) all += "; ";
+    all += where(static_cast<int>(i)) + ": host in " + st.position() + ", device ran " +
+           std::to_string(device_done(st)) + " of " +
+           std::to_string(schedule_[static_cast<size_t>(s)].size()) + " actions";
+  }
+  return all;
 }
 
 std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) const {
@@ -258,23 +245,17 @@ std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) const 
     const auto& actions = schedule_[static_cast<size_t>(s)];
     return static_cast<int>(std::find(actions.begin(), actions.end(), a) - actions.begin());
   };
-  std::string culprit, all;
-  for (size_t i = 0; i < stages_.size(); ++i) {
+  std::string culprit;
+  for (size_t i = 0; i < stage_count() && culprit.empty(); ++i) {
     const int s = static_cast<int>(i) % p, base = static_cast<int>(i) - s;
     const auto& actions = schedule_[static_cast<size_t>(s)];
-    const int done = device_done(*stages_[i]);
-    const int total = static_cast<int>(actions.size());
-    all += "; " + where(static_cast<int>(i)) + ": host in " +
-           stage_phase_name(stages_[i]->phase()) + " (micro-batch " +
-           std::to_string(stages_[i]->micro_batch()) + "), device ran " + std::to_string(done) +
-           " of " + std::to_string(total) + " actions";
-    if (!culprit.empty() || done >= total || done >= stages_[i]->actions_enqueued()) continue;
+    const int done = device_done(stage(i));
+    if (done >= static_cast<int>(actions.size()) || done >= stage(i).actions_enqueued()) continue;
     const PipelineAction next = actions[static_cast<size_t>(done)];
     const bool forward = next.kind == PipelineAction::Kind::kForward;
     const int from = forward ? s - 1 : s + 1;
-    const bool input_ready =
-        from < 0 || from >= p ||
-        stages_[static_cast<size_t>(base + from)]->action_done(index_of(from, next));
+    const bool input_ready = from < 0 || from >= p ||
+                             stage(static_cast<size_t>(base + from)).action_done(index_of(from, next));
     if (input_ready) {
       culprit = where(static_cast<int>(i)) + " stalled in " + (forward ? "forward" : "backward") +
                 " of micro-batch " + std::to_string(next.micro_batch);
@@ -282,22 +263,7 @@ std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) const 
   }
   if (culprit.empty()) culprit = "the stages stalled after their forward and backward actions";
   return "no stage made progress for " + std::to_string(quiet.count()) + " ms (timeout " +
-         std::to_string(options_.timeout.count()) + " ms): " + culprit + all;
-}
-
-void Pipeline::Impl::fail(const Failure& first, const std::string& stuck, const char* what) {
-  // Another process failed first: every process ends with its error, word for word.
-  processes_->raise_notice_if_any();
-  if (!stuck.empty()) {
-    processes_->fail(ErrorKind::kTimeout, processes_->prefix() + "pipeline " + what + " " +
-                                              std::to_string(steps_ + 1) + ": " + stuck);
-  }
-  std::string position = stage_phase_name(first.phase);
-  if (first.micro_batch >= 0) position += " of micro-batch " + std::to_string(first.micro_batch);
-  processes_->fail(error_kind_of(first.error), processes_->prefix() + where(first.stage) +
-                                                   " failed in pipeline " + what + " " +
-                                                   std::to_string(steps_ + 1) + " (" + position +
-                                                   "): " + describe_exception(first.error));
+         std::to_string(options_.timeout.count()) + " ms): " + culprit + "; " + describe_stages();
 }
 
 // ---- the step --------------------------------------------------------------------------------
@@ -315,16 +281,15 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   const int64_t global_labels = shard_of(batch, features, 0, batch.size).counted_labels();
   LS_CHECK(global_labels > 0, "every label of the batch is kIgnoreLabel (", kIgnoreLabel,
            "), so it has no loss to train on; drop such batches");
-  std::vector<StageOutcome> outcomes(stages_.size());
+  std::vector<StageOutcome> outcomes(stage_count());
   const int p = options_.stages;
+  group_->set_telemetry_step(steps_ + 1);
   const auto started = std::chrono::steady_clock::now();
   run_on_stages(
-      [&](PipelineStage& stage) {
-        int index = 0;
-        while (stages_[static_cast<size_t>(index)].get() != &stage) ++index;
-        const int64_t r = first_pipeline_ + index / p, rows = batch.size / n;
+      [&](size_t index, PipelineStage& stage) {
+        const int64_t r = first_pipeline_ + static_cast<int64_t>(index) / p, rows = batch.size / n;
         const Shard shard = shard_of(batch, features, r * rows, (r + 1) * rows);
-        outcomes[static_cast<size_t>(index)] =
+        outcomes[index] =
             stage.run(shard, global_labels, schedule_[static_cast<size_t>(stage.stage())], steps_,
                       options_.seed);
       },
@@ -333,19 +298,20 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   double loss_sum = 0;
   bool nonfinite = false;
-  for (size_t i = 0; i < stages_.size(); ++i) {
+  for (size_t i = 0; i < stage_count(); ++i) {
     if (static_cast<int>(i) % p == p - 1) loss_sum += outcomes[i].loss_sum;
     nonfinite = nonfinite || outcomes[i].nonfinite != 0;
   }
   // Every process's last stages, in process order; any non-finite stage skips everywhere.
   const std::array<double, 2> mine{loss_sum, nonfinite ? 1.0 : 0.0};
   const std::vector<double> sums =
-      processes_->sum_over_processes(mine, "step: combining the processes' losses");
+      processes().sum_over_processes(mine, "step: combining the processes' losses");
   loss_sum = sums[0];
   nonfinite = sums[1] > 0;
   const float loss = static_cast<float>(loss_sum / static_cast<double>(global_labels));
   const bool skipped = nonfinite || !std::isfinite(loss);
-  run_on_stages([skipped](PipelineStage& stage) { stage.step(!skipped); }, "optimizer step");
+  run_on_stages([skipped](size_t, PipelineStage& stage) { stage.step(!skipped); },
+                "optimizer step");
   ++steps_;
   if (skipped) ++skipped_total_;
   stats_ = {};
@@ -366,20 +332,18 @@ EvalResult Pipeline::Impl::evaluate(const data::Dataset& dataset, int64_t batch_
   LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
   data::check_dataset(dataset);
   const int p = options_.stages, n = pipelines(), local = local_pipelines();
-  std::vector<EvalCounts> counts(stages_.size());
+  std::vector<EvalCounts> counts(stage_count());
   run_on_stages(
-      [&](PipelineStage& stage) {
-        int index = 0;
-        while (stages_[static_cast<size_t>(index)].get() != &stage) ++index;
-        const int64_t r = first_pipeline_ + index / p;
+      [&](size_t index, PipelineStage& stage) {
+        const int64_t r = first_pipeline_ + static_cast<int64_t>(index) / p;
         const int64_t begin = dataset.count * r / n, end = dataset.count * (r + 1) / n;
         const Shard rows = shard_of(dataset, dataset.features, begin, end);
-        if (rows.rows > 0) counts[static_cast<size_t>(index)] = stage.evaluate(rows, batch_size);
+        if (rows.rows > 0) counts[index] = stage.evaluate(rows, batch_size);
       },
       "evaluate");
   std::vector<EvalCounts> last_stages;  // in pipeline order
   for (int r = 0; r < local; ++r) last_stages.push_back(counts[static_cast<size_t>(r * p + p - 1)]);
-  const EvalResult result = combine_eval_counts(last_stages, *processes_);
+  const EvalResult result = combine_eval_counts(last_stages, processes());
   LS_CHECK(result.examples > 0, "evaluate: every label of '", dataset.name,
            "' is kIgnoreLabel; there is nothing to evaluate");
   return result;
@@ -400,8 +364,7 @@ std::vector<DataParallel::NamedParameter> Pipeline::Impl::named_parameters() {
 
 std::vector<DataParallel::NamedParameter> Pipeline::Impl::stage_parameters(int pipeline,
                                                                            int stage) {
-  LS_CHECK(!failure_.failed(), "cannot read parameters: a stage failed earlier (", failure_.message,
-           ")");
+  group_->check_usable("read parameters");
   LS_CHECK(pipeline >= 0 && pipeline < local_pipelines() && stage >= 0 && stage < options_.stages,
            "stage_parameters: pipeline ", pipeline, " stage ", stage,
            " does not exist; this "

@@ -38,10 +38,10 @@ std::span<const std::byte> bytes_of(const std::vector<float>& v) {
 
 std::string Pipeline::Impl::save(const std::string& dir, const TrainingPosition& position,
                                  const CheckpointRetention& retention) {
-  LS_CHECK(!failure_.failed(), "cannot save: a stage failed earlier (", failure_.message, ")");
+  group_->check_usable("save");
   // Process 0 writes (its first pipeline holds the whole model); every process returns its
   // result or raises its error.
-  return processes_->on_process_zero([&] { return commit(dir, position, retention); },
+  return processes().on_process_zero([&] { return commit(dir, position, retention); },
                                      "save: waiting for process 0 to write the checkpoint (a slow "
                                      "disk needs a longer collective timeout)",
                                      "process 0 could not save the checkpoint: ");
@@ -96,15 +96,15 @@ std::string Pipeline::Impl::commit(const std::string& dir, const TrainingPositio
   meta.optimizer = whole.optimizer;
   meta.optimizer_steps = whole.optimizer_steps;
   meta.extra["devices"] = devices_str(devices_);
-  if (processes_->several()) meta.extra["world"] = world_->describe();
+  if (group_->several_processes()) meta.extra["world"] = world_->describe();
   meta.extra["pipeline_stages"] = std::to_string(options_.stages);
   return checkpoint::commit_checkpoint(dir, meta, model, optimizer, retention);
 }
 
 TrainingPosition Pipeline::Impl::load(const std::string& dir) {
-  LS_CHECK(!failure_.failed(), "cannot load: a stage failed earlier (", failure_.message, ")");
+  group_->check_usable("load");
   // Every process reads DIR itself; all load, or none.
-  const checkpoint::LoadedCheckpoint loaded = processes_->read_checkpoint(dir);
+  const checkpoint::LoadedCheckpoint loaded = processes().read_checkpoint(dir);
   std::string optimizer;
   size_t states = 0;
   run_on(0, [&](PipelineStage& stage) {
@@ -113,7 +113,7 @@ TrainingPosition Pipeline::Impl::load(const std::string& dir) {
   });
   check_checkpoint_fits(loaded, optimizer, parameter_names_.size(), states);
   run_on_stages(
-      [&](PipelineStage& stage) {
+      [&](size_t, PipelineStage& stage) {
         Stream& stream = stage.compute_stream();
         const size_t flat = static_cast<size_t>(stage.store().values().numel());
         std::vector<float> values(flat, 0.0f);

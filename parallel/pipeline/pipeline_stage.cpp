@@ -161,6 +161,13 @@ void PipelineStage::drain() {
   }
 }
 
+std::string PipelineStage::position() const {
+  std::string out = stage_phase_name(phase());
+  const int mb = micro_batch();
+  if (mb >= 0) out += " of micro-batch " + std::to_string(mb);
+  return out;
+}
+
 void PipelineStage::upload(const Shard& shard) {
   set_phase(StagePhase::kUpload, -1);
   upload_shard(shard, /*with_labels=*/last(), device_, inputs_, labels_, *compute_);

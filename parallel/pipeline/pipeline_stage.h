@@ -71,12 +71,12 @@ struct StageOutcome {
   double busy_ms = 0;  // time the stream spent on forward and backward actions
 };
 
-class PipelineStage {
+class PipelineStage final : public GroupMember {
  public:
   // `dp_comm` (may be null): the communicator among the replicas of this stage.
   PipelineStage(const StageConfig& config, Device device, const ModelFactory& model,
                 const OptimizerFactory& optimizer, std::unique_ptr<Communicator> dp_comm);
-  ~PipelineStage();
+  ~PipelineStage() override;
 
   // Where the neighbours' inboxes are (index = stage; this pipeline's stages) and the tied
   // parameters this stage holds.
@@ -110,8 +110,12 @@ class PipelineStage {
   Stream& compute_stream() { return *compute_; }
   // Model index (position in the whole model's parameters()) of each of this stage's parameters.
   const std::vector<int>& model_indices() const { return model_indices_; }
-  void abort();
-  void drain();
+  // Ends every wait of this stage (any thread): its stream and its neighbours' messages.
+  void abort() override;
+  // Lets its stream finish or skip its queued work (its own thread).
+  void drain() override;
+  // "forward of micro-batch 2", or the phase alone outside a micro-batch.
+  std::string position() const override;
 
  private:
   struct MicroBatch;

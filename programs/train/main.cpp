@@ -74,17 +74,9 @@ std::chrono::milliseconds collective_timeout(const TrainOptions& o) {
   return std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
 }
 
-ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
-  ls::DataParallelOptions options;
-  options.seed = o.seed;
-  options.accumulate = static_cast<int>(o.accumulate);
-  options.shard = o.shard;
-  options.allow_uneven_shards = o.uneven_shards;
-  options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
-  options.buckets.reduce_dtype = o.grad_reduce;
-  options.precision = o.precision;
-  options.graphs = o.graphs;
-  options.collective_timeout = collective_timeout(o);
+// Heartbeat and telemetry: the same for every strategy.
+ls::MonitorOptions monitor_options(const TrainOptions& o) {
+  ls::MonitorOptions options;
   options.heartbeat_interval =
       std::chrono::milliseconds(static_cast<int64_t>(o.heartbeat_s * 1000));
   options.telemetry_path = o.telemetry_path;
@@ -97,6 +89,21 @@ ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
   return options;
 }
 
+ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
+  ls::DataParallelOptions options;
+  static_cast<ls::MonitorOptions&>(options) = monitor_options(o);
+  options.seed = o.seed;
+  options.accumulate = static_cast<int>(o.accumulate);
+  options.shard = o.shard;
+  options.allow_uneven_shards = o.uneven_shards;
+  options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  options.buckets.reduce_dtype = o.grad_reduce;
+  options.precision = o.precision;
+  options.graphs = o.graphs;
+  options.collective_timeout = collective_timeout(o);
+  return options;
+}
+
 ls::PipelineOptions pipeline_options(const TrainOptions& o) {
   LS_CHECK(o.accumulate == 1 && o.shard == ls::ShardMode::kNone && !o.uneven_shards,
            "--pipeline does not combine with --accumulate, --shard or --uneven-shards; use "
@@ -105,6 +112,7 @@ ls::PipelineOptions pipeline_options(const TrainOptions& o) {
            "--pipeline runs in f32 only: drop --precision and --grad-reduce (pipelines have no "
            "mixed precision yet)");
   ls::PipelineOptions options;
+  static_cast<ls::MonitorOptions&>(options) = monitor_options(o);
   options.stages = static_cast<int>(o.pipeline);
   options.micro_batches = static_cast<int>(o.micro_batches);
   options.schedule = ls::parse_schedule(o.schedule);

@@ -154,11 +154,10 @@ void check_combinations(const CLI::App& app, const TrainOptions& o) {
   if (o.pipeline > 0) {
     // What a pipeline does not have yet is refused, not ignored (issue 23 gives it the rest).
     for (const char* flag : {"--accumulate", "--shard", "--uneven-shards", "--precision",
-                             "--grad-reduce", "--graphs", "--heartbeat-s", "--telemetry",
-                             "--telemetry-interval-s"}) {
+                             "--grad-reduce", "--graphs"}) {
       if (given(flag))
         throw UsageError(std::string("--pipeline does not take ") + flag +
-                         " yet (pipelines run in f32, eagerly, without heartbeat or telemetry; "
+                         " yet (pipelines run in f32 and eagerly; "
                          "--micro-batches replaces --accumulate); drop it");
     }
   } else if (o.strategy == "manual") {  // auto may choose a pipeline: then they apply

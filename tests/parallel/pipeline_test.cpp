@@ -9,7 +9,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -317,7 +321,7 @@ TEST(Pipeline, AStageThatThrowsAbortsAllAndIsNamed) {
     FAIL() << "the injected fault did not fail the step";
   } catch (const Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("stage 1 on host:1 failed in pipeline step 1 (forward of micro-batch 2)"),
+    EXPECT_NE(what.find("stage 1 on host:1 failed in step (step 1, forward of micro-batch 2)"),
               std::string::npos)
         << what;
     EXPECT_NE(what.find("injected fault in the test layer"), std::string::npos) << what;
@@ -343,6 +347,46 @@ TEST(Pipeline, AStalledStageIsAbortedAfterTheTimeoutAndNamed) {
   }
   // The sleeping job itself cannot be interrupted (1.5 s); nothing waits longer than it.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+}
+
+// The runtime DataParallel runs on gives a pipeline the same heartbeat and telemetry.
+TEST(Pipeline, AStallIsSeenByTheHeartbeatAndItsReportHasTheTelemetry) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("lockstep-pipeline-" + std::to_string(::getpid()) + ".jsonl"))
+                               .string();
+  std::filesystem::remove(path);
+  PipelineOptions o = options(2, 4, ScheduleKind::k1F1B);
+  o.timeout = std::chrono::milliseconds(400);
+  o.heartbeat_interval = std::chrono::milliseconds(50);
+  std::vector<std::string> beats;
+  o.heartbeat = [&](const std::string& line) { beats.push_back(line); };
+  o.telemetry_path = path;
+  o.telemetry_interval = std::chrono::milliseconds(50);
+  std::string message;
+  {
+    Pipeline pipe(hosts(2), faulty_mlp(FaultLayer::Fault::kStall), sgd(), o);
+    try {
+      pipe.step(random_batch(16, 20, 1));
+      FAIL() << "the stall did not fail the step";
+    } catch (const Error& e) {
+      message = e.what();
+    }
+  }
+  ASSERT_FALSE(beats.empty());
+  EXPECT_NE(beats.back().find("heartbeat: step 1: stage 0 on host:0: host in "),
+            std::string::npos)
+      << beats.back();
+  // On host devices the stall is in the stream's work: the host threads wait in synchronize.
+  EXPECT_NE(beats.back().find("; stage 1 on host:1: host in synchronize, device ran "),
+            std::string::npos)
+      << beats.back();
+  EXPECT_NE(message.find("telemetry in " + path + "; last samples: host:0 at "), std::string::npos)
+      << message;
+  std::ifstream in(path);
+  std::string first;
+  ASSERT_TRUE(std::getline(in, first)) << path;
+  EXPECT_NE(first.find("\"event\": \"start\""), std::string::npos) << first;
+  std::filesystem::remove(path);
 }
 
 }  // namespace
