@@ -9,9 +9,10 @@ cmake_minimum_required(VERSION 3.25)  # IN_LIST, when run as a script
 set(layers engine/core ops engine/model parallel)
 set(public_engine/core allocator.h device.h dtype.h error.h json.h precision.h stream.h tensor.h)
 set(public_ops)
-set(public_engine/model checkpoint_retention.h data/dataset.h data/prefetch.h data/sampler.h
-    data/text_corpus.h data/tokenizer.h data/wordnet.h hf_transformer.h transformer_config.h
-    nn/autograd.h nn/functional.h nn/loss.h nn/module.h nn/parameter.h nn/pooling.h)
+set(public_engine/model checkpoint_retention.h data/dataset.h data/named_input.h data/prefetch.h
+    data/sampler.h data/text_corpus.h data/tokenizer.h data/wordnet.h hf_transformer.h
+    transformer_config.h
+    nn/autograd.h nn/functional.h nn/inputs.h nn/loss.h nn/module.h nn/parameter.h nn/pooling.h)
 set(public_parallel buckets.h data_parallel.h lockstep.h pipeline.h pipeline_schedule.h planner.h
     trainer.h world.h)
 

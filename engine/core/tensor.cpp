@@ -116,6 +116,24 @@ Tensor Tensor::view_as(DType dtype, int64_t offset, const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::view_bytes(DType dtype, size_t byte_offset, const Shape& shape) const {
+  LS_CHECK(defined(), "view_bytes of an undefined tensor");
+  const size_t size = dtype_size(dtype);
+  const size_t start = static_cast<size_t>(offset_) * dtype_size(dtype_) + byte_offset;
+  const int64_t count = shape_numel(shape);
+  LS_CHECK(start % size == 0, "view_bytes: ", dtype_name(dtype), " at byte ", byte_offset, " of ",
+           describe(), " is not aligned to its ", size, "-byte elements");
+  LS_CHECK(byte_offset + static_cast<size_t>(count) * size <= nbytes(), "view_bytes: ", count,
+           " ", dtype_name(dtype), " elements at byte ", byte_offset, " do not fit in ",
+           describe());
+  Tensor t = *this;
+  t.dtype_ = dtype;
+  t.offset_ = static_cast<int64_t>(start / size);
+  t.shape_ = shape;
+  t.numel_ = count;
+  return t;
+}
+
 Tensor Tensor::reshape(const Shape& shape) const {
   LS_CHECK(shape_numel(shape) == numel_, "reshape of ", describe(), " to ", shape_str(shape),
            " changes the element count");

@@ -3,8 +3,8 @@
 // the public ops, listed as two layers for a pipeline) and its own loss (half the squared error,
 // from the public ops, under the loss contract of <lockstep/nn/loss.h>), trains them on host:1,
 // host:2, host:4 and as a 2-stage pipeline, and checks that it learned and that every run's losses
-// agree with one device's (N devices train as one device with the N-times batch).
-// Exits non-zero when something is wrong.
+// agree with one device's (N devices train as one device with the N-times batch). Then the same
+// for a model with two named inputs (two_input_model.h). Exits non-zero when something is wrong.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +14,8 @@
 #include <vector>
 
 #include <lockstep/lockstep.h>
+
+#include "two_input_model.h"
 
 namespace {
 
@@ -147,6 +149,7 @@ int main() {
         ++failures;
       }
     }
+    failures += check_two_input_model();
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "consumer: %s\n", e.what());

@@ -3,10 +3,10 @@
 // are); everything else is internal.
 //   devices, dtypes, tensors, streams, errors: <lockstep/{device,dtype,tensor,stream,allocator,error}.h>
 //   mixed precision, loss scaling:    <lockstep/precision.h>
-//   data sets and batches:            <lockstep/data/{dataset,sampler}.h>
+//   data sets and batches, named inputs of any dtype: <lockstep/data/{dataset,sampler,named_input}.h>
 //   text, tokenizers, prefetching:    <lockstep/data/{text_corpus,wordnet,tokenizer,prefetch}.h>
 //   writing a model: Module, parameters, autograd, the differentiable ops:
-//                                <lockstep/nn/{module,parameter,autograd,functional,pooling}.h>
+//                                <lockstep/nn/{module,inputs,parameter,autograd,functional,pooling}.h>
 //   losses and their contract (cross-entropy, mse, bce_with_logits, your own): <lockstep/nn/loss.h>
 //   transformer configs:              <lockstep/transformer_config.h>
 //   Hugging Face GPT-2/BERT files:    <lockstep/hf_transformer.h>
@@ -31,6 +31,7 @@
 #include <lockstep/hf_transformer.h>
 #include <lockstep/checkpoint_retention.h>
 #include <lockstep/data/dataset.h>
+#include <lockstep/data/named_input.h>
 #include <lockstep/data/prefetch.h>
 #include <lockstep/data/sampler.h>
 #include <lockstep/data/text_corpus.h>
@@ -38,6 +39,7 @@
 #include <lockstep/data/wordnet.h>
 #include <lockstep/nn/autograd.h>
 #include <lockstep/nn/functional.h>
+#include <lockstep/nn/inputs.h>
 #include <lockstep/nn/loss.h>
 #include <lockstep/nn/module.h>
 #include <lockstep/nn/parameter.h>

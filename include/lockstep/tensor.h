@@ -71,6 +71,9 @@ class Tensor {
   // view() whose elements are read as `dtype`, of the same size (an i32 word as an f32: the
   // fields of a device-side struct such as ops/step_control.h's StepControl).
   Tensor view_as(DType dtype, int64_t offset, const Shape& shape) const;
+  // A tensor of `dtype` over this one's bytes from `byte_offset` on (the start a multiple of
+  // dtype's size): a byte buffer holding tensors of several dtypes (a batch's named inputs).
+  Tensor view_bytes(DType dtype, size_t byte_offset, const Shape& shape) const;
   // Same storage and element count, another shape.
   Tensor reshape(const Shape& shape) const;
 

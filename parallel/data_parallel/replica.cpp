@@ -187,8 +187,9 @@ void Replica::upload(const Shard& shard) {  // evaluation: the caller's memory, 
   upload_shard(shard, /*with_labels=*/true, device_, inputs_, labels_, *compute_);
 }
 
-Var Replica::input_rows(Tape& tape, const Shard& shard, int64_t begin, int64_t end) const {
-  return tape.constant(inputs_.view(begin * shard.features, {end - begin, shard.features}));
+nn::Inputs Replica::input_rows(Tape& tape, const Shard& shard, int64_t begin,
+                              int64_t end) const {
+  return inputs_of_rows(tape, inputs_, shard, begin, end);
 }
 
 // Note [A step the host never waits on]
@@ -415,7 +416,8 @@ void Replica::enqueue_step(const Shard& shard, int64_t global_rows, int64_t glob
   Stream& stream = *compute_;
   phase_ = Phase::kUpload;
   // See Note [The step as a graph]: the global shape decides, alike on every replica.
-  const GraphShape shape{global_rows, shard.features, shard.label_width, accumulate};
+  const GraphShape shape{global_rows, shard.features, shard.label_width, accumulate,
+                         shard.named != nullptr ? input_layout_key(*shard.named) : 0};
   if (graph_ && shape == graph_shape_) {  // the captured graph reads these tensors
     inputs_ = graph_inputs_;
     labels_ = graph_labels_;

@@ -69,6 +69,10 @@ struct Shard {
   int64_t features = 0;
   int64_t label_width = 1;
   int64_t first_row = 0;  // global index of the first row (dropout masks)
+  // Or named inputs (lockstep/data/named_input.h): this shard's rows are rows [first_row,
+  // first_row + rows) of each. `packed` is them packed for the upload (StepInputs).
+  const std::vector<data::NamedInput>* named = nullptr;
+  const void* packed = nullptr;
 
   // The rows [begin, begin + count) of this shard.
   Shard slice(int64_t begin, int64_t count) const;
@@ -188,6 +192,7 @@ class Replica final : public GroupMember {
   struct GraphShape {  // the global batch's: see Note [The step as a graph]
     int64_t rows = -1, features = -1, label_width = -1;
     int accumulate = -1;
+    uint64_t input_layout = 0;  // named inputs' names, dtypes and shapes (0: images or tokens)
     bool operator==(const GraphShape&) const = default;
   };
   // Runs step_body as a graph when it may (capturing it first), else eagerly.
@@ -195,8 +200,8 @@ class Replica final : public GroupMember {
                 const ForwardContext& context);
   void capture_body(const Shard& shard, int accumulate, const ForwardContext& context);
   void notice_once(const std::string& message);
-  // The uploaded inputs of rows [begin, end) as the model's input Var.
-  Var input_rows(Tape& tape, const Shard& shard, int64_t begin, int64_t end) const;
+  // The uploaded inputs of rows [begin, end) as the model's inputs.
+  nn::Inputs input_rows(Tape& tape, const Shard& shard, int64_t begin, int64_t end) const;
 
   int rank_;
   Device device_;

@@ -52,7 +52,9 @@ bool StepInputs::upload(const Shard& shard, float global_labels, Tensor& inputs,
   Slot& slot = slots_[uploads_++ % kSlots];
   slot.uploaded->synchronize();  // its previous upload, kSlots steps ago, has been copied
   const bool tokens = shard.tokens != nullptr;
-  const size_t input_bytes = static_cast<size_t>(shard.rows * shard.features) * 4;
+  const bool named = shard.named != nullptr;
+  const size_t input_bytes = named ? packed_layout(*shard.named, shard.rows).bytes
+                                   : static_cast<size_t>(shard.rows * shard.features) * 4;
   const size_t label_bytes = static_cast<size_t>(shard.rows * shard.label_width) * 4;
   const size_t need = aligned(input_bytes) + aligned(label_bytes) + sizeof(float);
   DeviceRuntime& runtime = device_runtime(device_);
@@ -65,13 +67,21 @@ bool StepInputs::upload(const Shard& shard, float global_labels, Tensor& inputs,
   auto* base = static_cast<char*>(slot.host);
   char* host_labels = base + aligned(input_bytes);
   auto* host_count = reinterpret_cast<float*>(host_labels + aligned(label_bytes));
-  std::memcpy(base, tokens ? static_cast<const void*>(shard.tokens) : shard.images, input_bytes);
+  if (named) {
+    pack_inputs(shard, base);
+  } else {
+    std::memcpy(base, tokens ? static_cast<const void*>(shard.tokens) : shard.images, input_bytes);
+  }
   std::memcpy(host_labels, shard.target_words(), label_bytes);
   *host_count = global_labels;
 
   Shard staged = shard;
-  staged.tokens = tokens ? reinterpret_cast<const int32_t*>(base) : nullptr;
-  staged.images = tokens ? nullptr : reinterpret_cast<const float*>(base);
+  if (named) {
+    staged.packed = base;
+  } else {
+    staged.tokens = tokens ? reinterpret_cast<const int32_t*>(base) : nullptr;
+    staged.images = tokens ? nullptr : reinterpret_cast<const float*>(base);
+  }
   staged.labels = reinterpret_cast<const int32_t*>(host_labels);
   const void* before = inputs.defined() ? inputs.data() : nullptr;
   upload_shard(staged, /*with_labels=*/true, device_, inputs, labels, stream);

@@ -269,6 +269,8 @@ std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) const 
 // ---- the step --------------------------------------------------------------------------------
 
 StepResult Pipeline::Impl::step(const data::Batch& batch) {
+  LS_CHECK(batch.inputs.empty(), "Pipeline takes a batch of images or tokens; named inputs "
+           "(data::Batch::inputs) train with DataParallel for now");
   const int64_t features = check_batch(batch);
   const int64_t n = pipelines(), m = options_.micro_batches;
   LS_CHECK(batch.size % n == 0, "global batch ", batch.size, " does not divide by the ", n,

@@ -2,6 +2,7 @@
 #include "parallel/runtime/step_common.h"
 
 #include <array>
+#include <cstring>
 
 #include <lockstep/nn/functional.h>
 #include "parallel/comm/process_group.h"
@@ -87,6 +88,21 @@ ChunkLoss evaluation_loss(const nn::Loss& loss, Tape& tape, const Var& logits,
 }
 
 int64_t check_batch(const data::Batch& batch) {
+  if (!batch.inputs.empty()) {
+    LS_CHECK(batch.images.empty() && batch.tokens.empty(), "malformed batch: it has named inputs "
+             "and also ", batch.images.size(), " float inputs and ", batch.tokens.size(),
+             " token inputs; give the model's inputs one way (named inputs, or images or tokens)");
+    LS_CHECK(batch.features == 0, "malformed batch: features is ", batch.features,
+             ", but the batch has named inputs (their shapes say it); leave features 0");
+    data::check_named_inputs(batch.inputs, batch.size);
+    LS_CHECK((batch.labels.empty() || batch.targets.empty()) &&
+                 batch.labels.size() + batch.targets.size() ==
+                     static_cast<size_t>(batch.size * batch.label_width),
+             "malformed batch: ", batch.size, " examples of ", batch.label_width,
+             " target(s), but ", batch.labels.size(), " labels and ", batch.targets.size(),
+             " value targets; fill exactly one of labels and targets with size * label_width");
+    return 0;
+  }
   const size_t inputs = batch.tokens.empty() ? batch.images.size() : batch.tokens.size();
   const int64_t features = batch.features > 0 || batch.size <= 0
                                ? batch.features
@@ -105,10 +121,83 @@ int64_t check_batch(const data::Batch& batch) {
   return features;
 }
 
+namespace {
+constexpr size_t kPackAlignment = 64;
+size_t aligned_up(size_t bytes) { return (bytes + kPackAlignment - 1) / kPackAlignment * kPackAlignment; }
+}  // namespace
+
+PackedInputs packed_layout(const std::vector<data::NamedInput>& inputs, int64_t rows) {
+  PackedInputs layout;
+  for (const data::NamedInput& input : inputs) {
+    layout.offsets.push_back(layout.bytes);
+    layout.bytes += aligned_up(static_cast<size_t>(rows) * input.example_bytes());
+  }
+  return layout;
+}
+
+void pack_inputs(const Shard& shard, void* out) {
+  const PackedInputs layout = packed_layout(*shard.named, shard.rows);
+  auto* base = static_cast<uint8_t*>(out);
+  for (size_t i = 0; i < shard.named->size(); ++i) {
+    const data::NamedInput& input = (*shard.named)[i];
+    const size_t row_bytes = input.example_bytes();
+    std::memcpy(base + layout.offsets[i],
+                input.bytes.data() + static_cast<size_t>(shard.first_row) * row_bytes,
+                static_cast<size_t>(shard.rows) * row_bytes);
+  }
+}
+
+uint64_t input_layout_key(const std::vector<data::NamedInput>& inputs) {
+  uint64_t key = 1469598103934665603ull;  // FNV-1a over names, dtypes and shapes
+  auto mix = [&key](uint64_t v) {
+    key ^= v;
+    key *= 1099511628211ull;
+  };
+  for (const data::NamedInput& input : inputs) {
+    for (char c : input.name) mix(static_cast<unsigned char>(c));
+    mix(0x100 + static_cast<uint64_t>(input.dtype));
+    for (int64_t d : input.shape) mix(static_cast<uint64_t>(d) + 0x200);
+    mix(0x300);
+  }
+  return key;
+}
+
+nn::Inputs inputs_of_rows(Tape& tape, const Tensor& uploaded, const Shard& shard, int64_t begin,
+                          int64_t end) {
+  if (shard.named == nullptr) {
+    return nn::Inputs::single(
+        tape.constant(uploaded.view(begin * shard.features, {end - begin, shard.features})));
+  }
+  const PackedInputs layout = packed_layout(*shard.named, shard.rows);
+  nn::Inputs inputs;
+  for (size_t i = 0; i < shard.named->size(); ++i) {
+    const data::NamedInput& input = (*shard.named)[i];
+    Shape shape{end - begin};
+    shape.insert(shape.end(), input.shape.begin(), input.shape.end());
+    const size_t at = layout.offsets[i] + static_cast<size_t>(begin) * input.example_bytes();
+    inputs.add(input.name, tape.constant(uploaded.view_bytes(input.dtype, at, shape)));
+  }
+  return inputs;
+}
+
 void upload_shard(const Shard& shard, bool with_labels, Device device, Tensor& inputs,
                   Tensor& labels, Stream& stream) {
+  if (shard.named != nullptr) {
+    LS_ASSERT(shard.packed != nullptr, "named inputs are uploaded from their packed copy");
+    const int64_t words =
+        static_cast<int64_t>(packed_layout(*shard.named, shard.rows).bytes / sizeof(int32_t));
+    if (!inputs.defined() || inputs.dtype() != DType::kI32 || inputs.dim(0) != words ||
+        inputs.shape().size() != 1 || labels.numel() != shard.rows * shard.label_width) {
+      inputs = Tensor::empty({words}, DType::kI32, device);  // bytes, viewed per input
+      labels = Tensor::empty({shard.rows * shard.label_width}, DType::kI32, device);
+    }
+    inputs.copy_from_host_async(shard.packed, inputs.nbytes(), stream);
+    if (with_labels) labels.copy_from_host_async(shard.target_words(), labels.nbytes(), stream);
+    return;
+  }
   const DType input_type = shard.tokens != nullptr ? DType::kI32 : DType::kF32;
-  if (!inputs.defined() || inputs.dim(0) != shard.rows || inputs.dim(1) != shard.features ||
+  if (!inputs.defined() || inputs.shape().size() != 2 || inputs.dim(0) != shard.rows ||
+      inputs.dim(1) != shard.features ||
       inputs.dtype() != input_type || labels.numel() != shard.rows * shard.label_width) {
     inputs = Tensor::empty({shard.rows, shard.features}, input_type, device);
     labels = Tensor::empty({shard.rows * shard.label_width}, DType::kI32, device);

@@ -75,10 +75,32 @@ Shard shard_of(const Examples& ex, int64_t features, int64_t begin, int64_t end)
             0};
   return all.slice(begin, end - begin);
 }
+// A Batch's shard also carries its named inputs (a Dataset has none).
+inline Shard shard_of(const data::Batch& batch, int64_t features, int64_t begin, int64_t end) {
+  Shard shard = shard_of<data::Batch>(batch, features, begin, end);
+  if (!batch.inputs.empty()) shard.named = &batch.inputs;
+  return shard;
+}
+
+// Named inputs travel packed input-major in one byte buffer (one upload, one device tensor, so
+// steps and their graphs keep a single input buffer): input i's rows from byte offsets[i], each
+// block 64-byte aligned. `bytes` is the whole buffer's size.
+struct PackedInputs {
+  std::vector<size_t> offsets;
+  size_t bytes = 0;
+};
+PackedInputs packed_layout(const std::vector<data::NamedInput>& inputs, int64_t rows);
+// Packs the shard's named inputs into `out` (packed_layout(...).bytes bytes).
+void pack_inputs(const Shard& shard, void* out);
+// A hash of the inputs' names, dtypes and per-example shapes (a graph is kept per layout).
+uint64_t input_layout_key(const std::vector<data::NamedInput>& inputs);
+// The model's inputs for rows [begin, end) of a shard uploaded into `uploaded` (upload_shard).
+nn::Inputs inputs_of_rows(Tape& tape, const Tensor& uploaded, const Shard& shard, int64_t begin,
+                          int64_t end);
 
 // Enqueues on `stream` the copy of a shard's inputs into `inputs` (and, with `with_labels`, its
 // labels into `labels`), (re)allocating both on `device` when the shard's shape changed. The
-// shard's host arrays must outlive the copies.
+// shard's host arrays must outlive the copies. Named inputs are copied from shard.packed.
 void upload_shard(const Shard& shard, bool with_labels, Device device, Tensor& inputs,
                   Tensor& labels, Stream& stream);
 

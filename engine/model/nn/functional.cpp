@@ -180,6 +180,18 @@ Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels, float gra
   return out;
 }
 
+Var to_f32(Tape& tape, const Var& x) {
+  const DType dtype = x->value.dtype();
+  if (dtype == DType::kF32) return x;
+  LS_CHECK(dtype == DType::kBF16, "to_f32: ", x->value.describe(), " holds ",
+           dtype_name(dtype), " values; i32 inputs are ids (embedding), not values to widen");
+  LS_CHECK(!x->requires_grad, "to_f32: ", x->value.describe(),
+           " needs a gradient; only inputs (constants) are bf16");
+  Tensor y = Tensor::empty(x->value.shape(), DType::kF32, x->value.device());
+  cast(x->value, y, tape.stream());
+  return tape.constant(std::move(y));
+}
+
 Var scale(Tape& tape, const Var& x, float alpha) {
   Stream& stream = tape.stream();
   Tensor y = Tensor::empty(x->value.shape(), DType::kF32, x->value.device());

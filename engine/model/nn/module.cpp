@@ -8,6 +8,56 @@
 
 namespace ls::nn {
 
+// ---- Inputs ------------------------------------------------------------------------------------
+
+Inputs Inputs::single(Var input) {
+  Inputs inputs;
+  inputs.add(std::string(kDefaultName), std::move(input));
+  return inputs;
+}
+
+void Inputs::add(std::string name, Var value) {
+  LS_CHECK(!has(name), "the model's inputs already hold one named '", name, "'");
+  items_.emplace_back(std::move(name), std::move(value));
+}
+
+bool Inputs::has(std::string_view name) const {
+  for (const auto& [n, v] : items_) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+const Var& Inputs::operator[](std::string_view name) const {
+  for (const auto& [n, v] : items_) {
+    if (n == name) return v;
+  }
+  LS_THROW("the model asks for input '", std::string(name), "', but the batch has ", names(),
+           "; give the batch a named input of that name (data::Batch::inputs)");
+}
+
+const Var& Inputs::only() const {
+  LS_CHECK(items_.size() == 1, "the model takes one input, but the batch has ", names(),
+           "; override Module::forward(Tape&, const Inputs&) to read them by name");
+  return items_.front().second;
+}
+
+std::string Inputs::names() const {
+  if (items_.empty()) return "no inputs";
+  std::string out = items_.size() == 1 ? "the input " : "the inputs ";
+  for (size_t i = 0; i < items_.size(); ++i) out += (i > 0 ? ", '" : "'") + items_[i].first + "'";
+  return out;
+}
+
+// ---- Module ------------------------------------------------------------------------------------
+
+Var Module::forward(Tape& tape, const Inputs& inputs) { return forward(tape, inputs.only()); }
+
+Var Module::forward(Tape&, const Var&) {
+  LS_THROW("this module takes named inputs: call forward(tape, inputs) with an nn::Inputs, or "
+           "override Module::forward(Tape&, const Var&) to take a single input");
+}
+
 std::vector<Parameter*> Module::parameters() {
   std::vector<Parameter*> out;
   collect("", out);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <lockstep/data/dataset.h>
+#include <lockstep/data/named_input.h>
 
 namespace ls::data {
 
@@ -33,13 +34,16 @@ class Sampler {
   std::vector<int64_t> order_;
 };
 
-// The examples of one step, laid out like the Dataset they come from.
+// The examples of one step, laid out like the Dataset they come from. The model's input is one
+// of: `images`, `tokens`, or `inputs` (named inputs of any dtype and shape, for models with
+// several inputs: lockstep/data/named_input.h).
 struct Batch {
   int64_t size = 0;
   int64_t features = 0;         // per example; 0: inferred from the inputs' length
   int64_t label_width = 1;      // targets per example (labels or values)
   std::vector<float> images;    // size * features, or empty for token inputs
   std::vector<int32_t> tokens;  // size * features, or empty for float inputs
+  std::vector<NamedInput> inputs;  // or named inputs (features is then 0)
   // The targets (lockstep/nn/loss.h): class labels for a loss on classes (cross-entropy), or
   // values for a loss on values (mse, bce_with_logits): exactly one holds size * label_width.
   std::vector<int32_t> labels;

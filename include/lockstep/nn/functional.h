@@ -34,6 +34,9 @@ Var reshape(Tape& tape, const Var& x, const Shape& shape);
 
 // out = alpha x (same shape).
 Var scale(Tape& tape, const Var& x, float alpha);
+// The values of a bf16 input as f32 (exact), for the ops, which compute in f32; an f32 Var is
+// returned as it is. For inputs (constants): a bf16 Var never needs a gradient.
+Var to_f32(Tape& tape, const Var& x);
 
 // ---- activations -------------------------------------------------------------------------------
 

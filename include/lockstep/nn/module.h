@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <lockstep/nn/autograd.h>
+#include <lockstep/nn/inputs.h>
 #include <lockstep/nn/parameter.h>
 
 namespace ls::nn {
@@ -38,7 +39,14 @@ struct PipelineLayer {
 class Module {
  public:
   virtual ~Module() = default;
-  virtual Var forward(Tape& tape, const Var& input) = 0;
+  // The output for the rows of `inputs` (lockstep/nn/inputs.h). The engine calls this one.
+  // Override it in a model with named inputs; by default it passes the one input to the
+  // overload below.
+  virtual Var forward(Tape& tape, const Inputs& inputs);
+  // The output for a single input (images, token ids, or the previous layer's output): what a
+  // model with one input, and every layer, overrides. By default it raises an error saying
+  // that the module takes named inputs.
+  virtual Var forward(Tape& tape, const Var& input);
   // The model as consecutive layers (see PipelineLayer); by default one layer, the whole module.
   // Valid while the module lives; parameter names are the full paths of parameters().
   virtual std::vector<PipelineLayer> pipeline_layers();
@@ -66,6 +74,7 @@ class Module {
 class Linear final : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  using Module::forward;
   Var forward(Tape& tape, const Var& input) override;
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
@@ -78,17 +87,20 @@ class Linear final : public Module {
 
 class ReLU final : public Module {
  public:
+  using Module::forward;
   Var forward(Tape& tape, const Var& input) override;
 };
 
 class GELU final : public Module {
  public:
+  using Module::forward;
   Var forward(Tape& tape, const Var& input) override;
 };
 
 class Sequential final : public Module {
  public:
   Sequential& add(std::unique_ptr<Module> module);  // named by position: "0", "1", ...
+  using Module::forward;
   Var forward(Tape& tape, const Var& input) override;
   // One layer per child, named by position.
   std::vector<PipelineLayer> pipeline_layers() override;
