@@ -75,6 +75,10 @@ ModelFactory mlp_factory(std::vector<int64_t> widths);
 // names, e.g. from checkpoint::read_hf_weights), every parameter they hold starts from them.
 ModelFactory transformer_factory(nn::TransformerConfig config,
                                  std::shared_ptr<const checkpoint::HostTensors> weights = nullptr);
+// One such transformer, e.g. a child of an application's own model (Module::register_module):
+// with config.hidden_states, the encoder whose hidden states the application's head reads.
+std::unique_ptr<nn::Module> make_transformer(
+    nn::TransformerConfig config, std::shared_ptr<const checkpoint::HostTensors> weights = nullptr);
 
 // The rank of the replica whose thread calls it (model factories and model code may use it),
 // or -1 on any other thread.

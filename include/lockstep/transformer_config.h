@@ -36,6 +36,11 @@ struct TransformerConfig {
   // Classifier: a dense layer + tanh on the pooled state before the head, as BERT's pooler
   // (BertForSequenceClassification); bert_config turns it on.
   bool pooler = false;
+  // The encoder alone (classes 0): forward returns the final hidden states [B*T, hidden] (after
+  // ln_f in the pre-norm layout; Hugging Face's last_hidden_state) instead of logits, for a model
+  // that adds its own head (make_transformer, lockstep/data_parallel.h). Same parameters as the
+  // language model, so a language model's weights load into it.
+  bool hidden_states = false;
 
   bool is_classifier() const { return classes > 0; }
   int64_t head_dim() const { return hidden / heads; }

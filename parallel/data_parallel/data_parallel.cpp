@@ -466,20 +466,24 @@ ModelFactory mlp_factory(std::vector<int64_t> widths) {
 ModelFactory transformer_factory(nn::TransformerConfig config,
                                  std::shared_ptr<const checkpoint::HostTensors> weights) {
   config.validate();
-  return [config, weights]() -> std::unique_ptr<nn::Module> {
-    auto model = std::make_unique<nn::Transformer>(config);
-    if (weights == nullptr) return model;
-    // Every parameter the weights hold starts from them (replica 0's are broadcast anyway).
-    for (Parameter* p : model->parameters()) {
-      auto it = weights->find(p->name);
-      if (it == weights->end()) continue;
-      LS_CHECK(it->second.values.size() == static_cast<size_t>(p->numel()), "weights for ", p->name,
-               " have ", it->second.values.size(), " values; the parameter is ",
-               shape_str(p->shape));
-      p->init = Init::from_values(std::make_shared<const std::vector<float>>(it->second.values));
-    }
-    return model;
-  };
+  return [config, weights] { return make_transformer(config, weights); };
+}
+
+std::unique_ptr<nn::Module> make_transformer(
+    nn::TransformerConfig config, std::shared_ptr<const checkpoint::HostTensors> weights) {
+  config.validate();
+  auto model = std::make_unique<nn::Transformer>(config);
+  if (weights == nullptr) return model;
+  // Every parameter the weights hold starts from them (replica 0's are broadcast anyway).
+  for (Parameter* p : model->parameters()) {
+    auto it = weights->find(p->name);
+    if (it == weights->end()) continue;
+    LS_CHECK(it->second.values.size() == static_cast<size_t>(p->numel()), "weights for ", p->name,
+             " have ", it->second.values.size(), " values; the parameter is ",
+             shape_str(p->shape));
+    p->init = Init::from_values(std::make_shared<const std::vector<float>>(it->second.values));
+  }
+  return model;
 }
 
 }  // namespace ls

@@ -105,6 +105,26 @@ TEST(HfTransformer, BertHiddenStatesMatchTransformersWithPadding) {
                f.expected);
 }
 
+// The public way to the same numbers: make_transformer with config.hidden_states (an
+// application's encoder, examples/supersenses) returns the hidden states from forward().
+TEST(HfTransformer, APublicEncoderReturnsBertsHiddenStates) {
+  Fixture f = load_fixture("bert", "last_hidden_state");
+  f.config.hidden_states = true;
+  auto stream = device_runtime(kHost0).create_stream();
+  std::unique_ptr<nn::Module> encoder = make_transformer(
+      f.config, std::make_shared<const HostTensors>(read_hf_weights(kFixtures + "bert", f.config)));
+  nn::ParameterStore store(*encoder, kHost0, *stream, 1);
+  Tensor tokens =
+      Tensor::from_host_i32(f.ids, {2, static_cast<int64_t>(f.ids.size()) / 2}, kHost0, *stream);
+  Tape tape(*stream, false);
+  Var out = encoder->forward(tape, nn::Inputs::single(tape.constant(tokens)));
+  EXPECT_EQ(out->value.shape(), (Shape{16, 32}));
+  expect_close(out->value.to_host_f32(*stream), f.expected);
+  nn::TransformerConfig both = f.config;
+  both.classes = 4;
+  EXPECT_THROW(make_transformer(both), Error);  // hidden states and a classifier head: refused
+}
+
 TEST(HfTransformer, BertClassifierWithItsPoolerMatchesTransformers) {
   Fixture f = load_fixture("bert-cls", "logits");
   f.config.classes = 4;

@@ -29,6 +29,9 @@ void TransformerConfig::validate() const {
            " is outside the vocabulary of ", vocab);
   LS_CHECK(classes >= 0, "transformer config: classes is ", classes,
            "; use 0 for a language model or the number of classes");
+  LS_CHECK(!hidden_states || classes == 0, "transformer config: hidden_states returns the "
+           "encoder's hidden states, so it has no classifier head; set classes to 0 (", classes,
+           ") and add your own head");
   LS_CHECK(!token_types || token_type_count > 0,
            "transformer config: token_type_count must be "
            "positive when token types are on");
@@ -36,7 +39,7 @@ void TransformerConfig::validate() const {
 
 std::string TransformerConfig::describe() const {
   std::ostringstream s;
-  s << (is_classifier() ? "classifier" : "language model") << " ("
+  s << (is_classifier() ? "classifier" : hidden_states ? "encoder" : "language model") << " ("
     << (norm == NormPlacement::kPre ? "GPT-2" : "BERT") << " layout): " << layers << " layers, "
     << heads << " heads, hidden " << hidden << ", ffn " << ffn << ", seq " << max_seq << ", vocab "
     << vocab;
@@ -260,6 +263,7 @@ Var Transformer::hidden_states(Tape& tape, const Var& tokens) {
 }
 
 Var Transformer::forward(Tape& tape, const Var& tokens) {
+  if (config_.hidden_states) return hidden_states(tape, tokens);
   const Tensor ids = check_tokens(tokens, config_);
   const Tensor valid = valid_mask(tape, ids);
   Var x = embed(tape, ids);
@@ -269,6 +273,7 @@ Var Transformer::forward(Tape& tape, const Var& tokens) {
 
 Var Transformer::head(Tape& tape, Var x, const Tensor& tokens, const Tensor& valid) {
   if (ln_f_ != nullptr) x = ln_f_->forward(tape, x);
+  if (config_.hidden_states) return x;
   if (!config_.is_classifier()) {  // the tied head: logits = x wte^T
     return linear(tape, x, tape.parameter(wte_->weight()), nullptr);
   }
@@ -296,7 +301,9 @@ std::vector<PipelineLayer> Transformer::pipeline_layers() {
                    }});
   }
   std::vector<Parameter*> head_parameters;
-  if (!config_.is_classifier()) head_parameters.push_back(&wte_->weight());  // tied
+  if (!config_.is_classifier() && !config_.hidden_states) {
+    head_parameters.push_back(&wte_->weight());  // tied
+  }
   for (const char* prefix : {"ln_f.", "pooler.", "head."}) {
     for (Parameter* p : parameters_under(all, prefix)) head_parameters.push_back(p);
   }
