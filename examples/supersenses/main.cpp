@@ -2,7 +2,7 @@
 // transformer from a Hugging Face directory (BERT or GPT-2 layout) plus Linear(hidden, 4) on each
 // sequence's last real token, fine-tuned on WordNet noun supersenses (animal, artifact, food,
 // plant) on every device of the machine, with the public API only.
-// Usage: supersenses HF_DIR [DEVICES (auto)] [EPOCHS (3)]
+// Usage: supersenses HF_DIR [DEVICES (auto)] [EPOCHS (3)] [WORDNET_DATA_NOUN]
 // The checkpoint must use lockstep's byte vocabulary (scripts/finetune-demo exports one); a
 // Hugging Face BERT with a WordPiece vocabulary would need its tokenizer, which lockstep lacks.
 #include <algorithm>
@@ -39,13 +39,15 @@ class SupersenseClassifier final : public ls::nn::Module {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || argc > 4) {
-    std::fprintf(stderr, "usage: supersenses HF_DIR [DEVICES (auto)] [EPOCHS (3)]\n");
+  if (argc < 2 || argc > 5) {
+    std::fprintf(stderr, "usage: supersenses HF_DIR [DEVICES (auto)] [EPOCHS (3)] "
+                         "[WORDNET_DATA_NOUN]\n");
     return 2;
   }
   try {
     const std::string dir = argv[1], devices = argc > 2 ? argv[2] : "auto";
     const int epochs = argc > 3 ? std::stoi(argv[3]) : 3;
+    const std::string nouns = argc > 4 ? argv[4] : ls::data::kWordnetNounPath;
     ls::nn::TransformerConfig encoder = ls::checkpoint::read_hf_config(dir);
     encoder.hidden_states = true;  // the encoder alone: the head is ours
     auto weights = std::make_shared<const ls::checkpoint::HostTensors>(
@@ -53,9 +55,9 @@ int main(int argc, char** argv) {
     const ls::data::ByteTokenizer bytes;
     const int64_t seq = std::min<int64_t>(64, encoder.max_seq);
     const ls::data::Dataset train =
-        ls::data::load_wordnet_supersenses(bytes, seq, ls::data::Split::kTrain);
+        ls::data::load_wordnet_supersenses(bytes, seq, ls::data::Split::kTrain, nouns);
     const ls::data::Dataset test =
-        ls::data::load_wordnet_supersenses(bytes, seq, ls::data::Split::kTest);
+        ls::data::load_wordnet_supersenses(bytes, seq, ls::data::Split::kTest, nouns);
 
     ls::DataParallel trainer(
         ls::parse_devices(devices),

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <lockstep/lockstep.h>
+#include "engine/core/runtime.h"  // cuda_availability
 
 namespace {
 
@@ -139,6 +140,21 @@ TEST(NamedInputs, StepsRunAsGraphsWithTheEagerResults) {
   EXPECT_TRUE(captured.back().graph);
   EXPECT_FALSE(plain.back().graph);
   for (size_t s = 0; s < plain.size(); ++s) EXPECT_EQ(captured[s].loss, plain[s].loss) << s;
+}
+
+// On a GPU (scripts/gpu-check runs the Cuda* suites): the inputs' views of the one uploaded byte
+// buffer, the bf16 widening and the embedding of the ids, eagerly and as a CUDA graph.
+TEST(CudaNamedInputs, TrainOnAGpuAsOnTheHost) {
+  if (ls::cuda_availability().device_count == 0) {
+    GTEST_SKIP() << ls::cuda_availability().reason_unavailable;
+  }
+  const std::vector<ls::StepResult> host = train("host:1", mse_options());
+  ls::DataParallelOptions eager = mse_options();
+  eager.graphs = false;
+  expect_close_losses(train("cuda:0", eager), host, 1e-4);
+  const std::vector<ls::StepResult> graphs = train("cuda:0", mse_options());
+  EXPECT_TRUE(graphs.back().graph);
+  expect_close_losses(graphs, host, 1e-4);
 }
 
 TEST(NamedInputs, MalformedBatchesAreClearErrors) {
