@@ -1,12 +1,14 @@
 // lockstep's public header: everything an application needs to train a model on every device
 // of a machine. The public headers are exactly the files of include/lockstep/ (installed as they
 // are); everything else is internal.
-//   devices, dtypes, tensors, streams, errors: <lockstep/{device,dtype,tensor,stream,allocator,error}.h>
+//   devices, dtypes, tensors, streams, errors:
+//                                     <lockstep/{device,dtype,tensor,stream,allocator,error}.h>
 //   mixed precision, loss scaling:    <lockstep/precision.h>
-//   data sets and batches, named inputs of any dtype: <lockstep/data/{dataset,sampler,named_input}.h>
+//   data sets and batches, named inputs of any dtype:
+//                                     <lockstep/data/{dataset,sampler,named_input}.h>
 //   text, tokenizers, prefetching:    <lockstep/data/{text_corpus,wordnet,tokenizer,prefetch}.h>
 //   writing a model: Module, parameters, autograd, the differentiable ops:
-//                                <lockstep/nn/{module,inputs,parameter,autograd,functional,pooling}.h>
+//                     <lockstep/nn/{module,inputs,parameter,autograd,functional,pooling}.h>
 //   losses and their contract (cross-entropy, mse, bce_with_logits, your own): <lockstep/nn/loss.h>
 //   transformer configs:              <lockstep/transformer_config.h>
 //   Hugging Face GPT-2/BERT files:    <lockstep/hf_transformer.h>

@@ -88,7 +88,8 @@ class Pipeline final : public Trainer {
   int local_pipelines() const;  // this process's (stage_parameters' `pipeline` counts these)
   const std::vector<Device>& devices() const override;
   int64_t steps_taken() const override;
-  int64_t skipped_steps() const override;  // non-finite loss or gradients: the optimizer did not step
+  // Steps with non-finite loss or gradients: the optimizer did not step.
+  int64_t skipped_steps() const override;
   int64_t parameter_count() const override;  // the model's, each tied parameter once
   bool graphs() const override { return false; }  // pipelines run every step eagerly
   // "pipeline of P stages x N".

@@ -65,7 +65,8 @@ bool same_collective(const CollectiveDesc& a, const CollectiveDesc& b);
 // The one text form of a collective, used in every message and report:
 //   <kind>[ #<seq>] ([<label>, ]<bytes>) [<dtype>, <count name>=<count>[, <op>][, root=<root>]]
 //   "all_reduce #5 (bucket 3, 1.0 MiB) [f32, count=262144, sum]"
-//   "reduce_scatter (4.0 KiB) [bf16, recv_count=2048, avg]", "broadcast #1 (64 B) [f32, count=16, root=0]",
+//   "reduce_scatter (4.0 KiB) [bf16, recv_count=2048, avg]",
+//   "broadcast #1 (64 B) [f32, count=16, root=0]",
 //   "reduce #9 (bucket 2, 256 B) [f32, count=64, sum, root=1]"
 // The count is named as the call names it: recv_count (reduce_scatter), send_count (all_gather).
 std::string describe(const CollectiveDesc& desc);

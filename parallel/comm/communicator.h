@@ -147,7 +147,8 @@ void check_clique_devices(const std::vector<Device>& devices, const Communicator
 std::vector<std::unique_ptr<Communicator>> make_communicators(
     const std::vector<Device>& devices, const CommunicatorOptions& options = {});
 
-// Backend factories (parallel/host/; parallel/nccl/, or its without_nccl.cpp in a build without CUDA).
+// Backend factories (parallel/host/; parallel/nccl/, or its without_nccl.cpp in a build without
+// CUDA).
 std::vector<std::unique_ptr<Communicator>> make_host_communicators(
     const std::vector<Device>& devices, const CommunicatorOptions& options);
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(

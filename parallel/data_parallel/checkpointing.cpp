@@ -1,5 +1,5 @@
-// DataParallel's save and load (see lockstep/data_parallel.h), and latest_checkpoint: flat device buffers
-// <-> per-parameter safetensors tensors, through engine/checkpoint's crash-safe commit.
+// DataParallel's save and load (see lockstep/data_parallel.h), and latest_checkpoint: flat device
+// buffers <-> per-parameter safetensors tensors, through engine/checkpoint's crash-safe commit.
 // Replica 0's parameters are saved (every replica holds bitwise the same values); optimizer state
 // is replica 0's too, or, sharded (ZeRO-1/2), each replica's range put together, so a checkpoint
 // holds whole tensors in every mode. A load writes the same host bytes into every replica (each

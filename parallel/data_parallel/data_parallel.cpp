@@ -1,12 +1,12 @@
 // DataParallel (see lockstep/data_parallel.h) and its Impl
-// (parallel/data_parallel/data_parallel_impl.h): construction, the step, evaluation, and run_on_all
-// with its failure handling.
+// (parallel/data_parallel/data_parallel_impl.h): construction, the step, evaluation, and the
+// stall detector (the Watchdog) for the runtime that runs a job on every replica
+// (parallel/runtime/worker_group.h).
 #include <lockstep/data_parallel.h>
 
 #include <algorithm>
 
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -129,8 +129,7 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
   }
   WorkerGroupOptions group;
   group.timeout = options_.collective_timeout;
-  group.heartbeat = options_.heartbeat;
-  group.heartbeat_interval = options_.heartbeat_interval;
+  group.monitor = options_;  // its MonitorOptions
   group_ = std::make_unique<WorkerGroup>(world_, std::move(names), std::move(group));
   LS_CHECK(options_.accumulate >= 1, "accumulate must be >= 1 micro-batch, got ",
            options_.accumulate);
@@ -138,8 +137,6 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
            "DataParallel needs a model and an optimizer factory");
   LS_CHECK(options_.collective_timeout.count() > 0, "collective timeout must be positive");
   LS_CHECK(options_.max_consecutive_skips >= 1, "max_consecutive_skips must be >= 1");
-  LS_CHECK(options_.telemetry_interval.count() > 0, "telemetry_interval must be positive, got ",
-           options_.telemetry_interval.count(), " ms");
   LS_CHECK(options_.steps_in_flight >= 1 && options_.steps_in_flight < StepOutcomes::kSlots,
            "steps_in_flight is ", options_.steps_in_flight, "; it must be 1 to ",
            StepOutcomes::kSlots - 1);
@@ -151,19 +148,18 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
   run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
   buckets_ = replica(0).reducer().buckets();
   parameter_count_ = replica(0).store().parameter_count();
-  if (!options_.telemetry_path.empty()) {
-    group_->start_telemetry(options_.telemetry_path, options_.telemetry_interval, devices_);
-  }
+  group_->start_telemetry(devices_);
 }
 
 // Note [Graphs with several GPUs in one process]
 // NCCL's guide ("Using NCCL with CUDA Graphs") warns that capturing NCCL work with several GPUs
 // per process "may result in deadlocks". Until a run on several GPUs has shown lockstep's
 // capture to be safe (the CUDA tests CudaFailure.* and CudaStepGraphs.* on 2+ GPUs,
-// tests/parallel/cuda_multi_gpu_test.cpp, both run by scripts/gpu-check), graphs are off by default when this process drives more than one GPU;
-// DataParallelOptions::graphs = true (--graphs) turns them on. Host devices and one GPU per
-// process keep them on: the host backend replays its collectives through the communicator, and
-// one GPU per process is the case NCCL's guide supports.
+// tests/parallel/cuda_multi_gpu_test.cpp, both run by scripts/gpu-check), graphs are off by
+// default when this process drives more than one GPU; DataParallelOptions::graphs = true
+// (--graphs) turns them on. Host devices and one GPU per process keep them on: the host backend
+// replays its collectives through the communicator, and one GPU per process is the case NCCL's
+// guide supports.
 bool graphs_by_default(const std::vector<Device>& local_devices) {
   const bool cuda = std::any_of(local_devices.begin(), local_devices.end(),
                                 [](const Device& d) { return d.is_cuda(); });

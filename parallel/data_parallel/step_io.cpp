@@ -11,8 +11,6 @@
 namespace ls {
 namespace {
 
-size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
-
 // Waits for `event` until `deadline` passes: spins briefly, then sleeps in growing slices, so a
 // step that is nearly done costs no sleep and a long one costs no core.
 bool wait_until_complete(const Event& event, std::chrono::milliseconds deadline) {
@@ -53,10 +51,11 @@ bool StepInputs::upload(const Shard& shard, float global_labels, Tensor& inputs,
   slot.uploaded->synchronize();  // its previous upload, kSlots steps ago, has been copied
   const bool tokens = shard.tokens != nullptr;
   const bool named = shard.named != nullptr;
-  const size_t input_bytes = named ? packed_layout(*shard.named, shard.rows).bytes
-                                   : static_cast<size_t>(shard.rows * shard.features) * 4;
+  const PackedInputs layout = named ? packed_layout(*shard.named, shard.rows) : PackedInputs{};
+  const size_t input_bytes =
+      named ? layout.bytes : static_cast<size_t>(shard.rows * shard.features) * 4;
   const size_t label_bytes = static_cast<size_t>(shard.rows * shard.label_width) * 4;
-  const size_t need = aligned(input_bytes) + aligned(label_bytes) + sizeof(float);
+  const size_t need = round_up_64(input_bytes) + round_up_64(label_bytes) + sizeof(float);
   DeviceRuntime& runtime = device_runtime(device_);
   if (slot.bytes < need) {
     if (slot.host != nullptr) runtime.free_pinned(slot.host);  // its upload has run (above)
@@ -65,10 +64,10 @@ bool StepInputs::upload(const Shard& shard, float global_labels, Tensor& inputs,
     slot.bytes = need;
   }
   auto* base = static_cast<char*>(slot.host);
-  char* host_labels = base + aligned(input_bytes);
-  auto* host_count = reinterpret_cast<float*>(host_labels + aligned(label_bytes));
+  char* host_labels = base + round_up_64(input_bytes);
+  auto* host_count = reinterpret_cast<float*>(host_labels + round_up_64(label_bytes));
   if (named) {
-    pack_inputs(shard, base);
+    pack_inputs(shard, layout, base);
   } else {
     std::memcpy(base, tokens ? static_cast<const void*>(shard.tokens) : shard.images, input_bytes);
   }

@@ -29,10 +29,10 @@ namespace {
 //   output (host_reduce_to_all), so an output that is also an input is fine.
 // - The exit barrier keeps every rank (and so its caller, who may reuse the buffers) inside the
 //   collective until no peer reads or writes its memory any more.
-// The other collectives keep a simpler rule: reduce_scatter (rank r reduces block r into its recv = send + r * count in place), all_gather
-// (rank r writes blocks k != r of its recv, reading block k = send of rank k) and broadcast
-// (the root's recv == send is not copied) follow the same rule: a rank writes only its own
-// recv, and never a block that a peer reads in the same phase.
+// The other collectives keep a simpler rule: reduce_scatter (rank r reduces block r into its
+// recv = send + r * count in place), all_gather (rank r writes blocks k != r of its recv, reading
+// block k = send of rank k) and broadcast (the root's recv == send is not copied) follow the same
+// rule: a rank writes only its own recv, and never a block that a peer reads in the same phase.
 
 struct ChunkRange {
   size_t begin;
@@ -125,7 +125,8 @@ void HostCommunicator::issue(CollectiveDesc desc, Stream& stream) {
 }
 
 void HostCommunicator::enqueue(const CollectiveDesc& desc, Stream& stream) {
-  host_enqueue(stream, [clique = clique_, rank = rank_, desc] { run_collective(*clique, rank, desc); });
+  host_enqueue(stream,
+               [clique = clique_, rank = rank_, desc] { run_collective(*clique, rank, desc); });
 }
 
 void HostCommunicator::group_end() {

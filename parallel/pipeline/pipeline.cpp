@@ -1,12 +1,9 @@
-// Pipeline (see lockstep/pipeline.h): building the stages, running a job on every stage with
-// failure and stall handling, and the step.
+// Pipeline (see lockstep/pipeline.h): building the stages, its stall detector for the runtime
+// that runs a job on every stage (parallel/runtime/worker_group.h), and the step.
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
-#include <future>
 #include <map>
-#include <mutex>
 #include <numeric>
 
 #include "engine/core/runtime.h"
@@ -50,23 +47,18 @@ Pipeline::Impl::Impl(const World* world, std::vector<Device> devices, const Mode
     first_pipeline_ = world_->first_replica(world_->rank()) / options_.stages;
     pipelines_total_ = world_->replicas() / options_.stages;
   }
-  LS_CHECK(options_.telemetry_interval.count() > 0, "telemetry_interval must be positive, got ",
-           options_.telemetry_interval.count(), " ms");
   std::vector<std::string> names;
   for (int i = 0; i < d; ++i) names.push_back(where(i));
   WorkerGroupOptions group;
   group.strategy = "Pipeline";
   group.member_noun = "stage";
   group.timeout = options_.timeout;
-  group.heartbeat = options_.heartbeat;
-  group.heartbeat_interval = options_.heartbeat_interval;
+  group.monitor = options_;  // its MonitorOptions
   group_ = std::make_unique<WorkerGroup>(world_, std::move(names), std::move(group));
   plan(model);
   schedule_ = pipeline_schedule(options_.stages, options_.micro_batches, options_.schedule);
   build_stages(model, optimizer);
-  if (!options_.telemetry_path.empty()) {
-    group_->start_telemetry(options_.telemetry_path, options_.telemetry_interval, devices_);
-  }
+  group_->start_telemetry(devices_);
 }
 
 void Pipeline::Impl::plan(const ModelFactory& model) {
@@ -254,8 +246,9 @@ std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) const 
     const PipelineAction next = actions[static_cast<size_t>(done)];
     const bool forward = next.kind == PipelineAction::Kind::kForward;
     const int from = forward ? s - 1 : s + 1;
-    const bool input_ready = from < 0 || from >= p ||
-                             stage(static_cast<size_t>(base + from)).action_done(index_of(from, next));
+    const bool input_ready =
+        from < 0 || from >= p ||
+        stage(static_cast<size_t>(base + from)).action_done(index_of(from, next));
     if (input_ready) {
       culprit = where(static_cast<int>(i)) + " stalled in " + (forward ? "forward" : "backward") +
                 " of micro-batch " + std::to_string(next.micro_batch);

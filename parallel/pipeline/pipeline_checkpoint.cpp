@@ -81,7 +81,8 @@ std::string Pipeline::Impl::commit(const std::string& dir, const TrainingPositio
   for (size_t k = 0; k < count; ++k) {
     const Shape shape(parameter_shapes_[k].begin(), parameter_shapes_[k].end());
     shapes.push_back(shape);
-    model.push_back({parameter_names_[k], SafetensorsDType::kF32, shape, bytes_of(whole.values[k])});
+    model.push_back(
+        {parameter_names_[k], SafetensorsDType::kF32, shape, bytes_of(whole.values[k])});
     for (size_t i = 0; i < whole.state_names.size(); ++i) {
       optimizer.push_back({parameter_names_[k] + "." + whole.state_names[i],
                            SafetensorsDType::kF32, shape, bytes_of(whole.state[i][k])});

@@ -378,10 +378,9 @@ void PipelineStage::evaluate_chunk(const Shard& chunk, int c, EvalCounts& counts
   Var model_input = tape.constant(inputs_);
   Var x = model_input;
   if (s > 0) {
-    x = tape.constant(receive({StageInbox::Kind::kEvalActivation, c, s - 1},
-                              "evaluation chunk " + std::to_string(c) + "'s activations from stage " +
-                                  std::to_string(s - 1),
-                              nullptr));
+    const std::string what = "evaluation chunk " + std::to_string(c) +
+                             "'s activations from stage " + std::to_string(s - 1);
+    x = tape.constant(receive({StageInbox::Kind::kEvalActivation, c, s - 1}, what, nullptr));
     compute_->record(*eval_copied_[slot]);
     inboxes_[static_cast<size_t>(s - 1)]->post({StageInbox::Kind::kEvalCopied, c, s},
                                                {Tensor(), eval_copied_[slot].get()});

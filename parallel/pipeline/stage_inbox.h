@@ -30,7 +30,14 @@ struct StageMessage {
 
 class StageInbox {
  public:
-  enum class Kind { kActivation, kGradient, kTiedGradient, kTiedCopied, kEvalActivation, kEvalCopied };
+  enum class Kind {
+    kActivation,
+    kGradient,
+    kTiedGradient,
+    kTiedCopied,
+    kEvalActivation,
+    kEvalCopied
+  };
   struct Key {
     Kind kind;
     int index;  // micro-batch, or tied parameter

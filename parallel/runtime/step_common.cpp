@@ -121,22 +121,16 @@ int64_t check_batch(const data::Batch& batch) {
   return features;
 }
 
-namespace {
-constexpr size_t kPackAlignment = 64;
-size_t aligned_up(size_t bytes) { return (bytes + kPackAlignment - 1) / kPackAlignment * kPackAlignment; }
-}  // namespace
-
 PackedInputs packed_layout(const std::vector<data::NamedInput>& inputs, int64_t rows) {
   PackedInputs layout;
   for (const data::NamedInput& input : inputs) {
     layout.offsets.push_back(layout.bytes);
-    layout.bytes += aligned_up(static_cast<size_t>(rows) * input.example_bytes());
+    layout.bytes += round_up_64(static_cast<size_t>(rows) * input.example_bytes());
   }
   return layout;
 }
 
-void pack_inputs(const Shard& shard, void* out) {
-  const PackedInputs layout = packed_layout(*shard.named, shard.rows);
+void pack_inputs(const Shard& shard, const PackedInputs& layout, void* out) {
   auto* base = static_cast<uint8_t*>(out);
   for (size_t i = 0; i < shard.named->size(); ++i) {
     const data::NamedInput& input = (*shard.named)[i];
@@ -182,28 +176,23 @@ nn::Inputs inputs_of_rows(Tape& tape, const Tensor& uploaded, const Shard& shard
 
 void upload_shard(const Shard& shard, bool with_labels, Device device, Tensor& inputs,
                   Tensor& labels, Stream& stream) {
-  if (shard.named != nullptr) {
-    LS_ASSERT(shard.packed != nullptr, "named inputs are uploaded from their packed copy");
-    const int64_t words =
-        static_cast<int64_t>(packed_layout(*shard.named, shard.rows).bytes / sizeof(int32_t));
-    if (!inputs.defined() || inputs.dtype() != DType::kI32 || inputs.dim(0) != words ||
-        inputs.shape().size() != 1 || labels.numel() != shard.rows * shard.label_width) {
-      inputs = Tensor::empty({words}, DType::kI32, device);  // bytes, viewed per input
-      labels = Tensor::empty({shard.rows * shard.label_width}, DType::kI32, device);
-    }
-    inputs.copy_from_host_async(shard.packed, inputs.nbytes(), stream);
-    if (with_labels) labels.copy_from_host_async(shard.target_words(), labels.nbytes(), stream);
-    return;
-  }
-  const DType input_type = shard.tokens != nullptr ? DType::kI32 : DType::kF32;
-  if (!inputs.defined() || inputs.shape().size() != 2 || inputs.dim(0) != shard.rows ||
-      inputs.dim(1) != shard.features ||
-      inputs.dtype() != input_type || labels.numel() != shard.rows * shard.label_width) {
-    inputs = Tensor::empty({shard.rows, shard.features}, input_type, device);
+  // Named inputs arrive as the bytes of their packed copy (i32 words, viewed per input by
+  // inputs_of_rows); images or tokens as [rows, features] of f32 or i32.
+  const bool named = shard.named != nullptr;
+  LS_ASSERT(!named || shard.packed != nullptr, "named inputs are uploaded from their packed copy");
+  const Shape shape =
+      named ? Shape{static_cast<int64_t>(packed_layout(*shard.named, shard.rows).bytes /
+                                         sizeof(int32_t))}
+            : Shape{shard.rows, shard.features};
+  const DType input_type = named || shard.tokens != nullptr ? DType::kI32 : DType::kF32;
+  if (!inputs.defined() || inputs.shape() != shape || inputs.dtype() != input_type ||
+      labels.numel() != shard.rows * shard.label_width) {
+    inputs = Tensor::empty(shape, input_type, device);
     labels = Tensor::empty({shard.rows * shard.label_width}, DType::kI32, device);
   }
-  const void* host_inputs = shard.tokens != nullptr ? static_cast<const void*>(shard.tokens)
-                                                    : static_cast<const void*>(shard.images);
+  const void* host_inputs = named                     ? shard.packed
+                            : shard.tokens != nullptr ? static_cast<const void*>(shard.tokens)
+                                                      : static_cast<const void*>(shard.images);
   inputs.copy_from_host_async(host_inputs, inputs.nbytes(), stream);
   // Value targets travel in the same 4-byte words as labels; the loss views them as f32.
   if (with_labels) labels.copy_from_host_async(shard.target_words(), labels.nbytes(), stream);

@@ -82,6 +82,9 @@ inline Shard shard_of(const data::Batch& batch, int64_t features, int64_t begin,
   return shard;
 }
 
+// `bytes` rounded up to a multiple of 64 (a cache line): the blocks of a staged or packed copy.
+inline size_t round_up_64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
 // Named inputs travel packed input-major in one byte buffer (one upload, one device tensor, so
 // steps and their graphs keep a single input buffer): input i's rows from byte offsets[i], each
 // block 64-byte aligned. `bytes` is the whole buffer's size.
@@ -90,8 +93,9 @@ struct PackedInputs {
   size_t bytes = 0;
 };
 PackedInputs packed_layout(const std::vector<data::NamedInput>& inputs, int64_t rows);
-// Packs the shard's named inputs into `out` (packed_layout(...).bytes bytes).
-void pack_inputs(const Shard& shard, void* out);
+// Packs the shard's named inputs into `out` (layout.bytes bytes) by `layout`, their
+// packed_layout for the shard's rows.
+void pack_inputs(const Shard& shard, const PackedInputs& layout, void* out);
 // A hash of the inputs' names, dtypes and per-example shapes (a graph is kept per layout).
 uint64_t input_layout_key(const std::vector<data::NamedInput>& inputs);
 // The model's inputs for rows [begin, end) of a shard uploaded into `uploaded` (upload_shard).

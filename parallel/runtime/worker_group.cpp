@@ -11,6 +11,9 @@ namespace ls {
 WorkerGroup::WorkerGroup(const World* world, std::vector<std::string> names,
                          WorkerGroupOptions options)
     : names_(std::move(names)), options_(std::move(options)) {
+  LS_CHECK(options_.monitor.telemetry_interval.count() > 0,
+           "telemetry_interval must be positive, got ",
+           options_.monitor.telemetry_interval.count(), " ms");
   processes_ = std::make_unique<ProcessGroup>(world, options_.timeout, failure_);
   for (const std::string& name : names_) threads_.push_back(std::make_unique<WorkerThread>(name));
   members_.resize(names_.size());
@@ -34,11 +37,13 @@ void WorkerGroup::build(const std::function<std::unique_ptr<GroupMember>(size_t)
   std::rethrow_exception(first);
 }
 
-void WorkerGroup::start_telemetry(const std::string& path, std::chrono::milliseconds interval,
-                                  const std::vector<Device>& devices) {
+void WorkerGroup::start_telemetry(const std::vector<Device>& devices) {
+  const std::string& path = options_.monitor.telemetry_path;
+  if (path.empty()) return;
   const int process = processes_->rank();
   telemetry_ = std::make_unique<TelemetryRecorder>(
-      process > 0 ? path + ".process-" + std::to_string(process) : path, interval, devices);
+      process > 0 ? path + ".process-" + std::to_string(process) : path,
+      options_.monitor.telemetry_interval, devices);
 }
 
 void WorkerGroup::set_telemetry_step(int64_t step) {
@@ -96,7 +101,8 @@ void WorkerGroup::run_on_all(const std::function<void(size_t)>& job, const char*
   processes_->raise_notice_if_any();
   const std::string prefix = processes_->prefix();
   if (!stuck.empty()) {
-    processes_->fail(ErrorKind::kTimeout, prefix + what + " " + std::to_string(step) + ": " + stuck);
+    processes_->fail(ErrorKind::kTimeout,
+                     prefix + what + " " + std::to_string(step) + ": " + stuck);
   }
   processes_->fail(error_kind_of(first.error),
                    prefix + names_[static_cast<size_t>(first.member)] + " failed in " + what +
@@ -110,11 +116,12 @@ std::string WorkerGroup::watch(std::vector<std::future<void>>& jobs,
   using Clock = StallDetector::Clock;
   constexpr auto kPoll = std::chrono::milliseconds(5);
   const auto period = stalls.period();
-  const bool beating = options_.heartbeat && options_.heartbeat_interval.count() > 0;
+  const MonitorOptions& monitor = options_.monitor;
+  const bool beating = monitor.heartbeat && monitor.heartbeat_interval.count() > 0;
   std::string stuck;
   bool aborted = false;
   Clock::time_point next_check = Clock::now() + period;
-  Clock::time_point next_beat = Clock::now() + options_.heartbeat_interval;
+  Clock::time_point next_beat = Clock::now() + monitor.heartbeat_interval;
   for (auto& job : jobs) {
     while (job.wait_for(kPoll) != std::future_status::ready) {
       if (aborted) continue;
@@ -130,9 +137,9 @@ std::string WorkerGroup::watch(std::vector<std::future<void>>& jobs,
       // Nothing may leave this loop while jobs still run: they reference the caller's frame.
       try {
         if (beat) {
-          options_.heartbeat("heartbeat: " + std::string(what) + " " + std::to_string(step) +
-                             ": " + stalls.describe(now));
-          next_beat = now + options_.heartbeat_interval;
+          monitor.heartbeat("heartbeat: " + std::string(what) + " " + std::to_string(step) +
+                            ": " + stalls.describe(now));
+          next_beat = now + monitor.heartbeat_interval;
         }
         if (now >= next_check) {
           if (std::optional<std::string> report = stalls.check(now)) {

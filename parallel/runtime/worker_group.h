@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <lockstep/device.h>
+#include <lockstep/trainer.h>
 #include <lockstep/world.h>
 #include "parallel/comm/process_group.h"
 #include "parallel/observability/telemetry.h"
@@ -61,16 +62,17 @@ struct WorkerGroupOptions {
   std::string member_noun = "replica";    // "a replica failed earlier"
   // Bounds the exchanges between processes (ProcessGroup).
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
-  // Called from the calling thread every heartbeat_interval while a job runs (0 or null: never).
-  std::chrono::milliseconds heartbeat_interval{0};
-  std::function<void(const std::string&)> heartbeat;
+  // Heartbeat and telemetry (lockstep/trainer.h), the strategy's options: the heartbeat is
+  // called from the calling thread every heartbeat_interval while a job runs (0 or null: never).
+  MonitorOptions monitor;
 };
 
 class WorkerGroup {
  public:
   // `names`: one per member, e.g. "replica 1 on host:1": its threads' error context and how
   // errors name it. `world` null: one process; else collective over its processes (every
-  // process makes its runs' groups in the same order, see ProcessGroup).
+  // process makes its runs' groups in the same order, see ProcessGroup). Raises ls::Error
+  // (usage) for a telemetry interval that is not positive.
   WorkerGroup(const World* world, std::vector<std::string> names, WorkerGroupOptions options);
   // Destroys the members on their own threads, then joins the threads.
   ~WorkerGroup();
@@ -88,10 +90,10 @@ class WorkerGroup {
   // Makes member i on thread i, for every i. When any throws, aborts every member made,
   // destroys them and rethrows the first error.
   void build(const std::function<std::unique_ptr<GroupMember>(size_t)>& make);
-  // Starts telemetry on `devices` (every member's, in order) into `path` (one file per process:
-  // process p > 0 writes PATH.process-p). Raises ls::Error (io) when the file cannot be opened.
-  void start_telemetry(const std::string& path, std::chrono::milliseconds interval,
-                       const std::vector<Device>& devices);
+  // Starts telemetry on `devices` (every member's, in order) when the options ask for it, into
+  // monitor.telemetry_path (one file per process: process p > 0 writes PATH.process-p). Raises
+  // ls::Error (io) when the file cannot be opened.
+  void start_telemetry(const std::vector<Device>& devices);
   // The step telemetry records (the one being run).
   void set_telemetry_step(int64_t step);
 

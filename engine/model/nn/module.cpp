@@ -21,17 +21,17 @@ void Inputs::add(std::string name, Var value) {
   items_.emplace_back(std::move(name), std::move(value));
 }
 
-bool Inputs::has(std::string_view name) const {
+const Var* Inputs::find(std::string_view name) const {
   for (const auto& [n, v] : items_) {
-    if (n == name) return true;
+    if (n == name) return &v;
   }
-  return false;
+  return nullptr;
 }
 
+bool Inputs::has(std::string_view name) const { return find(name) != nullptr; }
+
 const Var& Inputs::operator[](std::string_view name) const {
-  for (const auto& [n, v] : items_) {
-    if (n == name) return v;
-  }
+  if (const Var* value = find(name)) return *value;
   LS_THROW("the model asks for input '", std::string(name), "', but the batch has ", names(),
            "; give the batch a named input of that name (data::Batch::inputs)");
 }

@@ -263,7 +263,6 @@ Var Transformer::hidden_states(Tape& tape, const Var& tokens) {
 }
 
 Var Transformer::forward(Tape& tape, const Var& tokens) {
-  if (config_.hidden_states) return hidden_states(tape, tokens);
   const Tensor ids = check_tokens(tokens, config_);
   const Tensor valid = valid_mask(tape, ids);
   Var x = embed(tape, ids);

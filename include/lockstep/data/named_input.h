@@ -28,7 +28,9 @@ struct NamedInput {
   std::vector<uint8_t> bytes;  // size * numel(shape) values of dtype
 
   int64_t example_elements() const;  // numel(shape)
-  size_t example_bytes() const { return static_cast<size_t>(example_elements()) * dtype_size(dtype); }
+  size_t example_bytes() const {
+    return static_cast<size_t>(example_elements()) * dtype_size(dtype);
+  }
 
   // An input holding a copy of `values` (size * numel(shape) of them).
   static NamedInput f32(std::string name, std::vector<int64_t> shape,

@@ -33,7 +33,8 @@ class Inputs {
   const std::vector<std::pair<std::string, Var>>& items() const { return items_; }
 
  private:
-  std::string names() const;  // "'a', 'b'"
+  const Var* find(std::string_view name) const;  // null when absent
+  std::string names() const;                      // "the inputs 'a', 'b'"
   std::vector<std::pair<std::string, Var>> items_;
 };
 
