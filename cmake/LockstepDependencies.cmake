@@ -15,6 +15,33 @@ pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 add_library(lockstep_openblas INTERFACE)
 target_link_libraries(lockstep_openblas INTERFACE PkgConfig::OPENBLAS)
 
+# oneDNN (libdnnl-dev) for bf16 GEMMs on the CPU's bf16 units (ops/host/onednn_matmul.h).
+# Debian builds it with OpenMP: lockstep calls omp_set_num_threads itself, hence libgomp.
+# Found by path rather than its CMake package, which requires OpenCL headers for its GPU side.
+set(LOCKSTEP_HAVE_ONEDNN OFF)
+if(NOT LOCKSTEP_ONEDNN MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "LOCKSTEP_ONEDNN must be AUTO, ON or OFF; got '${LOCKSTEP_ONEDNN}'")
+elseif(NOT LOCKSTEP_ONEDNN STREQUAL "OFF")
+  find_path(ONEDNN_INCLUDE_DIR oneapi/dnnl/dnnl.hpp)
+  find_library(ONEDNN_LIBRARY dnnl)
+  find_package(OpenMP COMPONENTS CXX QUIET)
+  if(ONEDNN_INCLUDE_DIR AND ONEDNN_LIBRARY AND OpenMP_CXX_FOUND)
+    add_library(lockstep_onednn INTERFACE)
+    target_include_directories(lockstep_onednn INTERFACE ${ONEDNN_INCLUDE_DIR})
+    target_link_libraries(lockstep_onednn INTERFACE ${ONEDNN_LIBRARY} ${OpenMP_CXX_LIBRARIES})
+    target_compile_definitions(lockstep_onednn INTERFACE LOCKSTEP_HAVE_ONEDNN=1)
+    set(LOCKSTEP_HAVE_ONEDNN ON)
+    message(STATUS "lockstep: oneDNN ON (${ONEDNN_LIBRARY}): bf16 GEMMs on the CPU's bf16 units")
+  elseif(LOCKSTEP_ONEDNN STREQUAL "ON")
+    message(FATAL_ERROR "LOCKSTEP_ONEDNN=ON but oneDNN (libdnnl-dev) or OpenMP was not found. "
+                        "Run scripts/setup or configure with -DLOCKSTEP_ONEDNN=OFF.")
+  else()
+    message(STATUS "lockstep: oneDNN OFF (libdnnl-dev not found): host bf16 is emulated in f32")
+  endif()
+else()
+  message(STATUS "lockstep: oneDNN OFF (LOCKSTEP_ONEDNN=OFF): host bf16 is emulated in f32")
+endif()
+
 set(LOCKSTEP_HAVE_CUDA OFF)
 set(LOCKSTEP_CUDA_EMULATED OFF)
 if(LOCKSTEP_CUDA STREQUAL "EMULATED")

@@ -6,19 +6,24 @@
 // picks its kernel (e.g. its small-matrix path) by the size of each call.
 // gemm_strided_batched splits over the batch instead, one cblas_sgemm per matrix, so its results
 // do not depend on the thread count at all.
-// Precision kBF16/kF16 (ops/gemm.h): A and B are first rounded into per-thread scratch copies,
-// then multiplied in f32 exactly as above (see lockstep/precision.h for why that is what
-// cuBLAS computes with 16-bit operands and f32 accumulation).
+// Precision kBF16 on a CPU with bf16 units (and a build with oneDNN): A and B are rounded into
+// dense per-thread bf16 copies and multiplied by oneDNN on those units with f32 accumulation
+// (ops/host/onednn_matmul.h), split over rows or the batch as above. Otherwise (kF16, or bf16
+// without the units): A and B are rounded into per-thread f32 scratch copies, then multiplied in
+// f32 exactly as above. Both are what cuBLAS computes with 16-bit operands and f32 accumulation
+// (lockstep/precision.h); they differ from each other only in the order of the f32 sums.
 #include "ops/gemm.h"
 
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "ops/host/host_ops.h"
+#include "ops/host/onednn_matmul.h"
 
 namespace ls {
 namespace {
@@ -85,11 +90,135 @@ OperandScratch& operand_scratch() {
   return scratch;
 }
 
+// ---- bf16 on the CPU's bf16 units (oneDNN) ----
+
+LS_VECTOR_CLONES void round_row_to_bf16(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) {  // f32_to_bf16 without its branch, so that it vectorises
+    uint32_t bits;
+    std::memcpy(&bits, x + i, 4);
+    const uint32_t nearest = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;  // ties to even
+    const uint32_t quiet_nan = (bits >> 16) | 0x40u;
+    out[i] = static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest);
+  }
+}
+
+// `count` matrices of rows x cols, matrix i at x + i * stride with leading dimension ld, rounded
+// to bf16 into one dense block (leading dimension cols, matrix stride rows * cols).
+const uint16_t* pack_bf16(const float* x, int64_t count, int64_t rows, int64_t cols, int64_t ld,
+                          int64_t stride, std::vector<uint16_t>& scratch) {
+  scratch.resize(static_cast<size_t>(count * rows * cols));
+  uint16_t* out = scratch.data();
+  const int64_t grain = std::max<int64_t>(1, kHostGrain / std::max<int64_t>(1, cols));
+  host_parallel_for(0, count * rows, grain, [=](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t matrix = r / rows, row = r % rows;
+      round_row_to_bf16(x + matrix * stride + row * ld, cols, out + r * cols);
+    }
+  });
+  return out;
+}
+
+struct Bf16Scratch {
+  std::vector<uint16_t> a, b;
+};
+Bf16Scratch& bf16_scratch() {
+  thread_local Bf16Scratch scratch;
+  return scratch;
+}
+
+// C = alpha * op(A) op(B) + beta * C on packed bf16 operands (leading dimensions lda, ldb are
+// those of the dense copies), `batch` products at the packed strides.
+void native_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                 float alpha, const uint16_t* a, int64_t lda, int64_t stride_a, const uint16_t* b,
+                 int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                 int64_t stride_c) {
+  onednn::MatmulShape shape{.operands = onednn::OperandType::kBF16,
+                            .trans_a = trans_a,
+                            .trans_b = trans_b,
+                            .batch = batch,
+                            .m = m,
+                            .n = n,
+                            .k = k,
+                            .lda = lda,
+                            .ldb = ldb,
+                            .ldc = ldc,
+                            .stride_a = stride_a,
+                            .stride_b = stride_b,
+                            .stride_c = stride_c,
+                            .alpha = alpha,
+                            .beta = beta};
+  onednn::matmul(shape, a, b, c);
+}
+
+bool use_native_bf16(Precision precision) {
+  return precision == Precision::kBF16 && onednn::native_bf16_enabled();
+}
+
+void gemm_native_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float* a_in, int64_t lda, const float* b_in, int64_t ldb, float beta,
+                      float* c, int64_t ldc, Stream& stream) {
+  host_enqueue(stream, [=] {
+    if (k == 0 || alpha == 0.0f) {
+      scale_c(m, n, beta, c, ldc);
+      return;
+    }
+    // The copies are dense: a stored (trans_a ? k x m : m x k) gets leading dimension = its cols.
+    const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+    const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+    Bf16Scratch& scratch = bf16_scratch();
+    const uint16_t* a = pack_bf16(a_in, 1, a_rows, a_cols, lda, 0, scratch.a);
+    const uint16_t* b = pack_bf16(b_in, 1, b_rows, b_cols, ldb, 0, scratch.b);
+    const int64_t threads = host_current_threads();
+    if (threads <= 1 || m < 2 * kMinRowsPerChunk || m * n * k < kMinSplitFlops) {
+      native_bf16(trans_a, trans_b, 1, m, n, k, alpha, a, a_cols, a_rows * a_cols, b, b_cols,
+                  b_rows * b_cols, beta, c, ldc, m * ldc);
+      return;
+    }
+    const int64_t grain = std::max(kMinRowsPerChunk, (m + threads - 1) / threads);
+    host_parallel_for(0, m, grain, [=](int64_t r0, int64_t r1) {
+      const uint16_t* a_rows_ptr = trans_a ? a + r0 : a + r0 * a_cols;
+      native_bf16(trans_a, trans_b, 1, r1 - r0, n, k, alpha, a_rows_ptr, a_cols,
+                  a_rows * a_cols, b, b_cols, b_rows * b_cols, beta, c + r0 * ldc, ldc,
+                  (r1 - r0) * ldc);
+    });
+  });
+}
+
+void gemm_strided_batched_native_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                                      float alpha, const float* a_in, int64_t lda,
+                                      int64_t stride_a, const float* b_in, int64_t ldb,
+                                      int64_t stride_b, float beta, float* c, int64_t ldc,
+                                      int64_t stride_c, int64_t batch, Stream& stream) {
+  const int64_t grain = std::max<int64_t>(1, kMinSplitFlops / std::max<int64_t>(1, m * n * k));
+  host_enqueue(stream, [=] {
+    if (k == 0 || alpha == 0.0f) {
+      for (int64_t i = 0; i < batch; ++i) scale_c(m, n, beta, c + i * stride_c, ldc);
+      return;
+    }
+    const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+    const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+    Bf16Scratch& scratch = bf16_scratch();
+    const uint16_t* a = pack_bf16(a_in, batch, a_rows, a_cols, lda, stride_a, scratch.a);
+    const uint16_t* b = pack_bf16(b_in, batch, b_rows, b_cols, ldb, stride_b, scratch.b);
+    const int64_t a_size = a_rows * a_cols, b_size = b_rows * b_cols;
+    host_parallel_for(0, batch, grain, [=](int64_t i0, int64_t i1) {
+      native_bf16(trans_a, trans_b, i1 - i0, m, n, k, alpha, a + i0 * a_size, a_cols, a_size,
+                  b + i0 * b_size, b_cols, b_size, beta, c + i0 * stride_c, ldc, stride_c);
+    });
+  });
+}
+
+// ---- f32, and 16-bit operands emulated in f32 ----
+
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a_in, int64_t lda, const float* b_in, int64_t ldb, float beta, float* c,
           int64_t ldc, Precision precision, Stream& stream) {
   LS_ASSERT(m >= 0 && n >= 0 && k >= 0, "gemm sizes m=", m, " n=", n, " k=", k);
   if (m == 0 || n == 0) return;
+  if (use_native_bf16(precision)) {
+    gemm_native_bf16(trans_a, trans_b, m, n, k, alpha, a_in, lda, b_in, ldb, beta, c, ldc, stream);
+    return;
+  }
   ensure_single_threaded_blas();
   host_enqueue(stream, [=] {
     OperandScratch& scratch = operand_scratch();
@@ -125,6 +254,11 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   LS_ASSERT(m >= 0 && n >= 0 && k >= 0 && batch >= 0, "gemm_strided_batched sizes m=", m, " n=", n,
             " k=", k, " batch=", batch);
   if (m == 0 || n == 0 || batch == 0) return;
+  if (use_native_bf16(precision)) {
+    gemm_strided_batched_native_bf16(trans_a, trans_b, m, n, k, alpha, a_in, lda, stride_a, b_in,
+                                     ldb, stride_b, beta, c, ldc, stride_c, batch, stream);
+    return;
+  }
   ensure_single_threaded_blas();
   // Enough matrices per chunk that each chunk is worth a task.
   const int64_t grain = std::max<int64_t>(1, kMinSplitFlops / std::max<int64_t>(1, m * n * k));
