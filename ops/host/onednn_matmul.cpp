@@ -1,20 +1,19 @@
 // oneDNN matmul for the host GEMM: ops/host/onednn_matmul.h says what and why.
 #include "ops/host/onednn_matmul.h"
 
+#include <lockstep/error.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <string_view>
-
-#include <lockstep/error.h>
 
 #if LOCKSTEP_HAVE_ONEDNN
 #include <omp.h>
 
 #include <functional>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 #include <vector>
-
-#include <oneapi/dnnl/dnnl.hpp>
 #endif
 
 namespace ls::onednn {
@@ -91,8 +90,7 @@ const dnnl::engine& cpu_engine() {
 // dimension ld, transposed or not, matrix i at i * stride.
 memory::desc matrix_desc(OperandType type, int64_t batch, int64_t rows, int64_t cols, bool trans,
                          int64_t ld, int64_t stride) {
-  const auto dt =
-      type == OperandType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const auto dt = type == OperandType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32;
   const memory::dims strides = trans ? memory::dims{stride, 1, ld} : memory::dims{stride, ld, 1};
   return memory::desc({batch, rows, cols}, dt, strides);
 }

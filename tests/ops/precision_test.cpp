@@ -1,7 +1,8 @@
 // Mixed precision's rounding and the step control on the host backend (issue 12): f16 and bf16
-// rounding against known values, 16-bit GEMMs equal to f32 GEMMs of the rounded operands bitwise
-// (the host emulates cuBLAS's 16-bit operands with f32 accumulation exactly that way), the
-// device-side step decision, the loss-scale schedule, and gated optimizer steps.
+// rounding against known values, emulated 16-bit GEMMs equal to f32 GEMMs of the rounded operands
+// bitwise (the host emulates cuBLAS's 16-bit operands with f32 accumulation exactly that way; the
+// native bf16 path on the CPU's bf16 units is tested in onednn_matmul_test.cpp), the device-side
+// step decision, the loss-scale schedule, and gated optimizer steps.
 #include <lockstep/precision.h>
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 
 #include "op_test_util.h"
 #include "ops/gemm.h"
+#include "ops/host/onednn_matmul.h"
 #include "ops/optim.h"
 #include "ops/step_control.h"
 
@@ -52,7 +54,22 @@ TEST(Precision, Bf16KeepsEightSignificantBits) {
   EXPECT_EQ(round_to(Precision::kF32, 0.1f), 0.1f);
 }
 
-class PrecisionOps : public OpTestBase {};
+// The emulated path: the host GEMM rounds the operands and multiplies in f32.
+class PrecisionOps : public OpTestBase {
+ protected:
+  void SetUp() override {
+    OpTestBase::SetUp();
+    native_was_ = onednn::native_bf16_enabled();
+    onednn::set_native_bf16_enabled(false);
+  }
+  void TearDown() override {
+    onednn::set_native_bf16_enabled(native_was_);
+    OpTestBase::TearDown();
+  }
+
+ private:
+  bool native_was_ = false;
+};
 
 TEST_F(PrecisionOps, SixteenBitGemmIsTheF32GemmOfRoundedOperands) {
   const int64_t m = 37, n = 29, k = 53;
