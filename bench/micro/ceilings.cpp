@@ -6,11 +6,19 @@
 //   ceiling/sgemm/1024/threads:2      two single-threaded sgemms at once, GFLOPs summed: what
 //                                     two host devices can compute together (the bound on
 //                                     2-device scaling efficiency is this / (2 * single-core))
+//   ceiling/bf16gemm/1024             single-core bf16 GEMM (f32 accumulation, f32 C) through
+//                                     oneDNN on the CPU's bf16 units: the ceiling of the bf16
+//                                     step's GEMMs (the label names oneDNN's kernel); registered
+//                                     only where the build has oneDNN and the CPU bf16 units
+//   ceiling/bf16gemm/1024/threads:2   two at once, GFLOPs summed
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <cstring>
 #include <vector>
+
+#include <lockstep/dtype.h>
+#include "ops/host/onednn_matmul.h"
 
 namespace {
 
@@ -45,5 +53,29 @@ void BM_ceiling_sgemm(benchmark::State& state) {
 }
 BENCHMARK(BM_ceiling_sgemm)->Name("ceiling/sgemm")->Arg(1024)->UseRealTime();
 BENCHMARK(BM_ceiling_sgemm)->Name("ceiling/sgemm")->Arg(1024)->Threads(2)->UseRealTime();
+
+void BM_ceiling_bf16gemm(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const std::vector<uint16_t> a(static_cast<size_t>(n * n), ls::f32_to_bf16(1.0f)), b(a);
+  std::vector<float> c(static_cast<size_t>(n * n));
+  const ls::onednn::MatmulShape shape{.m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n,
+                                      .stride_a = n * n, .stride_b = n * n, .stride_c = n * n};
+  ls::onednn::matmul(shape, a.data(), b.data(), c.data());  // builds the primitive
+  for (auto _ : state) {
+    ls::onednn::matmul(shape, a.data(), b.data(), c.data());
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOPs"] =
+      benchmark::Counter(2.0 * n * n * n * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(ls::onednn::implementation(shape));
+}
+const bool kBf16CeilingRegistered = [] {
+  if (!ls::onednn::native_bf16_available()) return false;
+  benchmark::RegisterBenchmark("ceiling/bf16gemm", BM_ceiling_bf16gemm)->Arg(1024)->UseRealTime();
+  benchmark::RegisterBenchmark("ceiling/bf16gemm", BM_ceiling_bf16gemm)
+      ->Arg(1024)->Threads(2)->UseRealTime();
+  return true;
+}();
 
 }  // namespace
