@@ -23,24 +23,37 @@ int64_t rows_grain(int64_t cols) {
 // valid: the keys of this row's batch (or null); keys j >= limit are masked (causal).
 LS_VECTOR_CLONES void softmax_row(const float* s, const int32_t* valid, int64_t t, int64_t limit,
                                   float scale, float* p) {
-  float max = -std::numeric_limits<float>::infinity();
+  // Every loop below reads its arrays unconditionally (valid has t entries), so that each one
+  // vectorises; the maximum runs by 16 lanes (exact in any order) for the same reason.
+  constexpr int64_t kLanes = 16;
+  constexpr float kNone = -std::numeric_limits<float>::infinity();
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, kNone);
   for (int64_t j = 0; j < limit; ++j) {
-    if (valid == nullptr || valid[j] != 0) max = std::max(max, scale * s[j]);
+    const float v = valid == nullptr ? scale * s[j] : (valid[j] != 0 ? scale * s[j] : kNone);
+    lanes[j % kLanes] = v > lanes[j % kLanes] ? v : lanes[j % kLanes];
   }
-  if (max == -std::numeric_limits<float>::infinity()) {  // every key masked
+  float max = kNone;
+  for (float v : lanes) max = v > max ? v : max;
+  if (max == kNone) {  // every key masked
     std::fill(p, p + t, 0.0f);
     return;
   }
-  // Exponentials first (a loop the compiler vectorises), then their sum in key order.
-  for (int64_t j = 0; j < t; ++j) {
-    const bool keep = j < limit && (valid == nullptr || valid[j] != 0);
-    const float e = host_math::fast_exp(scale * s[j] - max);
-    p[j] = keep ? e : 0.0f;
+  for (int64_t j = 0; j < limit; ++j) p[j] = host_math::fast_exp(scale * s[j] - max);
+  if (valid != nullptr) {
+    for (int64_t j = 0; j < limit; ++j) p[j] = valid[j] != 0 ? p[j] : 0.0f;
   }
-  float sum = 0.0f;
-  for (int64_t j = 0; j < t; ++j) sum += p[j];
+  std::fill(p + limit, p + t, 0.0f);
+  const float sum = lane_sum(limit, [p](int64_t j) { return p[j]; });
   const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < t; ++j) p[j] *= inv;
+  for (int64_t j = 0; j < limit; ++j) p[j] *= inv;
+}
+
+// One row of the softmax's backward: ds[j] = scale p[j] (dp[j] - sum_k dp[k] p[k]).
+LS_VECTOR_CLONES void softmax_backward_row(const float* p, const float* dp, int64_t cols,
+                                           float scale, float* ds) {
+  const float dot = lane_sum(cols, [p, dp](int64_t j) { return dp[j] * p[j]; });
+  for (int64_t j = 0; j < cols; ++j) ds[j] = scale * p[j] * (dp[j] - dot);
 }
 
 void attention_softmax(const float* scores, const int32_t* key_valid, int64_t batch_heads,
@@ -68,12 +81,7 @@ void attention_softmax_backward(const float* probs, const float* dprobs, int64_t
   host_enqueue(stream, [=] {
     host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        const float* p = probs + r * cols;
-        const float* dp = dprobs + r * cols;
-        float* ds = dscores + r * cols;
-        float dot = 0.0f;
-        for (int64_t j = 0; j < cols; ++j) dot += dp[j] * p[j];
-        for (int64_t j = 0; j < cols; ++j) ds[j] = scale * p[j] * (dp[j] - dot);
+        softmax_backward_row(probs + r * cols, dprobs + r * cols, cols, scale, dscores + r * cols);
       }
     });
   });
