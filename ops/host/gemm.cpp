@@ -1,4 +1,6 @@
-// Host GEMM through CBLAS (OpenBLAS), the host kernel of ops/gemm.h.
+// Host GEMM through CBLAS (OpenBLAS) and oneDNN, the host kernel of ops/gemm.h. f32 products go
+// to oneDNN where it measured faster (onednn::f32_faster: every transformer-step shape on an
+// AVX-512 CPU), to cblas_sgemm otherwise.
 // OpenBLAS is kept single-threaded: each host device owns its cores and splits a GEMM itself, by
 // rows of C over host_parallel_for, one cblas_sgemm per chunk, so N devices never oversubscribe
 // the machine. Chunk boundaries depend only on (m, threads), so results are reproducible for a
@@ -53,13 +55,41 @@ void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
   }
 }
 
-void sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
-              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+// `batch` f32 products on the calling thread (matrix i of X at x + i * stride_x): one oneDNN
+// call where it measured faster (onednn::f32_faster), else one cblas_sgemm per matrix.
+void sgemm_batch(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
+                 int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                 int64_t stride_c) {
+  // oneDNN takes matrices that do not overlap (a stride of 0 broadcasts in BLAS loops only).
+  const bool apart = stride_a >= (trans_a ? k : m) * lda && stride_b >= (trans_b ? n : k) * ldb &&
+                     stride_c >= m * ldc;
+  if (apart && onednn::f32_faster(m, n, k)) {
+    const onednn::MatmulShape shape{.operands = onednn::OperandType::kF32,
+                                    .trans_a = trans_a,
+                                    .trans_b = trans_b,
+                                    .batch = batch,
+                                    .m = m,
+                                    .n = n,
+                                    .k = k,
+                                    .lda = lda,
+                                    .ldb = ldb,
+                                    .ldc = ldc,
+                                    .stride_a = stride_a,
+                                    .stride_b = stride_b,
+                                    .stride_c = stride_c,
+                                    .alpha = alpha,
+                                    .beta = beta};
+    onednn::matmul(shape, a, b, c);
+    return;
+  }
+  for (int64_t i = 0; i < batch; ++i) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+                static_cast<blasint>(n), static_cast<blasint>(k), alpha, a + i * stride_a,
+                static_cast<blasint>(lda), b + i * stride_b, static_cast<blasint>(ldb), beta,
+                c + i * stride_c, static_cast<blasint>(ldc));
+  }
 }
 
 // Elements a row-major operand of `rows` rows of `cols` used columns spans with leading
@@ -67,6 +97,15 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
 int64_t operand_span(int64_t rows, int64_t cols, int64_t ld) {
   return rows == 0 || cols == 0 ? 0 : (rows - 1) * ld + cols;
 }
+
+void sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc) {
+  sgemm_batch(trans_a, trans_b, 1, m, n, k, alpha, a, lda, (trans_a ? k : m) * lda, b, ldb,
+              (trans_b ? n : k) * ldb, beta, c, ldc, m * ldc);
+}
+
+
 
 // The operand rounded to `precision` in `scratch` (the operand itself for kF32). Padding between
 // rows is rounded too: harmless, it is never read.
@@ -271,15 +310,12 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
         rounded(b_in, (batch - 1) * stride_b + operand_span(trans_b ? n : k, trans_b ? k : n, ldb),
                 precision, scratch.b);
     host_parallel_for(0, batch, grain, [=](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        float* ci = c + i * stride_c;
-        if (k == 0 || alpha == 0.0f) {  // BLAS rejects k == 0; the result is beta * C
-          scale_c(m, n, beta, ci, ldc);
-        } else {
-          sgemm_rows(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb,
-                     beta, ci, ldc);
-        }
+      if (k == 0 || alpha == 0.0f) {  // BLAS rejects k == 0; the result is beta * C
+        for (int64_t i = i0; i < i1; ++i) scale_c(m, n, beta, c + i * stride_c, ldc);
+        return;
       }
+      sgemm_batch(trans_a, trans_b, i1 - i0, m, n, k, alpha, a + i0 * stride_a, lda, stride_a,
+                  b + i0 * stride_b, ldb, stride_b, beta, c + i0 * stride_c, ldc, stride_c);
     });
   });
 }

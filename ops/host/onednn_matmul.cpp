@@ -19,27 +19,33 @@
 namespace ls::onednn {
 namespace {
 
+// Each oneDNN ISA value is the set of its instruction-set bits, so "at least X" is a mask test.
 #if LOCKSTEP_HAVE_ONEDNN
-bool cpu_has_bf16_units() {
-  // Each ISA value is the set of its instruction-set bits, so "at least X" is a mask test.
+bool cpu_has(dnnl_cpu_isa_t wanted) {
   const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
-  const auto bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
-  return (isa & bf16) == bf16;
+  return (isa & static_cast<unsigned>(wanted)) == static_cast<unsigned>(wanted);
 }
+bool cpu_has_bf16_units() { return cpu_has(dnnl_cpu_isa_avx512_core_bf16); }
+bool cpu_has_avx512() { return cpu_has(dnnl_cpu_isa_avx512_core); }
 #else
 bool cpu_has_bf16_units() { return false; }
+bool cpu_has_avx512() { return false; }
 #endif
 
-// LOCKSTEP_HOST_BF16=emulated turns the native path off for the whole process (a user who wants
-// the emulated numerics, or a comparison from the command line).
-bool native_by_default() {
-  if (!native_bf16_available()) return false;
-  const char* choice = std::getenv("LOCKSTEP_HOST_BF16");
-  return choice == nullptr || std::string_view(choice) != "emulated";
+// LOCKSTEP_ONEDNN=off: no oneDNN for this process (the emulated bf16 numerics, or a comparison
+// from the command line).
+bool turned_off_by_environment() {
+  const char* choice = std::getenv("LOCKSTEP_ONEDNN");
+  return choice != nullptr && std::string_view(choice) == "off";
 }
 
-std::atomic<bool>& native_flag() {
-  static std::atomic<bool> flag{native_by_default()};
+std::atomic<bool>& native_bf16_flag() {
+  static std::atomic<bool> flag{native_bf16_available() && !turned_off_by_environment()};
+  return flag;
+}
+
+std::atomic<bool>& f32_flag() {
+  static std::atomic<bool> flag{f32_available() && !turned_off_by_environment()};
   return flag;
 }
 
@@ -50,13 +56,32 @@ bool native_bf16_available() {
   return available;
 }
 
-bool native_bf16_enabled() { return native_flag().load(std::memory_order_relaxed); }
+bool f32_available() {
+  static const bool available = cpu_has_avx512();
+  return available;
+}
+
+bool native_bf16_enabled() { return native_bf16_flag().load(std::memory_order_relaxed); }
 
 void set_native_bf16_enabled(bool enabled) {
   LS_CHECK(!enabled || native_bf16_available(),
            "native bf16 GEMMs need a CPU with AVX512-BF16 or AMX and a build with oneDNN "
            "(scripts/setup installs libdnnl-dev); this build or CPU has neither");
-  native_flag().store(enabled, std::memory_order_relaxed);
+  native_bf16_flag().store(enabled, std::memory_order_relaxed);
+}
+
+bool f32_enabled() { return f32_flag().load(std::memory_order_relaxed); }
+
+void set_f32_enabled(bool enabled) {
+  LS_CHECK(!enabled || f32_available(),
+           "oneDNN f32 GEMMs need a CPU with AVX-512 and a build with oneDNN (scripts/setup "
+           "installs libdnnl-dev); this build or CPU has neither");
+  f32_flag().store(enabled, std::memory_order_relaxed);
+}
+
+bool f32_faster(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kMinMultiplyAdds = int64_t{1} << 18;
+  return f32_enabled() && n >= 16 && m * n * k >= kMinMultiplyAdds;
 }
 
 #if LOCKSTEP_HAVE_ONEDNN

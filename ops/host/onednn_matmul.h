@@ -8,8 +8,9 @@
 // costs far more than a small GEMM). Each call runs on the calling thread alone: oneDNN's OpenMP
 // team is set to one thread per caller, because a host device splits its GEMMs over its own cores
 // (host_parallel_for) and N devices must not oversubscribe the machine.
+// f32 products go through oneDNN too where it measured faster than OpenBLAS (f32_faster()).
 // Built when CMake finds oneDNN (LOCKSTEP_ONEDNN, scripts/setup installs libdnnl-dev); without it
-// native_bf16_available() is false and the host emulates bf16 as before.
+// nothing here is available, f32 runs on OpenBLAS and the host emulates bf16 as before.
 #pragma once
 
 #include <cstdint>
@@ -35,13 +36,26 @@ struct MatmulShape {
 
 // True when lockstep was built with oneDNN and this CPU has bf16 dot-product instructions.
 bool native_bf16_available();
+// True when lockstep was built with oneDNN and this CPU has AVX-512, where oneDNN's f32 matmul
+// measured faster than OpenBLAS's sgemm on every GEMM shape of the transformer step (1.01-1.3x,
+// docs/benchmarks.md) but not on the smallest ones (f32_faster()).
+bool f32_available();
 
 // Whether the host GEMM multiplies bf16 operands on the bf16 units (the default wherever
-// native_bf16_available()) or emulates them (operands rounded, then an f32 GEMM). Process-wide;
-// tests and lockstep-bench switch it to compare the two in one run. Setting true where
-// native_bf16_available() is false raises ls::Error.
+// native_bf16_available()) or emulates them (operands rounded, then an f32 GEMM), and whether
+// f32 GEMMs may go through oneDNN (the default wherever f32_available()) or always through
+// OpenBLAS. Process-wide. The environment variable LOCKSTEP_ONEDNN=off turns both off from the
+// start (bf16 emulated as in a build without oneDNN); tests and lockstep-bench switch them to
+// compare the paths in one run. Enabling one where it is not available raises ls::Error.
 bool native_bf16_enabled();
 void set_native_bf16_enabled(bool enabled);
+bool f32_enabled();
+void set_f32_enabled(bool enabled);
+
+// Whether an f32 product of this shape is faster through oneDNN than through OpenBLAS on this
+// machine (f32_enabled(), and not among the small shapes where OpenBLAS's lower call overhead
+// wins: n < 16 or fewer than 2^18 multiply-adds; bench gemm/... measures both).
+bool f32_faster(int64_t m, int64_t n, int64_t k);
 
 // Runs the product on the calling thread. a and b hold float or uint16_t (bf16 bits) as
 // shape.operands says. m, n, k, batch > 0. Raises ls::Error if oneDNN rejects the shape.
