@@ -19,11 +19,11 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
+#include "ops/host/bf16_convert.h"
 #include "ops/host/host_ops.h"
 #include "ops/host/onednn_matmul.h"
 
@@ -131,16 +131,6 @@ OperandScratch& operand_scratch() {
 
 // ---- bf16 on the CPU's bf16 units (oneDNN) ----
 
-LS_VECTOR_CLONES void round_row_to_bf16(const float* x, int64_t n, uint16_t* out) {
-  for (int64_t i = 0; i < n; ++i) {  // f32_to_bf16 without its branch, so that it vectorises
-    uint32_t bits;
-    std::memcpy(&bits, x + i, 4);
-    const uint32_t nearest = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;  // ties to even
-    const uint32_t quiet_nan = (bits >> 16) | 0x40u;
-    out[i] = static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest);
-  }
-}
-
 // `count` matrices of rows x cols, matrix i at x + i * stride with leading dimension ld, rounded
 // to bf16 into one dense block (leading dimension cols, matrix stride rows * cols).
 const uint16_t* pack_bf16(const float* x, int64_t count, int64_t rows, int64_t cols, int64_t ld,
@@ -151,7 +141,7 @@ const uint16_t* pack_bf16(const float* x, int64_t count, int64_t rows, int64_t c
   host_parallel_for(0, count * rows, grain, [=](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t matrix = r / rows, row = r % rows;
-      round_row_to_bf16(x + matrix * stride + row * ld, cols, out + r * cols);
+      round_to_bf16(x + matrix * stride + row * ld, cols, out + r * cols);
     }
   });
   return out;
