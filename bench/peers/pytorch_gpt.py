@@ -27,7 +27,9 @@ master weights, grads and AdamW state stay f32. "precision" in the JSON says whi
       --batch 8 --steps 30 --warmup 5 --threads 1 --precision bf16 --json out/gpt-pytorch.json
 
 tokens_per_s = batch * seq / median step time over the timed steps (after --warmup);
-samples_per_s = sequences/s likewise. The JSON has the shape of pytorch_ddp.py's (one run,
+samples_per_s = sequences/s likewise. --processes N (> 1) runs N DDP processes over gloo
+(torch.multiprocessing spawn), each with --batch sequences of its own and --threads threads:
+tokens_per_s = N * batch * seq / rank 0's median step time. The JSON has the shape of pytorch_ddp.py's (one run,
 devices 1) plus "gpt": {layers, hidden, heads, seq, vocab}, "batch", tokens_per_s in the run;
 compare.py reads both. Exit codes: 0 success, 1 runtime failure, 2 usage error.
 """
@@ -53,6 +55,8 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--windows", type=int, default=5)
     p.add_argument("--threads", "--host-threads", dest="threads", type=int, default=1)
+    p.add_argument("--processes", type=int, default=1,
+                   help="DDP processes (gloo), each with --batch sequences and --threads threads")
     p.add_argument("--data", default="", help="a file whose bytes are the tokens (else random)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.01)
@@ -64,7 +68,8 @@ def parse_args(argv):
                         "optimizer f32)")
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
-    for name in ("layers", "hidden", "heads", "seq", "vocab", "batch", "steps", "windows", "threads"):
+    for name in ("layers", "hidden", "heads", "seq", "vocab", "batch", "steps", "windows", "threads",
+                 "processes"):
         if getattr(a, name) <= 0:
             p.error(f"--{name} must be positive")
     if a.hidden % a.heads:
@@ -136,8 +141,8 @@ def make_optimizer(model, a, torch):
     raise RuntimeError("no AdamW implementation accepted these parameters")
 
 
-def premade_batches(a, torch):
-    gen = torch.Generator().manual_seed(a.seed)
+def premade_batches(a, torch, rank=0):
+    gen = torch.Generator().manual_seed(a.seed + 1000 * rank)
     count = min(a.steps, 64)  # later steps reuse them in turn
     if not a.data:
         return [torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=gen) for _ in range(count)]
@@ -152,12 +157,16 @@ def premade_batches(a, torch):
     return batches
 
 
-def measure(a, torch, use_compile):
+def measure(a, torch, use_compile, rank=0, world=1):
     torch.manual_seed(a.seed)
     model = build_model(a, torch).train()
     opt, opt_impl = make_optimizer(model, a, torch)
-    net = torch.compile(model) if use_compile else model
-    batches = [(b[:, :-1].contiguous(), b[:, 1:].contiguous()) for b in premade_batches(a, torch)]
+    wrapped = model
+    if world > 1:  # DDP: each process its own batch; gradients averaged over gloo, bucketed
+        wrapped = torch.nn.parallel.DistributedDataParallel(model)
+    net = torch.compile(wrapped) if use_compile else wrapped
+    batches = [(b[:, :-1].contiguous(), b[:, 1:].contiguous())
+               for b in premade_batches(a, torch, rank)]
     if a.precision == "bf16":
         autocast = lambda: torch.autocast(device_type="cpu", dtype=torch.bfloat16)
     else:
@@ -183,14 +192,44 @@ def measure(a, torch, use_compile):
         part = step_s[timed * w // a.windows:timed * (w + 1) // a.windows]
         windows.append(len(part) * a.batch * a.seq / sum(part))
     median = statistics.median(step_s)
-    return {"devices": 1, "device_list": "host:0", "global_batch": a.batch,
-            "samples_per_s": a.batch / median, "per_device_samples_per_s": a.batch / median,
-            "tokens_per_s": a.batch * a.seq / median, "efficiency": 1.0,
+    windows = [w * world for w in windows]
+    return {"devices": world, "device_list": ",".join(f"host:{r}" for r in range(world)),
+            "global_batch": a.batch * world,
+            "samples_per_s": world * a.batch / median, "per_device_samples_per_s": a.batch / median,
+            "tokens_per_s": world * a.batch * a.seq / median, "efficiency": None,
             "step_ms_median": median * 1e3, "comm_exposed_ms": None,
             "final_loss": torch.stack(losses[-10:]).mean().item(),
             "first_loss": losses[0].item(), "window_tokens_per_s": windows,
             "window_samples_per_s": [w / a.seq for w in windows], "wall_s": wall,
             "torch_compile": use_compile}, sum(p.numel() for p in model.parameters()), opt_impl
+
+
+def ddp_worker(rank, a, use_compile, port, results):
+    """One DDP process: joins the gloo group, measures, and rank 0 hands its run back."""
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(a.threads)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=a.processes)
+    try:
+        run = measure(a, torch, use_compile, rank, a.processes)
+        if rank == 0:
+            results.put(run)
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_ddp(a, torch, use_compile):
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.SimpleQueue()
+    mp.start_processes(ddp_worker, args=(a, use_compile, port, results), nprocs=a.processes,
+                       start_method="spawn")
+    return results.get()
 
 
 def onednn_bf16(torch):
@@ -228,12 +267,14 @@ def main(argv):
         variants = [False]
     print(f"pytorch_gpt.py: {a.layers} layers, hidden {a.hidden}, {a.heads} heads, seq {a.seq}, "
           f"vocab {a.vocab}, batch {a.batch}, {a.steps} steps ({a.warmup} warm-up), "
-          f"{a.threads} thread(s), {a.precision}, torch {torch.__version__}", file=sys.stderr, flush=True)
+          f"{a.threads} thread(s) x {a.processes} process(es), {a.precision}, "
+          f"torch {torch.__version__}", file=sys.stderr, flush=True)
     tried, params, opt_impl = {}, 0, ""
     for use_compile in variants:
         name = "compiled" if use_compile else "eager"
         try:
-            tried[use_compile], params, opt_impl = measure(a, torch, use_compile)
+            measured = measure_ddp if a.processes > 1 else measure
+            tried[use_compile], params, opt_impl = measured(a, torch, use_compile)
         except Exception as e:
             if not use_compile or a.compile == "on":
                 raise
@@ -246,13 +287,14 @@ def main(argv):
     best = max(tried, key=lambda c: tried[c]["tokens_per_s"])
     run = tried[best]
     run["compile_tokens_per_s"] = {("compiled" if c else "eager"): t["tokens_per_s"] for c, t in tried.items()}
-    doc = {"mode": "single", "model": "gpt", "backend": "pytorch", "device_kind": "host",
+    doc = {"mode": "weak" if a.processes > 1 else "single", "model": "gpt", "backend": "pytorch", "device_kind": "host",
            "gpt": {"layers": a.layers, "hidden": a.hidden, "heads": a.heads, "seq": a.seq,
                    "vocab": a.vocab, "dropout": a.dropout},
            "widths": [a.layers, a.hidden, a.heads, a.seq, a.vocab], "params": params,
            "optimizer": "adamw", "optimizer_impl": opt_impl, "lr": a.lr, "seed": a.seed,
            "steps": a.steps, "warmup": a.warmup, "windows": a.windows, "global_batch": a.batch,
-           "batch": a.batch, "data": a.data or "random", "compile": a.compile,
+           "batch": a.batch, "per_device_batch": a.batch, "processes": a.processes,
+           "data": a.data or "random", "compile": a.compile,
            "precision": a.precision, "onednn_bf16": onednn_bf16(torch),
            "torch_version": torch.__version__, "threads_per_process": a.threads,
            "host_threads_per_device": a.threads,
@@ -261,7 +303,8 @@ def main(argv):
            "runs": [run]}
     print(f"pytorch gpt {a.layers}x{a.hidden} ({params} params): {run['tokens_per_s']:.0f} tokens/s "
           f"({'torch.compile' if best else 'eager'}), step {run['step_ms_median']:.1f} ms, "
-          f"batch {a.batch} x seq {a.seq}, {a.threads} thread(s), {a.precision}")
+          f"batch {a.batch} x seq {a.seq} per process, {a.processes} process(es) (DDP over gloo "
+          f"when > 1), {a.threads} thread(s) each, {a.precision}")
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:
