@@ -3,6 +3,10 @@
 //   gemm/host:0/<gemm>   through ls::matmul on a host stream (enqueue + synchronize per GEMM)
 //   gemm/cblas/<gemm>    the same call straight to CBLAS on the benchmark thread
 //   gemm/cuda:0/<gemm>   through ls::matmul on cuda:0 (cuBLAS), registered only with a GPU
+//   gemm/gpt4x256-step/host:0/<precision>  every GEMM of one training step of the GPT of 4 layers,
+//                        hidden 256, 4 heads, 8 x 128 tokens (projections, attention per head,
+//                        tied head; forward, input and weight gradients) through ls::matmul, in
+//                        f32 and bf16: set against ceiling/sgemm and ceiling/bf16gemm
 // Counter GFLOPs = 2mnk / time. Compare with ceiling/sgemm (single-core CBLAS at 1024^3) in the
 // same run: cblas vs the ceiling is the cost of the shape, host:0 vs cblas lockstep's overhead.
 #include "ops/gemm.h"
@@ -17,6 +21,7 @@
 #include "bench/micro/bench_config.h"
 #include "bench/micro/bench_util.h"
 #include "engine/core/runtime.h"
+#include "ops/host/onednn_matmul.h"
 #include <lockstep/tensor.h>
 
 namespace ls::bench {
@@ -102,7 +107,88 @@ void run_cblas(benchmark::State& state, const GemmShape& s) {
   set_gflops(state, s, 1);
 }
 
+// The GEMMs of one step of the GPT 4x256 (batch 8, seq 128, 4 heads): `count` products of each.
+struct StepGemm {
+  GemmShape shape;
+  int64_t batch;  // matrices per product (attention: batch x heads)
+  int64_t count;  // products of this shape per step
+};
+
+std::vector<StepGemm> gpt_step_gemms() {
+  const int64_t tokens = 8 * 128, hidden = 256, layers = 4, heads_x_batch = 4 * 8;
+  const int64_t seq = 128, head_dim = hidden / 4, vocab = 258;
+  std::vector<StepGemm> gemms;
+  // A Linear of in -> out: y = x W^T, dx = dy W, dW += dy^T x; per layer and for the head.
+  auto linear = [&](int64_t in, int64_t out, int64_t count) {
+    gemms.push_back({{"fwd", tokens, out, in, false, true, 0.0f}, 1, count});
+    gemms.push_back({{"dx", tokens, in, out, false, false, 0.0f}, 1, count});
+    gemms.push_back({{"dW", out, in, tokens, true, false, 1.0f}, 1, count});
+  };
+  linear(hidden, 3 * hidden, layers);  // qkv
+  linear(hidden, hidden, layers);      // attention output
+  linear(hidden, 4 * hidden, layers);  // fc
+  linear(4 * hidden, hidden, layers);  // proj
+  linear(hidden, vocab, 1);            // tied head
+  // Attention per head: S = Q K^T, O = P V; backward dP = dO V^T, dV = P^T dO, dQ = dS K,
+  // dK = dS^T Q.
+  for (const GemmShape& g : {GemmShape{"qk", seq, seq, head_dim, false, true, 0.0f},
+                             GemmShape{"pv", seq, head_dim, seq, false, false, 0.0f},
+                             GemmShape{"dp", seq, seq, head_dim, false, true, 0.0f},
+                             GemmShape{"dv", seq, head_dim, seq, true, false, 0.0f},
+                             GemmShape{"dq", seq, head_dim, seq, false, false, 0.0f},
+                             GemmShape{"dk", seq, head_dim, seq, true, false, 0.0f}}) {
+    gemms.push_back({g, heads_x_batch, layers});
+  }
+  return gemms;
+}
+
+void run_step_gemms(benchmark::State& state, Precision precision) {
+  const Device host0{DeviceKind::kHost, 0};
+  auto stream = device_runtime(host0).create_stream();
+  struct Operands {
+    Tensor a, b, c;
+  };
+  std::vector<Operands> operands;
+  double flops = 0.0;
+  for (const StepGemm& g : gpt_step_gemms()) {
+    const GemmShape& s = g.shape;
+    const Shape a_shape = s.trans_a ? Shape{g.batch, s.k, s.m} : Shape{g.batch, s.m, s.k};
+    const Shape b_shape = s.trans_b ? Shape{g.batch, s.n, s.k} : Shape{g.batch, s.k, s.n};
+    operands.push_back(
+        {Tensor::from_host(uniform(shape_numel(a_shape)), a_shape, host0, *stream),
+         Tensor::from_host(uniform(shape_numel(b_shape)), b_shape, host0, *stream),
+         Tensor::from_host(uniform(g.batch * s.m * s.n), {g.batch, s.m, s.n}, host0, *stream)});
+    flops += gemm_flops(s.m, s.n, s.k) * static_cast<double>(g.batch * g.count);
+  }
+  const std::vector<StepGemm> gemms = gpt_step_gemms();
+  auto one_step = [&] {
+    for (size_t i = 0; i < gemms.size(); ++i) {
+      const GemmShape& s = gemms[i].shape;
+      const Operands& o = operands[i];
+      for (int64_t r = 0; r < gemms[i].count; ++r) {
+        matmul_batched(o.a, s.trans_a, o.b, s.trans_b, o.c, gemms[i].batch, 1.0f, s.beta, *stream,
+                       precision);
+      }
+    }
+    stream->synchronize();
+  };
+  one_step();  // warm-up: scratch, oneDNN primitives
+  for (auto _ : state) one_step();
+  state.counters["GFLOPs"] = benchmark::Counter(flops * static_cast<double>(state.iterations()),
+                                                benchmark::Counter::kIsRate,
+                                                benchmark::Counter::kIs1000);
+  state.SetLabel(precision == Precision::kBF16 && onednn::native_bf16_enabled()
+                     ? "bf16 units (oneDNN)"
+                     : (precision == Precision::kBF16 ? "bf16 emulated in f32" : "f32"));
+}
+
 void register_gemms(const BenchConfig& config) {
+  for (Precision p : {Precision::kF32, Precision::kBF16}) {
+    benchmark::RegisterBenchmark(
+        (std::string("gemm/gpt4x256-step/host:0/") + precision_name(p)).c_str(),
+        [p](benchmark::State& st) { run_step_gemms(st, p); })
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
   const Device host0{DeviceKind::kHost, 0};
   for (const GemmShape& s : model_gemms()) {
     benchmark::RegisterBenchmark(("gemm/host:0/" + s.name).c_str(),

@@ -4,9 +4,10 @@
 // entering a matrix product, forward and backward) is rounded to bfloat16 / IEEE half, round to
 // nearest even, and the products are accumulated and written in f32. Master weights, gradients,
 // optimizer state and every other op stay f32. This is exactly what cuBLAS computes with 16-bit
-// A and B, f32 C and CUBLAS_COMPUTE_32F, so the host backend emulates it by rounding the operands
-// and multiplying in f32: the product of two bf16 (8-bit significand) or f16 (11-bit) values is
-// exact in f32, and only the summation order differs between backends.
+// A and B, f32 C and CUBLAS_COMPUTE_32F. The host backend computes the same: bf16 on the CPU's
+// bf16 units through oneDNN where the CPU has them (AVX512-BF16, AMX), else, like f16, by rounding
+// the operands and multiplying in f32. The product of two bf16 (8-bit significand) or f16
+// (11-bit) values is exact in f32, so only the summation order differs between backends.
 // f16 has 5 exponent bits: gradients below 2^-24 flush to zero and values above 65504 become
 // infinite, hence the dynamic loss scaling of ops/step_control.h.
 #pragma once

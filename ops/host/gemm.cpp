@@ -1,19 +1,18 @@
-// Host GEMM through CBLAS (OpenBLAS) and oneDNN, the host kernel of ops/gemm.h. f32 products go
-// to oneDNN where it measured faster (onednn::f32_faster: every transformer-step shape on an
-// AVX-512 CPU), to cblas_sgemm otherwise.
-// OpenBLAS is kept single-threaded: each host device owns its cores and splits a GEMM itself, by
-// rows of C over host_parallel_for, one cblas_sgemm per chunk, so N devices never oversubscribe
-// the machine. Chunk boundaries depend only on (m, threads), so results are reproducible for a
-// given thread count; they may differ in the last bits between thread counts, because OpenBLAS
-// picks its kernel (e.g. its small-matrix path) by the size of each call.
-// gemm_strided_batched splits over the batch instead, one cblas_sgemm per matrix, so its results
-// do not depend on the thread count at all.
-// Precision kBF16 on a CPU with bf16 units (and a build with oneDNN): A and B are rounded into
-// dense per-thread bf16 copies and multiplied by oneDNN on those units with f32 accumulation
-// (ops/host/onednn_matmul.h), split over rows or the batch as above. Otherwise (kF16, or bf16
-// without the units): A and B are rounded into per-thread f32 scratch copies, then multiplied in
-// f32 exactly as above. Both are what cuBLAS computes with 16-bit operands and f32 accumulation
-// (lockstep/precision.h); they differ from each other only in the order of the f32 sums.
+// Host GEMM through oneDNN and CBLAS (OpenBLAS), the host kernel of ops/gemm.h.
+// Each host device owns its cores and splits a GEMM itself, by rows of C over host_parallel_for
+// (gemm_strided_batched: by matrices), one library call per chunk on the calling thread; both
+// libraries are kept to one thread per caller, so N devices never oversubscribe the machine.
+// Chunk boundaries depend only on (m or batch, threads), so results are reproducible for a given
+// thread count; they may differ in the last bits between thread counts, because the libraries
+// pick their kernels by the size of each call.
+// f32: oneDNN where it measured faster (onednn::f32_faster: every transformer-step shape on an
+// AVX-512 CPU), cblas_sgemm otherwise (small shapes, builds without oneDNN).
+// bf16 on a CPU with bf16 units (and a build with oneDNN): A and B are rounded into dense
+// per-thread bf16 copies and multiplied by oneDNN on those units with f32 accumulation
+// (ops/host/onednn_matmul.h). Otherwise (f16, or bf16 without the units): A and B are rounded
+// into per-thread f32 scratch copies, then multiplied in f32 as above. Both are what cuBLAS
+// computes with 16-bit operands and f32 accumulation (lockstep/precision.h); they differ from
+// each other only in the order of the f32 sums.
 #include "ops/gemm.h"
 
 #include <cblas.h>
@@ -32,7 +31,7 @@ namespace {
 
 // Below this many multiply-adds a GEMM runs as one call: splitting costs more than it saves.
 constexpr int64_t kMinSplitFlops = int64_t{1} << 18;
-// Fewest rows of C per chunk, so that each call still fills OpenBLAS's register tiles.
+// Fewest rows of C per chunk, so that each call still fills the libraries' register tiles.
 constexpr int64_t kMinRowsPerChunk = 16;
 
 void ensure_single_threaded_blas() {
