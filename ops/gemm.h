@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include <lockstep/error.h>
@@ -36,6 +37,10 @@ struct GemmOps {
                                const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,
                                int64_t ldc, int64_t stride_c, int64_t batch, Precision precision,
                                Stream& stream) = nullptr;
+  // gemm with precision kBF16 on operands already in bf16 (their bits), so no rounded copies.
+  void (*gemm_bf16)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                    float* c, int64_t ldc, Stream& stream) = nullptr;
 };
 
 namespace detail {
@@ -108,6 +113,23 @@ inline void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
   op_entry(&GemmOps::gemm, "matmul", stream)(trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(),
                                              a.dim(1), b.f32(), b.dim(1), beta, c.f32(), c.dim(1),
                                              precision, stream);
+}
+
+// matmul with precision kBF16 on operands stored in bf16: a and b DType::kBF16, c f32. The same
+// numbers as matmul(f32 a, f32 b, ..., kBF16) when a and b hold those tensors cast to bf16, without
+// rounding copies of them on every call: a caller that multiplies one operand several times
+// (a Linear's input and weight in forward and backward) casts it once (cast in ops/elementwise.h).
+inline void matmul_bf16(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                        const Tensor& c, float alpha, float beta, Stream& stream) {
+  for (auto [name, t, dtype] : {std::tuple{"a", &a, DType::kBF16}, {"b", &b, DType::kBF16},
+                                {"c", &c, DType::kF32}}) {
+    if (t->defined()) op_check::matrix("matmul_bf16", name, *t, "a 2-D tensor: reshape it first");
+    op_check::tensor("matmul_bf16", name, *t, dtype, stream);
+  }
+  const detail::GemmDims d = detail::check_gemm_shapes("matmul_bf16", a, trans_a, b, trans_b, c, 0);
+  op_entry(&GemmOps::gemm_bf16, "matmul_bf16", stream)(trans_a, trans_b, d.m, d.n, d.k, alpha,
+                                                       a.bf16(), a.dim(1), b.bf16(), b.dim(1),
+                                                       beta, c.f32(), c.dim(1), stream);
 }
 
 // For i in [0, batch): c[i] = alpha op(a[i]) op(b[i]) + beta c[i]; a, b, c are 3-D

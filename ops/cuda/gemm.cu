@@ -302,9 +302,36 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
       CUBLAS_GEMM_DEFAULT));
 }
 
+// Operands already in bf16: cublasGemmEx on them directly, as gemm does on its rounded copies.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+               float* c, int64_t ldc, Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  const int device = launch.device();
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.0f) {
+    if (beta == 1.0f) return;
+    LS_LAUNCH(scale_matrix_kernel, grid_for(m * n), kThreads, 0, stream, c, m, n, ldc, beta, 1, 0);
+    LS_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const int ld_a = checked_int(std::max<int64_t>(lda, 1), "lda");
+  const int ld_b = checked_int(std::max<int64_t>(ldb, 1), "ldb");
+  const int ld_c = checked_int(std::max<int64_t>(ldc, 1), "ldc");
+  cublasHandle_t handle = t_cublas.bind(device, stream);
+  // See Note [Row-major GEMM through column-major cuBLAS].
+  LS_CUBLAS_CHECK(cublasGemmEx(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                               trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, checked_int(n, "n"),
+                               checked_int(m, "m"), checked_int(k, "k"), &alpha, b, CUDA_R_16BF,
+                               ld_b, a, CUDA_R_16BF, ld_a, &beta, c, CUDA_R_32F, ld_c,
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 const GemmOps kCudaGemm{
     .gemm = gemm,
     .gemm_strided_batched = gemm_strided_batched,
+    .gemm_bf16 = gemm_bf16,
 };
 LS_REGISTER_OP_TABLE(GemmOps, DeviceKind::kCuda, kCudaGemm);
 

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <vector>
 
+#include <lockstep/dtype.h>
 #include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "ops/host/bf16_convert.h"
@@ -128,6 +129,16 @@ OperandScratch& operand_scratch() {
   return scratch;
 }
 
+// bf16 bits widened to f32 in `scratch` (exact).
+const float* widened(const uint16_t* x, int64_t span, std::vector<float>& scratch) {
+  scratch.resize(static_cast<size_t>(span));
+  float* out = scratch.data();
+  host_parallel_for(0, span, kHostGrain, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = bf16_to_f32(x[i]);
+  });
+  return out;
+}
+
 // ---- bf16 on the CPU's bf16 units (oneDNN) ----
 
 // `count` matrices of rows x cols, matrix i at x + i * stride with leading dimension ld, rounded
@@ -182,6 +193,26 @@ bool use_native_bf16(Precision precision) {
   return precision == Precision::kBF16 && onednn::native_bf16_enabled();
 }
 
+// C = alpha * op(A) op(B) + beta * C on bf16 operands A and B (leading dimensions lda, ldb), on
+// the bf16 units, split over rows of C like the f32 GEMM. Runs on the stream's worker.
+void native_bf16_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                      float* c, int64_t ldc) {
+  const int64_t a_rows = trans_a ? k : m, b_rows = trans_b ? n : k;
+  const int64_t threads = host_current_threads();
+  if (threads <= 1 || m < 2 * kMinRowsPerChunk || m * n * k < kMinSplitFlops) {
+    native_bf16(trans_a, trans_b, 1, m, n, k, alpha, a, lda, a_rows * lda, b, ldb, b_rows * ldb,
+                beta, c, ldc, m * ldc);
+    return;
+  }
+  const int64_t grain = std::max(kMinRowsPerChunk, (m + threads - 1) / threads);
+  host_parallel_for(0, m, grain, [=](int64_t r0, int64_t r1) {
+    const uint16_t* a_rows_ptr = trans_a ? a + r0 : a + r0 * lda;
+    native_bf16(trans_a, trans_b, 1, r1 - r0, n, k, alpha, a_rows_ptr, lda, a_rows * lda, b, ldb,
+                b_rows * ldb, beta, c + r0 * ldc, ldc, (r1 - r0) * ldc);
+  });
+}
+
 void gemm_native_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const float* a_in, int64_t lda, const float* b_in, int64_t ldb, float beta,
                       float* c, int64_t ldc, Stream& stream) {
@@ -196,19 +227,7 @@ void gemm_native_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
     Bf16Scratch& scratch = bf16_scratch();
     const uint16_t* a = pack_bf16(a_in, 1, a_rows, a_cols, lda, 0, scratch.a);
     const uint16_t* b = pack_bf16(b_in, 1, b_rows, b_cols, ldb, 0, scratch.b);
-    const int64_t threads = host_current_threads();
-    if (threads <= 1 || m < 2 * kMinRowsPerChunk || m * n * k < kMinSplitFlops) {
-      native_bf16(trans_a, trans_b, 1, m, n, k, alpha, a, a_cols, a_rows * a_cols, b, b_cols,
-                  b_rows * b_cols, beta, c, ldc, m * ldc);
-      return;
-    }
-    const int64_t grain = std::max(kMinRowsPerChunk, (m + threads - 1) / threads);
-    host_parallel_for(0, m, grain, [=](int64_t r0, int64_t r1) {
-      const uint16_t* a_rows_ptr = trans_a ? a + r0 : a + r0 * a_cols;
-      native_bf16(trans_a, trans_b, 1, r1 - r0, n, k, alpha, a_rows_ptr, a_cols,
-                  a_rows * a_cols, b, b_cols, b_rows * b_cols, beta, c + r0 * ldc, ldc,
-                  (r1 - r0) * ldc);
-    });
+    native_bf16_rows(trans_a, trans_b, m, n, k, alpha, a, a_cols, b, b_cols, beta, c, ldc);
   });
 }
 
@@ -238,6 +257,31 @@ void gemm_strided_batched_native_bf16(bool trans_a, bool trans_b, int64_t m, int
 
 // ---- f32, and 16-bit operands emulated in f32 ----
 
+// C = alpha * op(A) op(B) + beta * C in f32, split over rows of C; runs on the stream's worker.
+void sgemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc) {
+  // BLAS rejects k == 0 (lda < 1); the result is then just beta * C.
+  if (k == 0 || alpha == 0.0f) {
+    scale_c(m, n, beta, c, ldc);
+    return;
+  }
+  const int64_t threads = host_current_threads();
+  if (threads <= 1 || m < 2 * kMinRowsPerChunk || m * n * k < kMinSplitFlops) {
+    sgemm_rows(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  // One chunk of rows per core: fewer, larger calls are what the libraries are fast at.
+  const int64_t grain = std::max(kMinRowsPerChunk, (m + threads - 1) / threads);
+  host_parallel_for(0, m, grain, [=](int64_t r0, int64_t r1) {
+    // Row r of op(A) is row r of A, or column r of A when A is stored transposed (k x m).
+    const float* a_rows = trans_a ? a + r0 : a + r0 * lda;
+    sgemm_rows(trans_a, trans_b, r1 - r0, n, k, alpha, a_rows, lda, b, ldb, beta, c + r0 * ldc,
+               ldc);
+  });
+}
+
+
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a_in, int64_t lda, const float* b_in, int64_t ldb, float beta, float* c,
           int64_t ldc, Precision precision, Stream& stream) {
@@ -254,24 +298,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
         rounded(a_in, operand_span(trans_a ? k : m, trans_a ? m : k, lda), precision, scratch.a);
     const float* b =
         rounded(b_in, operand_span(trans_b ? n : k, trans_b ? k : n, ldb), precision, scratch.b);
-    // BLAS rejects k == 0 (lda < 1); the result is then just beta * C.
-    if (k == 0 || alpha == 0.0f) {
-      scale_c(m, n, beta, c, ldc);
-      return;
-    }
-    const int64_t threads = host_current_threads();
-    if (threads <= 1 || m < 2 * kMinRowsPerChunk || m * n * k < kMinSplitFlops) {
-      sgemm_rows(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-      return;
-    }
-    // One chunk of rows per core: fewer, larger calls are what OpenBLAS is fast at.
-    const int64_t grain = std::max(kMinRowsPerChunk, (m + threads - 1) / threads);
-    host_parallel_for(0, m, grain, [=](int64_t r0, int64_t r1) {
-      // Row r of op(A) is row r of A, or column r of A when A is stored transposed (k x m).
-      const float* a_rows = trans_a ? a + r0 : a + r0 * lda;
-      sgemm_rows(trans_a, trans_b, r1 - r0, n, k, alpha, a_rows, lda, b, ldb, beta, c + r0 * ldc,
-                 ldc);
-    });
+    sgemm_split(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   });
 }
 
@@ -309,9 +336,37 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   });
 }
 
+// Operands already in bf16: straight to the bf16 units; without them, widened to f32 (exact) and
+// multiplied like the emulated path, which then gives the same bits as gemm(..., kBF16) on the
+// f32 tensors these were cast from.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+               float* c, int64_t ldc, Stream& stream) {
+  LS_ASSERT(m >= 0 && n >= 0 && k >= 0, "gemm_bf16 sizes m=", m, " n=", n, " k=", k);
+  if (m == 0 || n == 0) return;
+  if (onednn::native_bf16_enabled()) {
+    host_enqueue(stream, [=] {
+      if (k == 0 || alpha == 0.0f) {
+        scale_c(m, n, beta, c, ldc);
+        return;
+      }
+      native_bf16_rows(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    });
+    return;
+  }
+  ensure_single_threaded_blas();
+  host_enqueue(stream, [=] {
+    OperandScratch& scratch = operand_scratch();
+    const float* a_wide = widened(a, operand_span(trans_a ? k : m, trans_a ? m : k, lda), scratch.a);
+    const float* b_wide = widened(b, operand_span(trans_b ? n : k, trans_b ? k : n, ldb), scratch.b);
+    sgemm_split(trans_a, trans_b, m, n, k, alpha, a_wide, lda, b_wide, ldb, beta, c, ldc);
+  });
+}
+
 const GemmOps kHostGemm{
     .gemm = gemm,
     .gemm_strided_batched = gemm_strided_batched,
+    .gemm_bf16 = gemm_bf16,
 };
 LS_REGISTER_OP_TABLE(GemmOps, DeviceKind::kHost, kHostGemm);
 

@@ -12,11 +12,63 @@
 
 namespace ls::nn {
 
+namespace {
+
+Tensor to_bf16(const Tensor& t, Stream& stream) {
+  Tensor out = Tensor::empty(t.shape(), DType::kBF16, t.device());
+  cast(t, out, stream);
+  return out;
+}
+
+// linear in bf16: the input and the weight are cast to bf16 once, and those copies serve the
+// forward product and both of backward's (as PyTorch's autocast keeps its casts for backward);
+// dy is cast once for dx and dW. The numbers are matmul(..., kBF16)'s, which would round copies
+// of the operands in each of the three products (six casts instead of three).
+Var linear_bf16(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
+  Stream& stream = tape.stream();
+  const Tensor& w = weight->value;
+  Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
+  Tensor x16 = to_bf16(x->value, stream);
+  Tensor w16 = to_bf16(w, stream);
+  ls::matmul_bf16(x16, false, w16, true, y, 1.0f, 0.0f, stream);
+  if (bias != nullptr) bias_add(y, (*bias)->value, stream);
+
+  Var b = bias != nullptr ? *bias : nullptr;
+  Var out = tape.output(std::move(y), {&x, &weight});
+  if (b) out->requires_grad = out->requires_grad || (tape.recording() && b->requires_grad);
+  std::vector<Var> inputs{x, weight};
+  if (b) inputs.push_back(b);
+  // Backward keeps only the casts it multiplies with: x16 for dW, w16 for dx.
+  if (!weight->requires_grad) x16 = Tensor();
+  if (!x->requires_grad) w16 = Tensor();
+  tape.record(out, inputs, [x, weight, b, x16, w16, &stream](const Tensor& dy) {
+    if (x->requires_grad || weight->requires_grad) {
+      const Tensor dy16 = to_bf16(dy, stream);
+      if (x->requires_grad) {  // dx = dy W
+        const bool add = Tape::begin_grad(*x);
+        ls::matmul_bf16(dy16, false, w16, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream);
+      }
+      if (weight->requires_grad) {  // dW = dy^T x
+        const bool add = Tape::begin_grad(*weight);
+        ls::matmul_bf16(dy16, true, x16, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream);
+      }
+    }
+    if (b && b->requires_grad) {
+      const bool add = Tape::begin_grad(*b);  // before reading b->grad: it may give it storage
+      bias_grad(dy, b->grad, add, stream);
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
 Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   const Tensor& w = weight->value;
   LS_CHECK(x->value.ndim() == 2 && w.ndim() == 2 && x->value.dim(1) == w.dim(1), "linear: input ",
            x->value.describe(), " does not fit weight ", w.describe(),
            " (expected input [rows, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
+  if (tape.context().precision == Precision::kBF16) return linear_bf16(tape, x, weight, bias);
   Stream& stream = tape.stream();
   Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
   const Precision precision = tape.context().precision;
