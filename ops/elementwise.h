@@ -97,4 +97,11 @@ inline void cast(const Tensor& src, const Tensor& dst, Stream& stream) {
   }
 }
 
+// A new bf16 tensor holding src (f32) cast to bf16, on src's device, in stream order.
+inline Tensor cast_to_bf16(const Tensor& src, Stream& stream) {
+  Tensor out = Tensor::empty(src.shape(), DType::kBF16, src.device());
+  cast(src, out, stream);
+  return out;
+}
+
 }  // namespace ls

@@ -41,6 +41,12 @@ struct GemmOps {
   void (*gemm_bf16)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                     float* c, int64_t ldc, Stream& stream) = nullptr;
+  // gemm_strided_batched with precision kBF16 on operands already in bf16.
+  void (*gemm_strided_batched_bf16)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                                    float alpha, const uint16_t* a, int64_t lda, int64_t stride_a,
+                                    const uint16_t* b, int64_t ldb, int64_t stride_b, float beta,
+                                    float* c, int64_t ldc, int64_t stride_c, int64_t batch,
+                                    Stream& stream) = nullptr;
 };
 
 namespace detail {
@@ -94,15 +100,18 @@ inline GemmDims check_matmul(const Tensor& a, bool trans_a, const Tensor& b, boo
 }
 
 inline GemmDims check_matmul_batched(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
-                                     const Tensor& c, int64_t batch, const Stream& stream) {
-  LS_CHECK(batch >= 0, "matmul_batched: batch = ", batch, "; expected a count >= 0");
-  for (auto [name, t] : {std::pair{"a", &a}, {"b", &b}, {"c", &c}}) {
-    op_check::tensor("matmul_batched", name, *t, DType::kF32, stream);
-    LS_CHECK(t->ndim() == 3 && t->dim(0) == batch, "matmul_batched: ", name, " is ", t->describe(),
+                                     const Tensor& c, int64_t batch, const Stream& stream,
+                                     const char* op = "matmul_batched",
+                                     DType operands = DType::kF32) {
+  LS_CHECK(batch >= 0, op, ": batch = ", batch, "; expected a count >= 0");
+  for (auto [name, t, dtype] :
+       {std::tuple{"a", &a, operands}, {"b", &b, operands}, {"c", &c, DType::kF32}}) {
+    op_check::tensor(op, name, *t, dtype, stream);
+    LS_CHECK(t->ndim() == 3 && t->dim(0) == batch, op, ": ", name, " is ", t->describe(),
              "; expected a 3-D [batch, rows, cols] tensor with batch = ", batch,
              " (reshape it to [", batch, ", rows, cols] first)");
   }
-  return check_gemm_shapes("matmul_batched", a, trans_a, b, trans_b, c, 1);
+  return check_gemm_shapes(op, a, trans_a, b, trans_b, c, 1);
 }
 }  // namespace detail
 
@@ -142,6 +151,18 @@ inline void matmul_batched(const Tensor& a, bool trans_a, const Tensor& b, bool 
       trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(), a.dim(2), a.dim(1) * a.dim(2), b.f32(),
       b.dim(2), b.dim(1) * b.dim(2), beta, c.f32(), c.dim(2), c.dim(1) * c.dim(2), batch, precision,
       stream);
+}
+
+// matmul_batched with precision kBF16 on operands stored in bf16 (a and b DType::kBF16, c f32):
+// matmul_bf16 for batches, bit for bit matmul_batched(..., kBF16) of the tensors they came from.
+inline void matmul_batched_bf16(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                                const Tensor& c, int64_t batch, float alpha, float beta,
+                                Stream& stream) {
+  const detail::GemmDims d = detail::check_matmul_batched(a, trans_a, b, trans_b, c, batch, stream,
+                                                          "matmul_batched_bf16", DType::kBF16);
+  op_entry(&GemmOps::gemm_strided_batched_bf16, "matmul_batched_bf16", stream)(
+      trans_a, trans_b, d.m, d.n, d.k, alpha, a.bf16(), a.dim(2), a.dim(1) * a.dim(2), b.bf16(),
+      b.dim(2), b.dim(1) * b.dim(2), beta, c.f32(), c.dim(2), c.dim(1) * c.dim(2), batch, stream);
 }
 
 }  // namespace ls

@@ -328,10 +328,41 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// The batched form of gemm_bf16: cublasGemmStridedBatchedEx on the bf16 operands.
+void gemm_strided_batched_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                               float alpha, const uint16_t* a, int64_t lda, int64_t stride_a,
+                               const uint16_t* b, int64_t ldb, int64_t stride_b, float beta,
+                               float* c, int64_t ldc, int64_t stride_c, int64_t batch,
+                               Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  const int device = launch.device();
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (k == 0 || alpha == 0.0f) {
+    if (beta == 1.0f) return;
+    LS_LAUNCH(scale_matrix_kernel, grid_for(batch * m * n), kThreads, 0, stream, c, m, n, ldc, beta,
+              batch, stride_c);
+    LS_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const int ld_a = checked_int(std::max<int64_t>(lda, 1), "lda");
+  const int ld_b = checked_int(std::max<int64_t>(ldb, 1), "ldb");
+  const int ld_c = checked_int(std::max<int64_t>(ldc, 1), "ldc");
+  cublasHandle_t handle = t_cublas.bind(device, stream);
+  // See Note [Row-major GEMM through column-major cuBLAS]; the batch strides carry over.
+  LS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+      checked_int(n, "n"), checked_int(m, "m"), checked_int(k, "k"), &alpha, b, CUDA_R_16BF, ld_b,
+      static_cast<long long>(stride_b), a, CUDA_R_16BF, ld_a, static_cast<long long>(stride_a),
+      &beta, c, CUDA_R_32F, ld_c, static_cast<long long>(stride_c), checked_int(batch, "batch"),
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 const GemmOps kCudaGemm{
     .gemm = gemm,
     .gemm_strided_batched = gemm_strided_batched,
     .gemm_bf16 = gemm_bf16,
+    .gemm_strided_batched_bf16 = gemm_strided_batched_bf16,
 };
 LS_REGISTER_OP_TABLE(GemmOps, DeviceKind::kCuda, kCudaGemm);
 

@@ -231,12 +231,28 @@ void gemm_native_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   });
 }
 
+// Matrices per chunk when a batched GEMM is split over the batch: enough that each chunk is worth
+// a task.
+int64_t batch_grain(int64_t m, int64_t n, int64_t k) {
+  return std::max<int64_t>(1, kMinSplitFlops / std::max<int64_t>(1, m * n * k));
+}
+
+// `batch` products on bf16 operands on the bf16 units, split over the batch; on the worker.
+void native_bf16_batches(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                         float alpha, const uint16_t* a, int64_t lda, int64_t stride_a,
+                         const uint16_t* b, int64_t ldb, int64_t stride_b, float beta, float* c,
+                         int64_t ldc, int64_t stride_c, int64_t batch) {
+  host_parallel_for(0, batch, batch_grain(m, n, k), [=](int64_t i0, int64_t i1) {
+    native_bf16(trans_a, trans_b, i1 - i0, m, n, k, alpha, a + i0 * stride_a, lda, stride_a,
+                b + i0 * stride_b, ldb, stride_b, beta, c + i0 * stride_c, ldc, stride_c);
+  });
+}
+
 void gemm_strided_batched_native_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                       float alpha, const float* a_in, int64_t lda,
                                       int64_t stride_a, const float* b_in, int64_t ldb,
                                       int64_t stride_b, float beta, float* c, int64_t ldc,
                                       int64_t stride_c, int64_t batch, Stream& stream) {
-  const int64_t grain = std::max<int64_t>(1, kMinSplitFlops / std::max<int64_t>(1, m * n * k));
   host_enqueue(stream, [=] {
     if (k == 0 || alpha == 0.0f) {
       for (int64_t i = 0; i < batch; ++i) scale_c(m, n, beta, c + i * stride_c, ldc);
@@ -247,11 +263,8 @@ void gemm_strided_batched_native_bf16(bool trans_a, bool trans_b, int64_t m, int
     Bf16Scratch& scratch = bf16_scratch();
     const uint16_t* a = pack_bf16(a_in, batch, a_rows, a_cols, lda, stride_a, scratch.a);
     const uint16_t* b = pack_bf16(b_in, batch, b_rows, b_cols, ldb, stride_b, scratch.b);
-    const int64_t a_size = a_rows * a_cols, b_size = b_rows * b_cols;
-    host_parallel_for(0, batch, grain, [=](int64_t i0, int64_t i1) {
-      native_bf16(trans_a, trans_b, i1 - i0, m, n, k, alpha, a + i0 * a_size, a_cols, a_size,
-                  b + i0 * b_size, b_cols, b_size, beta, c + i0 * stride_c, ldc, stride_c);
-    });
+    native_bf16_batches(trans_a, trans_b, m, n, k, alpha, a, a_cols, a_rows * a_cols, b, b_cols,
+                        b_rows * b_cols, beta, c, ldc, stride_c, batch);
   });
 }
 
@@ -281,6 +294,21 @@ void sgemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
   });
 }
 
+
+// `batch` f32 products split over the batch; runs on the stream's worker.
+void sgemm_batches(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
+                   int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
+                   int64_t batch) {
+  host_parallel_for(0, batch, batch_grain(m, n, k), [=](int64_t i0, int64_t i1) {
+    if (k == 0 || alpha == 0.0f) {  // BLAS rejects k == 0; the result is beta * C
+      for (int64_t i = i0; i < i1; ++i) scale_c(m, n, beta, c + i * stride_c, ldc);
+      return;
+    }
+    sgemm_batch(trans_a, trans_b, i1 - i0, m, n, k, alpha, a + i0 * stride_a, lda, stride_a,
+                b + i0 * stride_b, ldb, stride_b, beta, c + i0 * stride_c, ldc, stride_c);
+  });
+}
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a_in, int64_t lda, const float* b_in, int64_t ldb, float beta, float* c,
@@ -315,8 +343,6 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
     return;
   }
   ensure_single_threaded_blas();
-  // Enough matrices per chunk that each chunk is worth a task.
-  const int64_t grain = std::max<int64_t>(1, kMinSplitFlops / std::max<int64_t>(1, m * n * k));
   host_enqueue(stream, [=] {
     OperandScratch& scratch = operand_scratch();
     const float* a =
@@ -325,14 +351,8 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
     const float* b =
         rounded(b_in, (batch - 1) * stride_b + operand_span(trans_b ? n : k, trans_b ? k : n, ldb),
                 precision, scratch.b);
-    host_parallel_for(0, batch, grain, [=](int64_t i0, int64_t i1) {
-      if (k == 0 || alpha == 0.0f) {  // BLAS rejects k == 0; the result is beta * C
-        for (int64_t i = i0; i < i1; ++i) scale_c(m, n, beta, c + i * stride_c, ldc);
-        return;
-      }
-      sgemm_batch(trans_a, trans_b, i1 - i0, m, n, k, alpha, a + i0 * stride_a, lda, stride_a,
-                  b + i0 * stride_b, ldb, stride_b, beta, c + i0 * stride_c, ldc, stride_c);
-    });
+    sgemm_batches(trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
+                  ldc, stride_c, batch);
   });
 }
 
@@ -363,10 +383,43 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   });
 }
 
+// The batched form of gemm_bf16.
+void gemm_strided_batched_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                               float alpha, const uint16_t* a, int64_t lda, int64_t stride_a,
+                               const uint16_t* b, int64_t ldb, int64_t stride_b, float beta,
+                               float* c, int64_t ldc, int64_t stride_c, int64_t batch,
+                               Stream& stream) {
+  LS_ASSERT(m >= 0 && n >= 0 && k >= 0 && batch >= 0, "gemm_strided_batched_bf16 sizes m=", m,
+            " n=", n, " k=", k, " batch=", batch);
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (onednn::native_bf16_enabled()) {
+    host_enqueue(stream, [=] {
+      if (k == 0 || alpha == 0.0f) {
+        for (int64_t i = 0; i < batch; ++i) scale_c(m, n, beta, c + i * stride_c, ldc);
+        return;
+      }
+      native_bf16_batches(trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
+                          beta, c, ldc, stride_c, batch);
+    });
+    return;
+  }
+  ensure_single_threaded_blas();
+  host_enqueue(stream, [=] {
+    OperandScratch& scratch = operand_scratch();
+    const float* a_wide = widened(
+        a, (batch - 1) * stride_a + operand_span(trans_a ? k : m, trans_a ? m : k, lda), scratch.a);
+    const float* b_wide = widened(
+        b, (batch - 1) * stride_b + operand_span(trans_b ? n : k, trans_b ? k : n, ldb), scratch.b);
+    sgemm_batches(trans_a, trans_b, m, n, k, alpha, a_wide, lda, stride_a, b_wide, ldb, stride_b,
+                  beta, c, ldc, stride_c, batch);
+  });
+}
+
 const GemmOps kHostGemm{
     .gemm = gemm,
     .gemm_strided_batched = gemm_strided_batched,
     .gemm_bf16 = gemm_bf16,
+    .gemm_strided_batched_bf16 = gemm_strided_batched_bf16,
 };
 LS_REGISTER_OP_TABLE(GemmOps, DeviceKind::kHost, kHostGemm);
 

@@ -1,8 +1,9 @@
-// matmul_bf16 (ops/gemm.h): a product of operands already cast to bf16 equals matmul(..., kBF16)
-// on the f32 tensors they came from, bit for bit, on every transpose and beta, on the host's bf16
-// units, on its emulated path, and on a GPU (cuBLAS; the CPU emulator runs it in CI). nn::linear
-// in bf16 casts its input and weight once and uses matmul_bf16: its output and gradients are
-// those of the three matmul(..., kBF16) calls it replaced. Bad dtypes are clear errors.
+// matmul_bf16 and matmul_batched_bf16 (ops/gemm.h): a product of operands already cast to bf16
+// equals matmul(..., kBF16) on the f32 tensors they came from, bit for bit, on every transpose and
+// beta, on the host's bf16 units, on its emulated path, and on a GPU (cuBLAS; the CPU emulator runs
+// it in CI). nn::linear in bf16 casts its input and weight once and uses matmul_bf16: its output
+// and gradients are those of the three matmul(..., kBF16) calls it replaced. Bad dtypes are clear
+// errors.
 #include <gtest/gtest.h>
 #include <lockstep/nn/autograd.h>
 #include <lockstep/nn/functional.h>
@@ -25,12 +26,6 @@ struct Case {
 constexpr Case kCases[] = {
     {false, false, 0.0f}, {true, false, 1.0f}, {false, true, 0.5f}, {true, true, 0.0f}};
 
-Tensor cast_to_bf16(const Tensor& t, Stream& stream) {
-  Tensor out = Tensor::empty(t.shape(), DType::kBF16, t.device());
-  cast(t, out, stream);
-  return out;
-}
-
 // On `device`: matmul_bf16 of the casts against matmul(..., kBF16) of the f32 tensors.
 void expect_same_bits(Device device, Stream& stream) {
   const int64_t m = 37, n = 45, k = 70;  // big enough for oneDNN's f32 path and row splits
@@ -51,6 +46,26 @@ void expect_same_bits(Device device, Stream& stream) {
   }
 }
 
+// The batched form, as attention uses it: 3 matrices per call.
+void expect_same_bits_batched(Device device, Stream& stream) {
+  const int64_t batch = 3, m = 33, n = 20, k = 40;
+  for (const Case& c : kCases) {
+    const Shape a_shape = c.trans_a ? Shape{batch, k, m} : Shape{batch, m, k};
+    const Shape b_shape = c.trans_b ? Shape{batch, n, k} : Shape{batch, k, n};
+    const Tensor a = Tensor::from_host(random_vector(batch * m * k, 9), a_shape, device, stream);
+    const Tensor b = Tensor::from_host(random_vector(batch * k * n, 10), b_shape, device, stream);
+    const std::vector<float> c0 = random_vector(batch * m * n, 11);
+    const Tensor want = Tensor::from_host(c0, {batch, m, n}, device, stream);
+    const Tensor got = Tensor::from_host(c0, {batch, m, n}, device, stream);
+    matmul_batched(a, c.trans_a, b, c.trans_b, want, batch, 1.5f, c.beta, stream, Precision::kBF16);
+    matmul_batched_bf16(cast_to_bf16(a, stream), c.trans_a, cast_to_bf16(b, stream), c.trans_b, got,
+                        batch, 1.5f, c.beta, stream);
+    EXPECT_EQ(got.to_host_f32(stream), want.to_host_f32(stream))
+        << device_kind_name(device.kind) << " batched, trans " << c.trans_a << c.trans_b << " beta "
+        << c.beta;
+  }
+}
+
 class MatmulBf16 : public OpTestBase {};
 
 TEST_F(MatmulBf16, EqualsTheRoundingProductBitForBitOnEveryHostPath) {
@@ -60,6 +75,7 @@ TEST_F(MatmulBf16, EqualsTheRoundingProductBitForBitOnEveryHostPath) {
     onednn::set_native_bf16_enabled(native);
     SCOPED_TRACE(native ? "bf16 units" : "emulated");
     expect_same_bits(dev_, *stream_);
+    expect_same_bits_batched(dev_, *stream_);
   }
   onednn::set_native_bf16_enabled(native_was);
 }
@@ -112,6 +128,7 @@ class CudaMatmulBf16 : public CudaVsHostTest {};
 
 TEST_F(CudaMatmulBf16, EqualsTheRoundingProductBitForBitOnAGpu) {
   expect_same_bits(kCuda0, *cuda_);
+  expect_same_bits_batched(kCuda0, *cuda_);
 }
 
 }  // namespace

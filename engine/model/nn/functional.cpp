@@ -14,12 +14,6 @@ namespace ls::nn {
 
 namespace {
 
-Tensor to_bf16(const Tensor& t, Stream& stream) {
-  Tensor out = Tensor::empty(t.shape(), DType::kBF16, t.device());
-  cast(t, out, stream);
-  return out;
-}
-
 // linear in bf16: the input and the weight are cast to bf16 once, and those copies serve the
 // forward product and both of backward's (as PyTorch's autocast keeps its casts for backward);
 // dy is cast once for dx and dW. The numbers are matmul(..., kBF16)'s, which would round copies
@@ -28,8 +22,8 @@ Var linear_bf16(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   Stream& stream = tape.stream();
   const Tensor& w = weight->value;
   Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
-  Tensor x16 = to_bf16(x->value, stream);
-  Tensor w16 = to_bf16(w, stream);
+  Tensor x16 = cast_to_bf16(x->value, stream);
+  Tensor w16 = cast_to_bf16(w, stream);
   ls::matmul_bf16(x16, false, w16, true, y, 1.0f, 0.0f, stream);
   if (bias != nullptr) bias_add(y, (*bias)->value, stream);
 
@@ -43,7 +37,7 @@ Var linear_bf16(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   if (!x->requires_grad) w16 = Tensor();
   tape.record(out, inputs, [x, weight, b, x16, w16, &stream](const Tensor& dy) {
     if (x->requires_grad || weight->requires_grad) {
-      const Tensor dy16 = to_bf16(dy, stream);
+      const Tensor dy16 = cast_to_bf16(dy, stream);
       if (x->requires_grad) {  // dx = dy W
         const bool add = Tape::begin_grad(*x);
         ls::matmul_bf16(dy16, false, w16, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream);

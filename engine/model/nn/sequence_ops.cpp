@@ -164,7 +164,25 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
          v = heads.view(2 * part, {bh, t, d});
   Tensor scores = Tensor::empty({bh, t, t}, DType::kF32, dev);
   const Precision precision = tape.context().precision;
-  matmul_batched(q, false, k, true, scores, bh, 1.0f, 0.0f, stream, precision);
+  // In bf16 every operand is cast once and the cast serves forward and backward (six casts for
+  // six products, not twelve; see linear in functional.cpp). Otherwise the products round their
+  // operands themselves (f16) or take them as they are (f32).
+  const bool cast_once = precision == Precision::kBF16;
+  const auto cast_if = [cast_once, &stream](const Tensor& x) {
+    return cast_once ? cast_to_bf16(x, stream) : Tensor();
+  };
+  // c = op(a) op(b) per head, from the casts a16, b16 when there are any.
+  const auto product = [bh, precision](const Tensor& a, const Tensor& a16, bool trans_a,
+                                       const Tensor& b, const Tensor& b16, bool trans_b,
+                                       const Tensor& c, Stream& on) {
+    if (a16.defined()) {
+      matmul_batched_bf16(a16, trans_a, b16, trans_b, c, bh, 1.0f, 0.0f, on);
+    } else {
+      matmul_batched(a, trans_a, b, trans_b, c, bh, 1.0f, 0.0f, on, precision);
+    }
+  };
+  const Tensor q16 = cast_if(q), k16 = cast_if(k), v16 = cast_if(v);
+  product(q, q16, false, k, k16, true, scores, stream);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   attention_softmax(scores, key_valid, h, shape.causal, scale, scores, stream);  // in place
   const Tensor probs = scores;
@@ -179,7 +197,8 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
     ls::dropout(probs, dropped, row_len, first_row, dropout_p, key, false, stream);
   }
   Tensor context = Tensor::empty({bh, t, d}, DType::kF32, dev);
-  matmul_batched(dropped, false, v, false, context, bh, 1.0f, 0.0f, stream, precision);
+  const Tensor dropped16 = cast_if(dropped);
+  product(dropped, dropped16, false, v, v16, false, context, stream);
   Tensor y = Tensor::empty({b * t, c}, DType::kF32, dev);
   merge_heads(context, y, {b, t, 1, h, d}, false, stream);
 
@@ -191,17 +210,19 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
     Tensor dheads = Tensor::empty({3, b, h, t, d}, DType::kF32, dev);
     Tensor dq = dheads.view(0, {bh, t, d}), dk = dheads.view(part, {bh, t, d}),
            dv = dheads.view(2 * part, {bh, t, d});
-    matmul_batched(dropped, true, dcontext, false, dv, bh, 1.0f, 0.0f, stream, precision);
+    const Tensor dcontext16 = cast_if(dcontext);
+    product(dropped, dropped16, true, dcontext, dcontext16, false, dv, stream);
     Tensor dprobs = Tensor::empty({bh, t, t}, DType::kF32, dev);
-    matmul_batched(dcontext, false, v, true, dprobs, bh, 1.0f, 0.0f, stream, precision);
+    product(dcontext, dcontext16, false, v, v16, true, dprobs, stream);
     if (drop) {
       Tensor undropped = like(dprobs);
       ls::dropout(dprobs, undropped, row_len, first_row, dropout_p, key, false, stream);
       dprobs = undropped;
     }
     attention_softmax_backward(probs, dprobs, scale, dprobs, stream);  // now d(scores)
-    matmul_batched(dprobs, false, k, false, dq, bh, 1.0f, 0.0f, stream, precision);
-    matmul_batched(dprobs, true, q, false, dk, bh, 1.0f, 0.0f, stream, precision);
+    const Tensor dscores16 = cast_if(dprobs);
+    product(dprobs, dscores16, false, k, k16, false, dq, stream);
+    product(dprobs, dscores16, true, q, q16, false, dk, stream);
     const bool add = Tape::begin_grad(*qkv);
     merge_heads(dheads, qkv->grad, {b, t, 3, h, d}, add, stream);
   });
