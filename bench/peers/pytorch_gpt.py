@@ -29,8 +29,9 @@ master weights, grads and AdamW state stay f32. "precision" in the JSON says whi
 tokens_per_s = batch * seq / median step time over the timed steps (after --warmup);
 samples_per_s = sequences/s likewise. --processes N (> 1) runs N DDP processes over gloo
 (torch.multiprocessing spawn), each with --batch sequences of its own and --threads threads:
-tokens_per_s = N * batch * seq / rank 0's median step time. The JSON has the shape of pytorch_ddp.py's (one run,
-devices 1) plus "gpt": {layers, hidden, heads, seq, vocab}, "batch", tokens_per_s in the run;
+tokens_per_s = N * batch * seq / rank 0's median step time. The JSON has the shape of
+pytorch_ddp.py's (one run, devices N) plus "gpt": {layers, hidden, heads, seq, vocab}, "batch",
+"processes", tokens_per_s in the run;
 compare.py reads both. Exit codes: 0 success, 1 runtime failure, 2 usage error.
 """
 import argparse
@@ -287,7 +288,8 @@ def main(argv):
     best = max(tried, key=lambda c: tried[c]["tokens_per_s"])
     run = tried[best]
     run["compile_tokens_per_s"] = {("compiled" if c else "eager"): t["tokens_per_s"] for c, t in tried.items()}
-    doc = {"mode": "weak" if a.processes > 1 else "single", "model": "gpt", "backend": "pytorch", "device_kind": "host",
+    doc = {"mode": "weak" if a.processes > 1 else "single", "model": "gpt", "backend": "pytorch",
+           "device_kind": "host",
            "gpt": {"layers": a.layers, "hidden": a.hidden, "heads": a.heads, "seq": a.seq,
                    "vocab": a.vocab, "dropout": a.dropout},
            "widths": [a.layers, a.hidden, a.heads, a.seq, a.vocab], "params": params,

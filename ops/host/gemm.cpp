@@ -55,6 +55,30 @@ void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
   }
 }
 
+// One oneDNN call on the calling thread: `batch` products C_i = alpha op(A_i) op(B_i) + beta C_i
+// with A and B of `type`, matrix i of X at x + i * stride_x.
+void onednn_product(onednn::OperandType type, bool trans_a, bool trans_b, int64_t batch, int64_t m,
+                    int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+                    int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, float beta,
+                    float* c, int64_t ldc, int64_t stride_c) {
+  const onednn::MatmulShape shape{.operands = type,
+                                  .trans_a = trans_a,
+                                  .trans_b = trans_b,
+                                  .batch = batch,
+                                  .m = m,
+                                  .n = n,
+                                  .k = k,
+                                  .lda = lda,
+                                  .ldb = ldb,
+                                  .ldc = ldc,
+                                  .stride_a = stride_a,
+                                  .stride_b = stride_b,
+                                  .stride_c = stride_c,
+                                  .alpha = alpha,
+                                  .beta = beta};
+  onednn::matmul(shape, a, b, c);
+}
+
 // `batch` f32 products on the calling thread (matrix i of X at x + i * stride_x): one oneDNN
 // call where it measured faster (onednn::f32_faster), else one cblas_sgemm per matrix.
 void sgemm_batch(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
@@ -65,22 +89,8 @@ void sgemm_batch(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n
   const bool apart = stride_a >= (trans_a ? k : m) * lda && stride_b >= (trans_b ? n : k) * ldb &&
                      stride_c >= m * ldc;
   if (apart && onednn::f32_faster(m, n, k)) {
-    const onednn::MatmulShape shape{.operands = onednn::OperandType::kF32,
-                                    .trans_a = trans_a,
-                                    .trans_b = trans_b,
-                                    .batch = batch,
-                                    .m = m,
-                                    .n = n,
-                                    .k = k,
-                                    .lda = lda,
-                                    .ldb = ldb,
-                                    .ldc = ldc,
-                                    .stride_a = stride_a,
-                                    .stride_b = stride_b,
-                                    .stride_c = stride_c,
-                                    .alpha = alpha,
-                                    .beta = beta};
-    onednn::matmul(shape, a, b, c);
+    onednn_product(onednn::OperandType::kF32, trans_a, trans_b, batch, m, n, k, alpha, a, lda,
+                   stride_a, b, ldb, stride_b, beta, c, ldc, stride_c);
     return;
   }
   for (int64_t i = 0; i < batch; ++i) {
@@ -104,8 +114,6 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
   sgemm_batch(trans_a, trans_b, 1, m, n, k, alpha, a, lda, (trans_a ? k : m) * lda, b, ldb,
               (trans_b ? n : k) * ldb, beta, c, ldc, m * ldc);
 }
-
-
 
 // The operand rounded to `precision` in `scratch` (the operand itself for kF32). Padding between
 // rows is rounded too: harmless, it is never read.
@@ -165,28 +173,14 @@ Bf16Scratch& bf16_scratch() {
   return scratch;
 }
 
-// C = alpha * op(A) op(B) + beta * C on packed bf16 operands (leading dimensions lda, ldb are
-// those of the dense copies), `batch` products at the packed strides.
+// C = alpha * op(A) op(B) + beta * C on bf16 operands, `batch` products at the given strides, on
+// the calling thread (one oneDNN call).
 void native_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
                  float alpha, const uint16_t* a, int64_t lda, int64_t stride_a, const uint16_t* b,
                  int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
                  int64_t stride_c) {
-  onednn::MatmulShape shape{.operands = onednn::OperandType::kBF16,
-                            .trans_a = trans_a,
-                            .trans_b = trans_b,
-                            .batch = batch,
-                            .m = m,
-                            .n = n,
-                            .k = k,
-                            .lda = lda,
-                            .ldb = ldb,
-                            .ldc = ldc,
-                            .stride_a = stride_a,
-                            .stride_b = stride_b,
-                            .stride_c = stride_c,
-                            .alpha = alpha,
-                            .beta = beta};
-  onednn::matmul(shape, a, b, c);
+  onednn_product(onednn::OperandType::kBF16, trans_a, trans_b, batch, m, n, k, alpha, a, lda,
+                 stride_a, b, ldb, stride_b, beta, c, ldc, stride_c);
 }
 
 bool use_native_bf16(Precision precision) {
@@ -294,7 +288,6 @@ void sgemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
   });
 }
 
-
 // `batch` f32 products split over the batch; runs on the stream's worker.
 void sgemm_batches(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
@@ -377,8 +370,10 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   ensure_single_threaded_blas();
   host_enqueue(stream, [=] {
     OperandScratch& scratch = operand_scratch();
-    const float* a_wide = widened(a, operand_span(trans_a ? k : m, trans_a ? m : k, lda), scratch.a);
-    const float* b_wide = widened(b, operand_span(trans_b ? n : k, trans_b ? k : n, ldb), scratch.b);
+    const float* a_wide =
+        widened(a, operand_span(trans_a ? k : m, trans_a ? m : k, lda), scratch.a);
+    const float* b_wide =
+        widened(b, operand_span(trans_b ? n : k, trans_b ? k : n, ldb), scratch.b);
     sgemm_split(trans_a, trans_b, m, n, k, alpha, a_wide, lda, b_wide, ldb, beta, c, ldc);
   });
 }

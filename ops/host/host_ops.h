@@ -28,20 +28,19 @@ namespace ls {
 // overhead is negligible, small enough that a 1M-element tensor spreads over 64 cores.
 inline constexpr int64_t kHostGrain = 16 * 1024;
 
-// sum over i in [0, n) of f(i), in a fixed order the compiler vectorises (one running sum is a
-// chain of dependent adds it must not reorder): term i goes to lane i % 16, and the lanes are
-// added in lane order at the end. The same bits on every CPU, vector width and chunking.
-template <typename F>
-inline float lane_sum(int64_t n, F f) {
-  constexpr int64_t kLanes = 16;
-  float lanes[kLanes] = {};
+// sum over i in [0, n) of f(i) in T, in a fixed order the compiler vectorises (one running sum is
+// a chain of dependent adds it must not reorder): term i goes to lane i % kLanes, and the lanes
+// are added in lane order at the end. The same bits on every CPU, vector width and chunking.
+template <typename T = float, int64_t kLanes = 16, typename F>
+inline T lane_sum(int64_t n, F f) {
+  T lanes[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (int64_t l = 0; l < kLanes; ++l) lanes[l] += f(i + l);
   }
   for (; i < n; ++i) lanes[i % kLanes] += f(i);
-  float total = 0.0f;
-  for (float v : lanes) total += v;
+  T total = 0;
+  for (T v : lanes) total += v;
   return total;
 }
 

@@ -1,5 +1,5 @@
 // Host kernels of ops/layernorm.h. The forward and the input gradient split rows over the cores;
-// each row's sums run over its columns in a fixed order (kLanes), in double. dgamma/dbeta split
+// each row's sums run over its columns in a fixed order (8 lanes), in double. dgamma/dbeta split
 // columns only, so each column is summed over the rows in order (bitwise the same whatever the
 // split). The backward sums dgamma/dbeta before it writes dx, so dx may be dy; the forward reads a
 // whole row before writing it, so y may be x.
@@ -18,29 +18,17 @@ constexpr int64_t kColumnBlock = 256;
 
 int64_t rows_grain(int64_t cols) { return std::max<int64_t>(1, kHostGrain / cols); }
 
-// Lanes of the row sums: column c goes to lane c % kLanes, lanes are added in order at the end.
-// A fixed order (deterministic) that the compiler vectorises, unlike one running sum.
-constexpr int64_t kLanes = 8;
-
-// sum_c f(c) in double, by lanes (see kLanes).
+// Row sums in double by 8 lanes (lane_sum in host_ops.h): deterministic, and vectorised.
 template <typename F>
-double lane_sum(int64_t cols, F f) {
-  double lanes[kLanes] = {};
-  int64_t c = 0;
-  for (; c + kLanes <= cols; c += kLanes) {
-    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += f(c + j);
-  }
-  for (; c < cols; ++c) lanes[c % kLanes] += f(c);
-  double total = 0.0;
-  for (double v : lanes) total += v;
-  return total;
+double row_sum(int64_t cols, F f) {
+  return lane_sum<double, 8>(cols, f);
 }
 
 void layernorm_row(const float* x, const float* gamma, const float* beta, int64_t cols, float eps,
                    float* y, float* mean_out, float* rstd_out) {
   const double mean =
-      lane_sum(cols, [x](int64_t c) { return double{x[c]}; }) / static_cast<double>(cols);
-  const double squares = lane_sum(cols, [x, mean](int64_t c) {
+      row_sum(cols, [x](int64_t c) { return double{x[c]}; }) / static_cast<double>(cols);
+  const double squares = row_sum(cols, [x, mean](int64_t c) {
     const double d = x[c] - mean;
     return d * d;
   });
@@ -90,8 +78,8 @@ LS_VECTOR_CLONES void param_grad_cols(const float* x, const float* mean, const f
 
 void input_grad_row(const float* x, const float* gamma, float mean, float rstd, const float* dy,
                     int64_t cols, float* dx, bool accumulate) {
-  const double sum_g = lane_sum(cols, [=](int64_t c) { return double{dy[c] * gamma[c]}; });
-  const double sum_gx = lane_sum(cols, [=](int64_t c) {
+  const double sum_g = row_sum(cols, [=](int64_t c) { return double{dy[c] * gamma[c]}; });
+  const double sum_gx = row_sum(cols, [=](int64_t c) {
     return static_cast<double>(dy[c] * gamma[c]) * ((x[c] - mean) * rstd);
   });
   const auto mean_g = static_cast<float>(sum_g / static_cast<double>(cols));
