@@ -216,6 +216,48 @@ int checked_int(int64_t value, const char* name) {
   return static_cast<int>(value);
 }
 
+// The products that multiply nothing (k == 0 or alpha == 0) are C = beta * C, `batch` matrices
+// stride_c apart: done here, returning true; false when there is a product to compute.
+bool scale_only(int64_t m, int64_t n, int64_t k, float alpha, float beta, float* c, int64_t ldc,
+                int64_t batch, int64_t stride_c, cudaStream_t stream) {
+  if (k != 0 && alpha != 0.0f) return false;
+  if (beta != 1.0f) {
+    LS_LAUNCH(scale_matrix_kernel, grid_for(batch * m * n), kThreads, 0, stream, c, m, n, ldc, beta,
+              batch, stride_c);
+    LS_CUDA_CHECK_LAUNCH();
+  }
+  return true;
+}
+
+// The one 16-bit product: cublasGemmEx (or, batched, cublasGemmStridedBatchedEx) on operands of
+// `type` with f32 C and f32 accumulation, for the rounded copies of f32 operands and for operands
+// already in bf16 alike. m, n, k > 0. See Note [Row-major GEMM through column-major cuBLAS]: the
+// batch strides carry over unchanged.
+void gemm_16bit(cublasHandle_t handle, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                int64_t k, float alpha, const uint16_t* a, int64_t lda, int64_t stride_a,
+                const uint16_t* b, int64_t ldb, int64_t stride_b, cudaDataType type, float beta,
+                float* c, int64_t ldc, int64_t stride_c, bool batched, int64_t batch) {
+  const int ld_a = checked_int(std::max<int64_t>(lda, 1), "lda");
+  const int ld_b = checked_int(std::max<int64_t>(ldb, 1), "ldb");
+  const int ld_c = checked_int(std::max<int64_t>(ldc, 1), "ldc");
+  const int rows = checked_int(m, "m");
+  const int cols = checked_int(n, "n");
+  const int inner = checked_int(k, "k");
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (!batched) {
+    LS_CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, cols, rows, inner, &alpha, b, type, ld_b, a,
+                                 type, ld_a, &beta, c, CUDA_R_32F, ld_c, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  LS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      handle, op_b, op_a, cols, rows, inner, &alpha, b, type, ld_b,
+      static_cast<long long>(stride_b), a, type, ld_a, static_cast<long long>(stride_a), &beta, c,
+      CUDA_R_32F, ld_c, static_cast<long long>(stride_c), checked_int(batch, "batch"),
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -225,12 +267,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   const cudaStream_t stream = launch.stream();
   const int device = launch.device();
   if (m == 0 || n == 0) return;
-  if (k == 0 || alpha == 0.0f) {
-    if (beta == 1.0f) return;
-    LS_LAUNCH(scale_matrix_kernel, grid_for(m * n), kThreads, 0, stream, c, m, n, ldc, beta, 1, 0);
-    LS_CUDA_CHECK_LAUNCH();
-    return;
-  }
+  if (scale_only(m, n, k, alpha, beta, c, ldc, 1, 0, stream)) return;
   // Leading dimensions of at least 1, as BLAS requires even when no element is read.
   const int ld_a = checked_int(std::max<int64_t>(lda, 1), "lda");
   const int ld_b = checked_int(std::max<int64_t>(ldb, 1), "ldb");
@@ -251,13 +288,10 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   const HalfOperands half(device, precision, a,
                           operand_span(trans_a ? k : m, trans_a ? m : k, ld_a, 0, 1), b,
                           operand_span(trans_b ? n : k, trans_b ? k : n, ld_b, 0, 1), stream);
-  const cudaDataType type = cuda_type_of(precision);
-  LS_CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, cols, rows, inner, &alpha, half.b(), type, ld_b,
-                               half.a(), type, ld_a, &beta, c, CUDA_R_32F, ld_c, CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
+  gemm_16bit(handle, trans_a, trans_b, m, n, k, alpha, half.a(), lda, 0, half.b(), ldb, 0,
+             cuda_type_of(precision), beta, c, ldc, 0, false, 1);
 }
 
-// See Note [Row-major GEMM through column-major cuBLAS]; the batch strides carry over unchanged.
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                           const float* a, int64_t lda, int64_t stride_a, const float* b,
                           int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
@@ -266,13 +300,7 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   const cudaStream_t stream = launch.stream();
   const int device = launch.device();
   if (m == 0 || n == 0 || batch == 0) return;
-  if (k == 0 || alpha == 0.0f) {
-    if (beta == 1.0f) return;
-    LS_LAUNCH(scale_matrix_kernel, grid_for(batch * m * n), kThreads, 0, stream, c, m, n, ldc, beta,
-              batch, stride_c);
-    LS_CUDA_CHECK_LAUNCH();
-    return;
-  }
+  if (scale_only(m, n, k, alpha, beta, c, ldc, batch, stride_c, stream)) return;
   const int ld_a = checked_int(std::max<int64_t>(lda, 1), "lda");
   const int ld_b = checked_int(std::max<int64_t>(ldb, 1), "ldb");
   const int ld_c = checked_int(std::max<int64_t>(ldc, 1), "ldc");
@@ -283,6 +311,7 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   cublasHandle_t handle = t_cublas.bind(device, stream);
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // See Note [Row-major GEMM through column-major cuBLAS]; the batch strides carry over unchanged.
   if (precision == Precision::kF32) {
     LS_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, cols, rows, inner, &alpha, b,
                                               ld_b, static_cast<long long>(stride_b), a, ld_a,
@@ -294,68 +323,32 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   const HalfOperands half(
       device, precision, a, operand_span(trans_a ? k : m, trans_a ? m : k, ld_a, stride_a, batch),
       b, operand_span(trans_b ? n : k, trans_b ? k : n, ld_b, stride_b, batch), stream);
-  const cudaDataType type = cuda_type_of(precision);
-  LS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle, op_b, op_a, cols, rows, inner, &alpha, half.b(), type, ld_b,
-      static_cast<long long>(stride_b), half.a(), type, ld_a, static_cast<long long>(stride_a),
-      &beta, c, CUDA_R_32F, ld_c, static_cast<long long>(stride_c), count, CUBLAS_COMPUTE_32F,
-      CUBLAS_GEMM_DEFAULT));
+  gemm_16bit(handle, trans_a, trans_b, m, n, k, alpha, half.a(), lda, stride_a, half.b(), ldb,
+             stride_b, cuda_type_of(precision), beta, c, ldc, stride_c, true, batch);
 }
 
-// Operands already in bf16: cublasGemmEx on them directly, as gemm does on its rounded copies.
+// Operands already in bf16: the 16-bit product on them directly, as gemm does on its copies.
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                float* c, int64_t ldc, Stream& on) {
   const CudaLaunch launch(on);
-  const cudaStream_t stream = launch.stream();
-  const int device = launch.device();
   if (m == 0 || n == 0) return;
-  if (k == 0 || alpha == 0.0f) {
-    if (beta == 1.0f) return;
-    LS_LAUNCH(scale_matrix_kernel, grid_for(m * n), kThreads, 0, stream, c, m, n, ldc, beta, 1, 0);
-    LS_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  const int ld_a = checked_int(std::max<int64_t>(lda, 1), "lda");
-  const int ld_b = checked_int(std::max<int64_t>(ldb, 1), "ldb");
-  const int ld_c = checked_int(std::max<int64_t>(ldc, 1), "ldc");
-  cublasHandle_t handle = t_cublas.bind(device, stream);
-  // See Note [Row-major GEMM through column-major cuBLAS].
-  LS_CUBLAS_CHECK(cublasGemmEx(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                               trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, checked_int(n, "n"),
-                               checked_int(m, "m"), checked_int(k, "k"), &alpha, b, CUDA_R_16BF,
-                               ld_b, a, CUDA_R_16BF, ld_a, &beta, c, CUDA_R_32F, ld_c,
-                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (scale_only(m, n, k, alpha, beta, c, ldc, 1, 0, launch.stream())) return;
+  gemm_16bit(t_cublas.bind(launch.device(), launch.stream()), trans_a, trans_b, m, n, k, alpha, a,
+             lda, 0, b, ldb, 0, CUDA_R_16BF, beta, c, ldc, 0, false, 1);
 }
 
-// The batched form of gemm_bf16: cublasGemmStridedBatchedEx on the bf16 operands.
+// The batched form of gemm_bf16.
 void gemm_strided_batched_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                float alpha, const uint16_t* a, int64_t lda, int64_t stride_a,
                                const uint16_t* b, int64_t ldb, int64_t stride_b, float beta,
                                float* c, int64_t ldc, int64_t stride_c, int64_t batch,
                                Stream& on) {
   const CudaLaunch launch(on);
-  const cudaStream_t stream = launch.stream();
-  const int device = launch.device();
   if (m == 0 || n == 0 || batch == 0) return;
-  if (k == 0 || alpha == 0.0f) {
-    if (beta == 1.0f) return;
-    LS_LAUNCH(scale_matrix_kernel, grid_for(batch * m * n), kThreads, 0, stream, c, m, n, ldc, beta,
-              batch, stride_c);
-    LS_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  const int ld_a = checked_int(std::max<int64_t>(lda, 1), "lda");
-  const int ld_b = checked_int(std::max<int64_t>(ldb, 1), "ldb");
-  const int ld_c = checked_int(std::max<int64_t>(ldc, 1), "ldc");
-  cublasHandle_t handle = t_cublas.bind(device, stream);
-  // See Note [Row-major GEMM through column-major cuBLAS]; the batch strides carry over.
-  LS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-      checked_int(n, "n"), checked_int(m, "m"), checked_int(k, "k"), &alpha, b, CUDA_R_16BF, ld_b,
-      static_cast<long long>(stride_b), a, CUDA_R_16BF, ld_a, static_cast<long long>(stride_a),
-      &beta, c, CUDA_R_32F, ld_c, static_cast<long long>(stride_c), checked_int(batch, "batch"),
-      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (scale_only(m, n, k, alpha, beta, c, ldc, batch, stride_c, launch.stream())) return;
+  gemm_16bit(t_cublas.bind(launch.device(), launch.stream()), trans_a, trans_b, m, n, k, alpha, a,
+             lda, stride_a, b, ldb, stride_b, CUDA_R_16BF, beta, c, ldc, stride_c, true, batch);
 }
 
 const GemmOps kCudaGemm{

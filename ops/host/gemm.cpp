@@ -115,17 +115,23 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
               (trans_b ? n : k) * ldb, beta, c, ldc, m * ldc);
 }
 
+// x[0, span) converted element by element into `scratch`, split over the device's cores.
+template <typename To, typename From, typename Convert>
+const To* converted(const From* x, int64_t span, std::vector<To>& scratch, Convert convert) {
+  scratch.resize(static_cast<size_t>(span));
+  To* out = scratch.data();
+  host_parallel_for(0, span, kHostGrain, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = convert(x[i]);
+  });
+  return out;
+}
+
 // The operand rounded to `precision` in `scratch` (the operand itself for kF32). Padding between
 // rows is rounded too: harmless, it is never read.
 const float* rounded(const float* x, int64_t span, Precision precision,
                      std::vector<float>& scratch) {
   if (precision == Precision::kF32) return x;
-  scratch.resize(static_cast<size_t>(span));
-  float* out = scratch.data();
-  host_parallel_for(0, span, kHostGrain, [=](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = round_to(precision, x[i]);
-  });
-  return out;
+  return converted(x, span, scratch, [precision](float v) { return round_to(precision, v); });
 }
 
 // Scratch for the rounded operands, per stream worker thread: reused, so a step allocates nothing.
@@ -139,12 +145,7 @@ OperandScratch& operand_scratch() {
 
 // bf16 bits widened to f32 in `scratch` (exact).
 const float* widened(const uint16_t* x, int64_t span, std::vector<float>& scratch) {
-  scratch.resize(static_cast<size_t>(span));
-  float* out = scratch.data();
-  host_parallel_for(0, span, kHostGrain, [=](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = bf16_to_f32(x[i]);
-  });
-  return out;
+  return converted(x, span, scratch, bf16_to_f32);
 }
 
 // ---- bf16 on the CPU's bf16 units (oneDNN) ----

@@ -14,17 +14,34 @@ namespace ls::nn {
 
 namespace {
 
-// linear in bf16: the input and the weight are cast to bf16 once, and those copies serve the
-// forward product and both of backward's (as PyTorch's autocast keeps its casts for backward);
-// dy is cast once for dx and dW. The numbers are matmul(..., kBF16)'s, which would round copies
-// of the operands in each of the three products (six casts instead of three).
-Var linear_bf16(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
-  Stream& stream = tape.stream();
+// c = op(a) op(b) + beta c at `precision`; from a16 and b16, a and b cast to bf16, when the caller
+// has them (precision kBF16: the same numbers, without rounding copies of a and b again).
+void product(const Tensor& a, const Tensor& a16, bool trans_a, const Tensor& b, const Tensor& b16,
+             bool trans_b, const Tensor& c, float beta, Precision precision, Stream& stream) {
+  if (a16.defined()) {
+    ls::matmul_bf16(a16, trans_a, b16, trans_b, c, 1.0f, beta, stream);
+  } else {
+    ls::matmul(a, trans_a, b, trans_b, c, 1.0f, beta, stream, precision);
+  }
+}
+
+}  // namespace
+
+Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   const Tensor& w = weight->value;
+  LS_CHECK(x->value.ndim() == 2 && w.ndim() == 2 && x->value.dim(1) == w.dim(1), "linear: input ",
+           x->value.describe(), " does not fit weight ", w.describe(),
+           " (expected input [rows, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
+  Stream& stream = tape.stream();
+  const Precision precision = tape.context().precision;
+  // In bf16 the input and the weight are cast once, and the casts serve the forward product and
+  // both of backward's (as PyTorch's autocast keeps its casts for backward); dy is cast once for
+  // dx and dW. Three casts where three matmul(..., kBF16) calls would round six operands.
+  const bool cast_once = precision == Precision::kBF16;
+  Tensor x16 = cast_once ? cast_to_bf16(x->value, stream) : Tensor();
+  Tensor w16 = cast_once ? cast_to_bf16(w, stream) : Tensor();
   Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
-  Tensor x16 = cast_to_bf16(x->value, stream);
-  Tensor w16 = cast_to_bf16(w, stream);
-  ls::matmul_bf16(x16, false, w16, true, y, 1.0f, 0.0f, stream);
+  product(x->value, x16, false, w, w16, true, y, 0.0f, precision, stream);
   if (bias != nullptr) bias_add(y, (*bias)->value, stream);
 
   Var b = bias != nullptr ? *bias : nullptr;
@@ -35,55 +52,19 @@ Var linear_bf16(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   // Backward keeps only the casts it multiplies with: x16 for dW, w16 for dx.
   if (!weight->requires_grad) x16 = Tensor();
   if (!x->requires_grad) w16 = Tensor();
-  tape.record(out, inputs, [x, weight, b, x16, w16, &stream](const Tensor& dy) {
-    if (x->requires_grad || weight->requires_grad) {
-      const Tensor dy16 = cast_to_bf16(dy, stream);
-      if (x->requires_grad) {  // dx = dy W
-        const bool add = Tape::begin_grad(*x);
-        ls::matmul_bf16(dy16, false, w16, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream);
-      }
-      if (weight->requires_grad) {  // dW = dy^T x
-        const bool add = Tape::begin_grad(*weight);
-        ls::matmul_bf16(dy16, true, x16, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream);
-      }
-    }
-    if (b && b->requires_grad) {
-      const bool add = Tape::begin_grad(*b);  // before reading b->grad: it may give it storage
-      bias_grad(dy, b->grad, add, stream);
-    }
-  });
-  return out;
-}
-
-}  // namespace
-
-Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
-  const Tensor& w = weight->value;
-  LS_CHECK(x->value.ndim() == 2 && w.ndim() == 2 && x->value.dim(1) == w.dim(1), "linear: input ",
-           x->value.describe(), " does not fit weight ", w.describe(),
-           " (expected input [rows, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
-  if (tape.context().precision == Precision::kBF16) return linear_bf16(tape, x, weight, bias);
-  Stream& stream = tape.stream();
-  Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
-  const Precision precision = tape.context().precision;
-  ls::matmul(x->value, false, w, true, y, 1.0f, 0.0f, stream, precision);
-  if (bias != nullptr) bias_add(y, (*bias)->value, stream);
-
-  Var b = bias != nullptr ? *bias : nullptr;
-  Var out = tape.output(std::move(y), {&x, &weight});
-  if (b) out->requires_grad = out->requires_grad || (tape.recording() && b->requires_grad);
-  std::vector<Var> inputs{x, weight};
-  if (b) inputs.push_back(b);
-  tape.record(out, inputs, [x, weight, b, precision, &stream](const Tensor& dy) {
+  tape.record(out, inputs,
+              [x, weight, b, x16, w16, cast_once, precision, &stream](const Tensor& dy) {
+    const bool products = x->requires_grad || weight->requires_grad;
+    const Tensor dy16 = cast_once && products ? cast_to_bf16(dy, stream) : Tensor();
     if (x->requires_grad) {  // dx = dy W
       const bool add = Tape::begin_grad(*x);
-      ls::matmul(dy, false, weight->value, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream,
-                 precision);
+      product(dy, dy16, false, weight->value, w16, false, x->grad, add ? 1.0f : 0.0f, precision,
+              stream);
     }
     if (weight->requires_grad) {  // dW = dy^T x
       const bool add = Tape::begin_grad(*weight);
-      ls::matmul(dy, true, x->value, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream,
-                 precision);
+      product(dy, dy16, true, x->value, x16, false, weight->grad, add ? 1.0f : 0.0f, precision,
+              stream);
     }
     if (b && b->requires_grad) {
       const bool add = Tape::begin_grad(*b);  // before reading b->grad: it may give it storage
