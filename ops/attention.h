@@ -24,8 +24,10 @@ struct AttentionOps {
                             int64_t heads, int64_t t, bool causal, float scale, float* probs,
                             Stream& stream) = nullptr;
   // Per row of `cols`: dscores = scale * probs * (dprobs - sum_j dprobs * probs); may be dprobs.
+  // causal (rows = batch_heads * cols): row r's keys j > r % cols get 0 and dprobs there is not
+  // read (causal_gemm.h leaves it unwritten).
   void (*attention_softmax_backward)(const float* probs, const float* dprobs, int64_t rows,
-                                     int64_t cols, float scale, float* dscores,
+                                     int64_t cols, bool causal, float scale, float* dscores,
                                      Stream& stream) = nullptr;
   // y[g, b, h, t, d] (+)= x[b, t, g, h, d]; dims = {B, T, G, H, D}.
   void (*split_heads)(const float* x, float* y, std::array<int64_t, 5> dims, bool accumulate,
@@ -101,9 +103,12 @@ inline void attention_softmax(const Tensor& scores, const Tensor& key_valid, int
 }
 
 // dscores = scale * probs * (dprobs - sum_j(dprobs * probs)) per row (overwrites; dscores may be
-// dprobs). Masked keys have probs 0 and so get 0.
+// dprobs). Masked keys have probs 0 and so get 0. causal: keys j > i of query row i get 0 without
+// dprobs there being read, so dprobs may hold anything above the diagonal (causal_scores in
+// ops/causal_gemm.h does not write it).
 inline void attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
-                                       const Tensor& dscores, Stream& stream) {
+                                       const Tensor& dscores, Stream& stream,
+                                       bool causal = false) {
   constexpr const char* op = "attention_softmax_backward";
   detail::check_scores(op, "probs", probs, stream);
   for (auto [name, t] : {std::pair{"dprobs", &dprobs}, {"dscores", &dscores}}) {
@@ -114,8 +119,8 @@ inline void attention_softmax_backward(const Tensor& probs, const Tensor& dprobs
   detail::check_same_or_disjoint(op, "dscores", dscores, "dprobs", dprobs);
   detail::check_same_or_disjoint(op, "dscores", dscores, "probs", probs);
   op_entry(&AttentionOps::attention_softmax_backward, op, stream)(
-      probs.f32(), dprobs.f32(), probs.dim(0) * probs.dim(1), probs.dim(2), scale, dscores.f32(),
-      stream);
+      probs.f32(), dprobs.f32(), probs.dim(0) * probs.dim(1), probs.dim(2), causal, scale,
+      dscores.f32(), stream);
 }
 
 // y (+)= x relaid out: x [B, T, G, H, D] (token-major; G = 3 for a fused qkv projection, 1 for

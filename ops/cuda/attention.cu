@@ -52,17 +52,22 @@ __global__ void attention_softmax_kernel(const float* scores, const int32_t* key
   for (int64_t j = threadIdx.x; j < t; j += blockDim.x) p[j] *= inv;
 }
 
+// Block r: one row; causal, keys j > r % cols get 0 without dprobs there being read.
 __global__ void attention_softmax_backward_kernel(const float* probs, const float* dprobs,
-                                                  int64_t cols, float scale, float* dscores) {
+                                                  int64_t cols, bool causal, float scale,
+                                                  float* dscores) {
   __shared__ float shared[kWarp];
   const int64_t r = blockIdx.x;
+  const int64_t limit = causal ? r % cols + 1 : cols;
   const float* p = probs + r * cols;
   const float* dp = dprobs + r * cols;
   float* ds = dscores + r * cols;
   float dot = 0.0f;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dot += dp[j] * p[j];
+  for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) dot += dp[j] * p[j];
   dot = block_sum(dot, shared);  // ends with a barrier: every read of other keys is done
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) ds[j] = scale * p[j] * (dp[j] - dot);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    ds[j] = j < limit ? scale * p[j] * (dp[j] - dot) : 0.0f;
+  }
 }
 
 // Element i of the token-major [B, T, G, H, D] tensor <-> its place in [G, B, H, T, D].
@@ -109,12 +114,12 @@ void attention_softmax(const float* scores, const int32_t* key_valid, int64_t ba
 }
 
 void attention_softmax_backward(const float* probs, const float* dprobs, int64_t rows, int64_t cols,
-                                float scale, float* dscores, Stream& on) {
+                                bool causal, float scale, float* dscores, Stream& on) {
   const CudaLaunch launch(on);
   if (rows == 0 || cols == 0) return;
   check_rows("attention_softmax_backward", rows);
   LS_LAUNCH(attention_softmax_backward_kernel, static_cast<unsigned int>(rows), row_threads(cols),
-            0, launch.stream(), probs, dprobs, cols, scale, dscores);
+            0, launch.stream(), probs, dprobs, cols, causal, scale, dscores);
   LS_CUDA_CHECK_LAUNCH();
 }
 

@@ -49,11 +49,13 @@ LS_VECTOR_CLONES void softmax_row(const float* s, const int32_t* valid, int64_t 
   for (int64_t j = 0; j < limit; ++j) p[j] *= inv;
 }
 
-// One row of the softmax's backward: ds[j] = scale p[j] (dp[j] - sum_k dp[k] p[k]).
+// One row of the softmax's backward: ds[j] = scale p[j] (dp[j] - sum_k dp[k] p[k]) for the keys
+// j < limit, 0 for the rest (masked by causality: p is 0 there, dp is not read).
 LS_VECTOR_CLONES void softmax_backward_row(const float* p, const float* dp, int64_t cols,
-                                           float scale, float* ds) {
-  const float dot = lane_sum(cols, [p, dp](int64_t j) { return dp[j] * p[j]; });
-  for (int64_t j = 0; j < cols; ++j) ds[j] = scale * p[j] * (dp[j] - dot);
+                                           int64_t limit, float scale, float* ds) {
+  const float dot = lane_sum(limit, [p, dp](int64_t j) { return dp[j] * p[j]; });
+  for (int64_t j = 0; j < limit; ++j) ds[j] = scale * p[j] * (dp[j] - dot);
+  std::fill(ds + limit, ds + cols, 0.0f);
 }
 
 void attention_softmax(const float* scores, const int32_t* key_valid, int64_t batch_heads,
@@ -75,13 +77,15 @@ void attention_softmax(const float* scores, const int32_t* key_valid, int64_t ba
 }
 
 void attention_softmax_backward(const float* probs, const float* dprobs, int64_t rows, int64_t cols,
-                                float scale, float* dscores, Stream& stream) {
+                                bool causal, float scale, float* dscores, Stream& stream) {
   LS_ASSERT(rows >= 0 && cols >= 0, "attention_softmax_backward sizes rows=", rows, " cols=", cols);
   if (rows == 0 || cols == 0) return;
   host_enqueue(stream, [=] {
     host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        softmax_backward_row(probs + r * cols, dprobs + r * cols, cols, scale, dscores + r * cols);
+        const int64_t limit = causal ? r % cols + 1 : cols;
+        softmax_backward_row(probs + r * cols, dprobs + r * cols, cols, limit, scale,
+                             dscores + r * cols);
       }
     });
   });

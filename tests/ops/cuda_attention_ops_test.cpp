@@ -12,6 +12,7 @@
 #include "engine/core/runtime.h"
 #include <lockstep/tensor.h>
 #include "ops/attention.h"
+#include "ops/causal_gemm.h"
 #include "ops/gemm.h"
 #include "ops/pooling.h"
 #include "ops/softmax_xent.h"
@@ -60,7 +61,7 @@ TEST_F(CudaAttentionOpsTest, AttentionSoftmaxAndBackwardMatchHost) {
         run_both([&](Stream& s, auto side) {
           const Tensor kv = padded ? side(key_valid) : Tensor();
           attention_softmax(side(scores), kv, heads, causal, 0.3f, side(probs), s);
-          attention_softmax_backward(side(probs), side(dprobs), 0.3f, side(dscores), s);
+          attention_softmax_backward(side(probs), side(dprobs), 0.3f, side(dscores), s, causal);
           attention_softmax(side(scores), kv, heads, causal, 0.3f, side(scores), s);  // in place
         });
         expect_close(probs);
@@ -69,6 +70,29 @@ TEST_F(CudaAttentionOpsTest, AttentionSoftmaxAndBackwardMatchHost) {
       }
     }
   }
+}
+
+// The blocked causal products (3 blocks of 32, 32 and 6 rows): what cuBLAS writes on and below
+// the block diagonal matches the host; dprobs-style outputs above it stay as they were.
+TEST_F(CudaAttentionOpsTest, CausalProductsMatchHost) {
+  const int64_t bh = 3, t = 70, d = 8, block = 32;
+  Pair x = upload(random_vector(bh * t * d, 1), {bh, t, d});
+  Pair y = upload(random_vector(bh * t * d, 2), {bh, t, d});
+  std::vector<float> lower = random_vector(bh * t * t, 3);
+  for (int64_t r = 0; r < bh * t; ++r) {
+    for (int64_t j = r % t + 1; j < t; ++j) lower[static_cast<size_t>(r * t + j)] = 0.0f;
+  }
+  Pair l = upload(lower, {bh, t, t});
+  Pair s = upload(std::vector<float>(static_cast<size_t>(bh * t * t), 7.0f), {bh, t, t});
+  Pair c = empty({bh, t, d}, DType::kF32), ct = empty({bh, t, d}, DType::kF32);
+  run_both([&](Stream& on, auto side) {
+    causal_scores(side(x), side(y), side(s), block, on);
+    causal_apply(side(l), false, side(y), side(c), block, on);
+    causal_apply(side(l), true, side(y), side(ct), block, on);
+  });
+  expect_close(s, 1e-4, 1e-5);
+  expect_close(c, 1e-4, 1e-5);
+  expect_close(ct, 1e-4, 1e-5);
 }
 
 TEST_F(CudaAttentionOpsTest, AttentionSoftmaxIsBitwiseRepeatable) {

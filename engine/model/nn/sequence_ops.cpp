@@ -11,6 +11,7 @@
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/bias.h"
+#include "ops/causal_gemm.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
@@ -171,18 +172,37 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
   const auto cast_if = [cast_once, &stream](const Tensor& x) {
     return cast_once ? cast_to_bf16(x, stream) : Tensor();
   };
-  // c = op(a) op(b) per head, from the casts a16, b16 when there are any.
-  const auto product = [bh, precision](const Tensor& a, const Tensor& a16, bool trans_a,
-                                       const Tensor& b, const Tensor& b16, bool trans_b,
-                                       const Tensor& c, Stream& on) {
-    if (a16.defined()) {
-      matmul_batched_bf16(a16, trans_a, b16, trans_b, c, bh, 1.0f, 0.0f, on);
+  // The six products per head, on the bf16 casts when there are any. Under a causal mask they
+  // skip the key blocks above the diagonal, where the probabilities and their gradient are zero
+  // (ops/causal_gemm.h): s = a b^T, and c = L y or L^T y for L the probabilities or dS.
+  const int64_t block = causal_block_rows(t);
+  const auto operand = [](const Tensor& x, const Tensor& x16) { return x16.defined() ? x16 : x; };
+  const auto plain = [bh, precision](const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                                     const Tensor& c, Stream& on) {
+    if (a.dtype() == DType::kBF16) {
+      matmul_batched_bf16(a, trans_a, b, trans_b, c, bh, 1.0f, 0.0f, on);
     } else {
       matmul_batched(a, trans_a, b, trans_b, c, bh, 1.0f, 0.0f, on, precision);
     }
   };
+  const bool causal = shape.causal;
+  const auto scores_of = [=](const Tensor& a, const Tensor& b, const Tensor& s, Stream& on) {
+    if (causal) {
+      causal_scores(a, b, s, block, on, precision);
+    } else {
+      plain(a, false, b, true, s, on);
+    }
+  };
+  const auto apply = [=](const Tensor& l, bool transposed, const Tensor& y, const Tensor& out,
+                         Stream& on) {
+    if (causal) {
+      causal_apply(l, transposed, y, out, block, on, precision);
+    } else {
+      plain(l, transposed, y, false, out, on);
+    }
+  };
   const Tensor q16 = cast_if(q), k16 = cast_if(k), v16 = cast_if(v);
-  product(q, q16, false, k, k16, true, scores, stream);
+  scores_of(operand(q, q16), operand(k, k16), scores, stream);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   attention_softmax(scores, key_valid, h, shape.causal, scale, scores, stream);  // in place
   const Tensor probs = scores;
@@ -198,7 +218,7 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
   }
   Tensor context = Tensor::empty({bh, t, d}, DType::kF32, dev);
   const Tensor dropped16 = cast_if(dropped);
-  product(dropped, dropped16, false, v, v16, false, context, stream);
+  apply(operand(dropped, dropped16), false, operand(v, v16), context, stream);
   Tensor y = Tensor::empty({b * t, c}, DType::kF32, dev);
   merge_heads(context, y, {b, t, 1, h, d}, false, stream);
 
@@ -211,18 +231,19 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
     Tensor dq = dheads.view(0, {bh, t, d}), dk = dheads.view(part, {bh, t, d}),
            dv = dheads.view(2 * part, {bh, t, d});
     const Tensor dcontext16 = cast_if(dcontext);
-    product(dropped, dropped16, true, dcontext, dcontext16, false, dv, stream);
+    apply(operand(dropped, dropped16), true, operand(dcontext, dcontext16), dv, stream);
+    // Causal: dprobs above the block diagonal stays unwritten; nothing below reads it there.
     Tensor dprobs = Tensor::empty({bh, t, t}, DType::kF32, dev);
-    product(dcontext, dcontext16, false, v, v16, true, dprobs, stream);
+    scores_of(operand(dcontext, dcontext16), operand(v, v16), dprobs, stream);
     if (drop) {
       Tensor undropped = like(dprobs);
       ls::dropout(dprobs, undropped, row_len, first_row, dropout_p, key, false, stream);
       dprobs = undropped;
     }
-    attention_softmax_backward(probs, dprobs, scale, dprobs, stream);  // now d(scores)
+    attention_softmax_backward(probs, dprobs, scale, dprobs, stream, causal);  // now d(scores)
     const Tensor dscores16 = cast_if(dprobs);
-    product(dprobs, dscores16, false, k, k16, false, dq, stream);
-    product(dprobs, dscores16, true, q, q16, false, dk, stream);
+    apply(operand(dprobs, dscores16), false, operand(k, k16), dq, stream);
+    apply(operand(dprobs, dscores16), true, operand(q, q16), dk, stream);
     const bool add = Tape::begin_grad(*qkv);
     merge_heads(dheads, qkv->grad, {b, t, 3, h, d}, add, stream);
   });
