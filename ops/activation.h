@@ -8,10 +8,15 @@
 // gelu_erf_backward: dx (+)= dy * (0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)).
 // tanh; tanh_backward: dx (+)= dy * (1 - y^2) from the forward's output y (BERT's pooler).
 // `accumulate` adds into dx instead of overwriting it. Asynchronous in stream order.
+// bias_gelu: y = gelu(x + bias) on [rows, cols] x and [cols] bias, either form, in one pass over
+// memory instead of bias_add's and gelu's two (the MLP's first Linear, whose output feeds GELU
+// alone); bias_gelu_backward: dx = dy * gelu'(x + bias) and dbias (+)= the column sums of dx, also
+// in one pass on the host. Bit for bit bias_add, then gelu (gelu_backward, then bias_grad).
 #pragma once
 
 #include <cstdint>
 
+#include <lockstep/error.h>
 #include "ops/op_check.h"
 #include "ops/op_table.h"
 
@@ -38,6 +43,14 @@ struct ActivationOps {
   // dx (+)= dy * (1 - y^2), from the forward's OUTPUT y
   void (*tanh_backward)(const float* y, const float* dy, float* dx, int64_t n, bool accumulate,
                         Stream& stream) = nullptr;
+  // y[r, c] = gelu(x[r, c] + bias[c]), the erf form when `erf`, else the tanh form
+  void (*bias_gelu)(const float* x, const float* bias, float* y, int64_t rows, int64_t cols,
+                    bool erf, Stream& stream) = nullptr;
+  // dx[r, c] = dy[r, c] * gelu'(x[r, c] + bias[c]) (overwritten); dbias[c] (+)= sum over r of
+  // dx[r, c], in row order (as bias_grad sums)
+  void (*bias_gelu_backward)(const float* x, const float* bias, const float* dy, float* dx,
+                             float* dbias, int64_t rows, int64_t cols, bool erf,
+                             bool accumulate_dbias, Stream& stream) = nullptr;
 };
 
 namespace detail {
@@ -51,6 +64,15 @@ inline void check_activation_backward(const char* op, const Tensor& x, const Ten
                                       const Tensor& dx, const Stream& stream) {
   check_activation(op, x, dy, "dy", stream);
   check_activation(op, x, dx, "dx", stream);
+}
+// x [rows, cols] and bias [cols], f32 on the stream's device, x 2-D.
+inline void check_bias_activation(const char* op, const Tensor& x, const Tensor& bias,
+                                  const Stream& stream) {
+  op_check::tensor(op, "x", x, DType::kF32, stream);
+  op_check::tensor(op, "bias", bias, DType::kF32, stream);
+  op_check::matrix(op, "x", x, "[rows, cols]: reshape it to [-1, features]");
+  LS_CHECK(bias.ndim() == 1 && bias.dim(0) == x.dim(1), op, ": bias is ", bias.describe(),
+           "; expected [", x.dim(1), "], one value per column of x (", x.describe(), ")");
 }
 }  // namespace detail
 
@@ -101,6 +123,36 @@ inline void tanh_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, b
   detail::check_activation_backward("tanh_backward", y, dy, dx, stream);
   op_entry(&ActivationOps::tanh_backward, "tanh_backward", stream)(y.f32(), dy.f32(), dx.f32(),
                                                                    y.numel(), accumulate, stream);
+}
+
+// y = gelu(x + bias), bias broadcast over the rows of x; erf picks the erf form (gelu_erf).
+// y may be x (in place). Bit for bit bias_add(x, bias) then gelu / gelu_erf.
+inline void bias_gelu(const Tensor& x, const Tensor& bias, const Tensor& y, bool erf,
+                      Stream& stream) {
+  detail::check_bias_activation("bias_gelu", x, bias, stream);
+  detail::check_activation("bias_gelu", x, y, "y", stream);
+  op_entry(&ActivationOps::bias_gelu, "bias_gelu", stream)(x.f32(), bias.f32(), y.f32(), x.dim(0),
+                                                           x.dim(1), erf, stream);
+}
+
+// dx = dy * gelu'(x + bias) (overwritten; dx may be dy) and dbias (+)= its column sums: bit for
+// bit gelu_backward on bias_add(x, bias), then bias_grad(dx). dbias must not overlap the others.
+inline void bias_gelu_backward(const Tensor& x, const Tensor& bias, const Tensor& dy,
+                               const Tensor& dx, const Tensor& dbias, bool erf,
+                               bool accumulate_dbias, Stream& stream) {
+  constexpr const char* op = "bias_gelu_backward";
+  detail::check_bias_activation(op, x, bias, stream);
+  detail::check_activation_backward(op, x, dy, dx, stream);
+  op_check::tensor(op, "dbias", dbias, DType::kF32, stream);
+  LS_CHECK(dbias.shape() == bias.shape(), op, ": dbias is ", dbias.describe(),
+           "; expected the shape of bias (", bias.describe(), ")");
+  for (const Tensor* other : {&x, &dy, &dx, &bias}) {
+    LS_CHECK(!op_check::overlaps(dbias, *other), op, ": dbias (", dbias.describe(),
+             ") overlaps an input or dx; give it its own tensor");
+  }
+  op_entry(&ActivationOps::bias_gelu_backward, op, stream)(x.f32(), bias.f32(), dy.f32(), dx.f32(),
+                                                           dbias.f32(), x.dim(0), x.dim(1), erf,
+                                                           accumulate_dbias, stream);
 }
 
 }  // namespace ls

@@ -2,6 +2,9 @@
 // vocabulary 50257), through the checked ops on a host stream and, with a GPU, on cuda:0:
 //   layernorm/<device>/fwd|bwd        [4096, 768]
 //   embedding/<device>/fwd|bwd        4096 ids into a [50257, 768] table
+//   gelu/<device>/fwd|bwd/rows:<r>    GELU (tanh form) of [r, 1024]: r = 1024 is the MLP of the
+//                                     GPT 4 x 256 step (8 x 128 tokens), r = 64 fits in L2, so
+//                                     the two tell compute from memory traffic
 // Counter GBps = bytes each call must read and write / time (10^9), the minimum traffic: compare
 // with ceiling/memcpy (host) in the same run.
 #include <benchmark/benchmark.h>
@@ -14,6 +17,7 @@
 #include "engine/core/runtime.h"
 #include <lockstep/tensor.h>
 #include "ops/embedding.h"
+#include "ops/activation.h"
 #include "ops/layernorm.h"
 
 namespace ls::bench {
@@ -89,6 +93,22 @@ void run_embedding(benchmark::State& state, Device device, bool backward, int pe
   state.SetLabel("4096 ids, [50257, 768]");
 }
 
+void run_gelu(benchmark::State& state, Device device, bool backward, int64_t rows,
+              int per_iteration) {
+  auto stream = device_runtime(device).create_stream();
+  const int64_t n = rows * 1024;
+  const Tensor x = Tensor::from_host(uniform(n), {rows, 1024}, device, *stream);
+  const Tensor dy = Tensor::from_host(uniform(n), {rows, 1024}, device, *stream);
+  const Tensor y = Tensor::empty({rows, 1024}, DType::kF32, device);
+  const double matrix = static_cast<double>(n) * sizeof(float);
+  if (!backward) {
+    timed(state, *stream, 2 * matrix, per_iteration, [&] { gelu(x, y, *stream); });
+  } else {
+    timed(state, *stream, 3 * matrix, per_iteration,
+          [&] { gelu_backward(x, dy, y, false, *stream); });
+  }
+}
+
 void register_layer_ops(const BenchConfig& config) {
   std::vector<std::pair<Device, int>> devices = {{Device{DeviceKind::kHost, 0}, 1}};
   if (config.gpu_count > 0) devices.push_back({Device{DeviceKind::kCuda, 0}, 20});
@@ -105,6 +125,13 @@ void register_layer_ops(const BenchConfig& config) {
           [=](benchmark::State& st) { run_embedding(st, device, backward, per_iteration); })
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
+      for (const int64_t rows : {64, 1024}) {
+        benchmark::RegisterBenchmark(
+            ("gelu/" + suffix + "/rows:" + std::to_string(rows)).c_str(),
+            [=](benchmark::State& st) { run_gelu(st, device, backward, rows, per_iteration); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
     }
   }
 }

@@ -3,6 +3,7 @@
 // inner loops are plain indexed loops so the compiler vectorises them (in-place use is allowed).
 #include "ops/activation.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/host/fast_math.h"
@@ -131,6 +132,91 @@ void tanh_backward(const float* y, const float* dy, float* dx, int64_t n, bool a
   });
 }
 
+// bias_gelu and its backward. The tanh form runs in the vector clones as gelu_range does and the
+// erf form in plain code as gelu_erf does, so each computes the same bits as its unfused pair.
+LS_VECTOR_CLONES void bias_gelu_row(const float* x, const float* bias, float* y, int64_t cols) {
+  for (int64_t c = 0; c < cols; ++c) y[c] = gelu_value(x[c] + bias[c]);
+}
+
+void bias_gelu_erf_row(const float* x, const float* bias, float* y, int64_t cols) {
+  for (int64_t c = 0; c < cols; ++c) y[c] = gelu_erf_value(x[c] + bias[c]);
+}
+
+void bias_gelu(const float* x, const float* bias, float* y, int64_t rows, int64_t cols, bool erf,
+               Stream& stream) {
+  enqueue_rows(stream, rows, cols, [=](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      if (erf) {
+        bias_gelu_erf_row(x + r * cols, bias, y + r * cols, cols);
+      } else {
+        bias_gelu_row(x + r * cols, bias, y + r * cols, cols);
+      }
+    }
+  });
+}
+
+// Columns [c0, c1) over every row, kSumBlock at a time: dx = dy gelu'(x + bias), and each
+// column's sum of dx accumulated in row order (bias_grad's order) while dx is still in registers.
+// The block is wide (8 KiB of sums, in L1) so that each row's run is long and contiguous: blocks
+// of 256 columns, 1 KiB runs 4 KiB apart, measured 1.3x slower than the unfused pair.
+constexpr int64_t kSumBlock = 2048;
+
+// Always inlined, so that it is compiled into each vector clone of its caller.
+template <typename Grad>
+[[gnu::always_inline]] inline void bias_gelu_backward_block(const float* x,
+                                                            const float* __restrict bias,
+                                                            const float* dy, float* dx,
+                                                            float* __restrict dbias, int64_t rows,
+                                                            int64_t cols, int64_t cb, int64_t width,
+                                                            bool accumulate, Grad grad) {
+  float acc[kSumBlock];
+  std::fill(acc, acc + width, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t at = r * cols + cb;
+    for (int64_t j = 0; j < width; ++j) {
+      const float g = dy[at + j] * grad(x[at + j] + bias[cb + j]);
+      dx[at + j] = g;
+      acc[j] += g;
+    }
+  }
+  for (int64_t j = 0; j < width; ++j) dbias[cb + j] = accumulate ? dbias[cb + j] + acc[j] : acc[j];
+}
+
+LS_VECTOR_CLONES void bias_gelu_backward_cols(const float* x, const float* bias, const float* dy,
+                                              float* dx, float* dbias, int64_t rows, int64_t cols,
+                                              int64_t cb, int64_t width, bool accumulate) {
+  bias_gelu_backward_block(x, bias, dy, dx, dbias, rows, cols, cb, width, accumulate,
+                           [](float u) { return gelu_grad(u); });
+}
+
+void bias_gelu_erf_backward_cols(const float* x, const float* bias, const float* dy, float* dx,
+                                 float* dbias, int64_t rows, int64_t cols, int64_t cb,
+                                 int64_t width, bool accumulate) {
+  bias_gelu_backward_block(x, bias, dy, dx, dbias, rows, cols, cb, width, accumulate,
+                           [](float u) { return gelu_erf_grad(u); });
+}
+
+void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias,
+                        int64_t rows, int64_t cols, bool erf, bool accumulate_dbias,
+                        Stream& stream) {
+  if (cols <= 0) return;
+  // Parallel over columns only, as bias_grad: each column's sum runs over the rows in order.
+  const int64_t grain_cols = std::max<int64_t>(64, kHostGrain / std::max<int64_t>(rows, 1));
+  host_enqueue(stream, [=] {
+    host_parallel_for(0, cols, grain_cols, [=](int64_t c0, int64_t c1) {
+      for (int64_t cb = c0; cb < c1; cb += kSumBlock) {
+        const int64_t width = std::min(kSumBlock, c1 - cb);
+        if (erf) {
+          bias_gelu_erf_backward_cols(x, bias, dy, dx, dbias, rows, cols, cb, width,
+                                      accumulate_dbias);
+        } else {
+          bias_gelu_backward_cols(x, bias, dy, dx, dbias, rows, cols, cb, width, accumulate_dbias);
+        }
+      }
+    });
+  });
+}
+
 const ActivationOps kHostActivation{
     .relu = relu,
     .relu_backward = relu_backward,
@@ -140,6 +226,8 @@ const ActivationOps kHostActivation{
     .gelu_erf_backward = gelu_erf_backward,
     .tanh = tanh_op,
     .tanh_backward = tanh_backward,
+    .bias_gelu = bias_gelu,
+    .bias_gelu_backward = bias_gelu_backward,
 };
 LS_REGISTER_OP_TABLE(ActivationOps, DeviceKind::kHost, kHostActivation);
 

@@ -32,18 +32,13 @@ LS_VECTOR_CLONES void bias_grad_cols(const float* __restrict dy, float* __restri
   }
 }
 
-void bias_add(float* y, const float* bias, int64_t rows, int64_t cols,
-                           Stream& stream) {
-  if (rows <= 0 || cols <= 0) return;
-  const int64_t grain_rows = std::max<int64_t>(1, kHostGrain / cols);
-  host_enqueue(stream, [=] {
-    host_parallel_for(0, rows, grain_rows, [=](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        float* __restrict row = y + r * cols;
-        const float* __restrict b = bias;
-        for (int64_t c = 0; c < cols; ++c) row[c] += b[c];
-      }
-    });
+void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, Stream& stream) {
+  enqueue_rows(stream, rows, cols, [=](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* __restrict row = y + r * cols;
+      const float* __restrict b = bias;
+      for (int64_t c = 0; c < cols; ++c) row[c] += b[c];
+    }
   });
 }
 

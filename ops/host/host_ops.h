@@ -5,6 +5,7 @@
 // device's cores; every reduction sums in a fixed order, so results do not depend on chunking.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "engine/core/host/host_device.h"
@@ -49,6 +50,15 @@ template <typename Body>
 void enqueue_map(Stream& stream, int64_t n, Body body) {
   if (n <= 0) return;
   host_enqueue(stream, [n, body] { host_parallel_for(0, n, kHostGrain, body); });
+}
+
+// Runs body(first_row, end_row) over the rows of a [rows, cols] matrix on the stream's worker,
+// in chunks of whole rows, about kHostGrain elements each.
+template <typename Body>
+void enqueue_rows(Stream& stream, int64_t rows, int64_t cols, Body body) {
+  if (rows <= 0 || cols <= 0) return;
+  const int64_t grain_rows = std::max<int64_t>(1, kHostGrain / cols);
+  host_enqueue(stream, [=] { host_parallel_for(0, rows, grain_rows, body); });
 }
 
 }  // namespace ls

@@ -160,20 +160,12 @@ TEST_F(CausalGemmTest, CausalSoftmaxBackwardIgnoresDprobsAboveTheDiagonal) {
 TEST_F(CausalGemmTest, BadArgumentsSayWhatIsWrong) {
   const Tensor x = upload(std::vector<float>(2 * 8 * 4), {2, 8, 4});
   const Tensor s = upload(std::vector<float>(2 * 8 * 8), {2, 8, 8});
-  const auto message = [](const auto& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(message([&] { causal_scores(x, x, s, 0, *stream_); }).find("block = 0"),
+  EXPECT_NE(error_of([&] { causal_scores(x, x, s, 0, *stream_); }).find("block = 0"),
             std::string::npos);
   const Tensor x16 = cast_to_bf16(x, *stream_);
-  EXPECT_NE(message([&] { causal_scores(x, x16, s, 4, *stream_); }).find("both f32 or both bf16"),
+  EXPECT_NE(error_of([&] { causal_scores(x, x16, s, 4, *stream_); }).find("both f32 or both bf16"),
             std::string::npos);
-  EXPECT_NE(message([&] { causal_apply(s, false, x, s, 4, *stream_); }).find("causal_apply: c is"),
+  EXPECT_NE(error_of([&] { causal_apply(s, false, x, s, 4, *stream_); }).find("causal_apply: c is"),
             std::string::npos);
 }
 

@@ -1,6 +1,7 @@
-// The CUDA kernels of the transformer layer ops (embedding, layernorm, dropout, gelu_erf)
-// against the host kernels on the same inputs: the embedding lookup and gradient and dropout
-// bitwise (same summation order, same integer hash), layernorm and gelu_erf within rounding;
+// The CUDA kernels of the transformer layer ops (embedding, layernorm, dropout, gelu_erf,
+// bias_gelu) against the host kernels on the same inputs: the embedding lookup and gradient and
+// dropout bitwise (same summation order, same integer hash), layernorm, gelu_erf and bias_gelu
+// (both forms, its backward's bias sums too) within rounding;
 // repeated CUDA runs bitwise equal; a bad id the same error on both backends. Every test skips
 // without a GPU (the style of tests/ops/cuda_ops_test.cpp).
 #include <gtest/gtest.h>
@@ -163,6 +164,30 @@ TEST_F(CudaLayerOpsTest, GeluErfMatchesHost) {
         gelu_erf_backward(side(x), side(dy), side(dx), accumulate, s);
       });
       expect_close(dx, 1e-5, 1e-6);
+    }
+  }
+}
+
+TEST_F(CudaLayerOpsTest, BiasGeluMatchesHost) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {9, 37}, {70, 600}}) {
+    for (const bool erf : {false, true}) {
+      for (const bool accumulate : {false, true}) {
+        SCOPED_TRACE(testing::Message()
+                     << rows << "x" << cols << " erf=" << erf << " accumulate=" << accumulate);
+        Pair x = upload(random_vector(rows * cols, 1, -6, 6), {rows, cols});
+        Pair bias = upload(random_vector(cols, 2), {cols});
+        Pair dy = upload(random_vector(rows * cols, 3), {rows, cols});
+        Pair y = empty({rows, cols}), dx = empty({rows, cols});
+        Pair dbias = upload(random_vector(cols, 4), {cols});
+        run_both([&](Stream& s, auto side) {
+          bias_gelu(side(x), side(bias), side(y), erf, s);
+          bias_gelu_backward(side(x), side(bias), side(dy), side(dx), side(dbias), erf, accumulate,
+                             s);
+        });
+        expect_close(y, 1e-5, 1e-6);
+        expect_close(dx, 1e-5, 1e-6);
+        expect_close(dbias, 1e-4, 1e-5);
+      }
     }
   }
 }

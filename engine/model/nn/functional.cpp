@@ -13,6 +13,7 @@
 namespace ls::nn {
 
 namespace {
+Tensor like_f32(const Tensor& t) { return Tensor::empty(t.shape(), DType::kF32, t.device()); }
 
 // c = op(a) op(b) + beta c at `precision`; from a16 and b16, a and b cast to bf16, when the caller
 // has them (precision kBF16: the same numbers, without rounding copies of a and b again).
@@ -149,6 +150,25 @@ Var relu(Tape& tape, const Var& x) {
 Var gelu(Tape& tape, const Var& x) {
   return activation(tape, x, [](auto&... a) { ls::gelu(a...); },
                     [](auto&... a) { ls::gelu_backward(a...); });
+}
+
+Var bias_gelu(Tape& tape, const Var& x, const Var& bias, bool erf_form) {
+  Stream& stream = tape.stream();
+  Tensor y = Tensor::empty(x->value.shape(), DType::kF32, x->value.device());
+  ls::bias_gelu(x->value, bias->value, y, erf_form, stream);
+  Var out = tape.output(std::move(y), {&x, &bias});
+  tape.record(out, {x, bias}, [x, bias, erf_form, &stream](const Tensor& dy) {
+    if (!x->requires_grad && !bias->requires_grad) return;
+    // dx and dbias come out of one pass; where x's gradient is already being accumulated (x
+    // feeds another op too) or bias takes none, through scratch tensors.
+    const bool add_dx = x->requires_grad && Tape::begin_grad(*x);
+    const bool add_dbias = bias->requires_grad && Tape::begin_grad(*bias);
+    const Tensor dx = x->requires_grad && !add_dx ? x->grad : like_f32(x->value);
+    const Tensor dbias = bias->requires_grad ? bias->grad : like_f32(bias->value);
+    bias_gelu_backward(x->value, bias->value, dy, dx, dbias, erf_form, add_dbias, stream);
+    if (add_dx) axpy(1.0f, dx, x->grad, stream);
+  });
+  return out;
 }
 
 Var tanh(Tape& tape, const Var& x) {

@@ -144,8 +144,9 @@ class TransformerBlock final : public Module {
     a = dropout(tape, proj_.forward(tape, a), p, block_site(layer_, 1), row_len);
     x = add(tape, x, a);
     if (!pre) x = ln_1_.forward(tape, x);
-    Var m = fc_.forward(tape, pre ? ln_2_.forward(tape, x) : x);
-    m = config_.gelu == GeluForm::kTanh ? gelu(tape, m) : gelu_erf(tape, m);
+    // The MLP's first Linear feeds GELU alone, so its bias goes in with GELU (one pass less).
+    Var m = linear(tape, pre ? ln_2_.forward(tape, x) : x, tape.parameter(fc_.weight()), nullptr);
+    m = bias_gelu(tape, m, tape.parameter(*fc_.bias()), config_.gelu == GeluForm::kErf);
     m = dropout(tape, mlp_proj_.forward(tape, m), p, block_site(layer_, 2), row_len);
     x = add(tape, x, m);
     if (!pre) x = ln_2_.forward(tape, x);

@@ -43,6 +43,10 @@ Var to_f32(Tape& tape, const Var& x);
 Var relu(Tape& tape, const Var& x);
 Var gelu(Tape& tape, const Var& x);      // tanh form (GPT-2's "gelu_new")
 Var gelu_erf(Tape& tape, const Var& x);  // erf form 0.5 x (1 + erf(x / sqrt 2)) (BERT's "gelu")
+// gelu(x + bias) (the erf form when erf_form), bias [cols] broadcast over the rows of x
+// [rows, cols]: bit for bit gelu(linear's bias added to x), with one pass over memory less each
+// way, for a Linear whose output only feeds GELU: linear(x, W, nullptr), then this with its bias.
+Var bias_gelu(Tape& tape, const Var& x, const Var& bias, bool erf_form = false);
 Var tanh(Tape& tape, const Var& x);
 // Drops each element with probability p (scaling the rest by 1/(1-p)) when training. An example
 // is row_len consecutive elements; `site` tells apart the dropout layers of one model.

@@ -78,6 +78,10 @@ class Linear final : public Module {
   Var forward(Tape& tape, const Var& input) override;
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
+  // The parameters, for a forward that fuses the bias into what follows (nn::bias_gelu) or ties
+  // the weight to another layer. bias() is null for a Linear built without one.
+  Parameter& weight() { return weight_; }
+  Parameter* bias() { return bias_; }
 
  private:
   int64_t in_, out_;
