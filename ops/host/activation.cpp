@@ -26,7 +26,7 @@ struct GeluParts {
 
 inline GeluParts gelu_parts(float x) {
   const float z = 2.0f * kGeluS * (x + kGeluA * x * x * x);
-  const float e = host_math::fast_exp(-(z < -80.0f ? -80.0f : (z > 80.0f ? 80.0f : z)));
+  const float e = host_math::fast_exp_in_range(-(z < -80.0f ? -80.0f : (z > 80.0f ? 80.0f : z)));
   const float sig = 1.0f / (1.0f + e);
   return {sig, e * sig};
 }

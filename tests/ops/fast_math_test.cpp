@@ -1,5 +1,6 @@
 // The host kernels' vectorisable exp and tanh (ops/host/fast_math.h) against libm, over their
-// whole range and at the edges (underflow, overflow, NaN, saturation).
+// whole range and at the edges (underflow, overflow, NaN, saturation); fast_exp_in_range is
+// fast_exp on its range.
 #include "ops/host/fast_math.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,16 @@ TEST(FastMath, ExpIsWithinTwoTenthsOfAMillionthRelative) {
   EXPECT_EQ(fast_exp(-std::numeric_limits<float>::infinity()), 0.0f);
   EXPECT_EQ(fast_exp(89.0f), std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(fast_exp(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(FastMath, ExpInRangeIsExpBitForBitOnItsRange) {
+  int64_t differ = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 0.0009765625f) {
+    differ += fast_exp_in_range(x) == fast_exp(x) ? 0 : 1;
+  }
+  EXPECT_EQ(differ, 0);
+  EXPECT_EQ(fast_exp_in_range(-87.0f), fast_exp(-87.0f));
+  EXPECT_EQ(fast_exp_in_range(88.0f), fast_exp(88.0f));
 }
 
 TEST(FastMath, TanhIsWithinThreeTenthsOfAMillionthAbsolute) {
