@@ -32,6 +32,9 @@ struct AttentionOps {
   // y[g, b, h, t, d] (+)= x[b, t, g, h, d]; dims = {B, T, G, H, D}.
   void (*split_heads)(const float* x, float* y, std::array<int64_t, 5> dims, bool accumulate,
                       Stream& stream) = nullptr;
+  // y[g, b, h, t, d] = bf16(x[b, t, g, h, d]) (round to nearest even, ls::f32_to_bf16's bits).
+  void (*split_heads_bf16)(const float* x, uint16_t* y, std::array<int64_t, 5> dims,
+                           Stream& stream) = nullptr;
   // x[b, t, g, h, d] (+)= y[g, b, h, t, d]; dims = {B, T, G, H, D}.
   void (*merge_heads)(const float* y, float* x, std::array<int64_t, 5> dims, bool accumulate,
                       Stream& stream) = nullptr;
@@ -53,9 +56,10 @@ inline void check_scores(const char* op, const char* name, const Tensor& t, cons
 }
 
 inline void check_heads_layout(const char* op, const Tensor& x, const Tensor& y,
-                               const std::array<int64_t, 5>& dims, const Stream& stream) {
+                               const std::array<int64_t, 5>& dims, const Stream& stream,
+                               DType y_dtype = DType::kF32) {
   op_check::tensor(op, "x", x, DType::kF32, stream);
-  op_check::tensor(op, "y", y, DType::kF32, stream);
+  op_check::tensor(op, "y", y, y_dtype, stream);
   int64_t n = 1;
   for (int64_t d : dims) {
     LS_CHECK(d >= 0, op, ": dims {", dims[0], ", ", dims[1], ", ", dims[2], ", ", dims[3], ", ",
@@ -107,8 +111,7 @@ inline void attention_softmax(const Tensor& scores, const Tensor& key_valid, int
 // dprobs there being read, so dprobs may hold anything above the diagonal (causal_scores in
 // ops/causal_gemm.h does not write it).
 inline void attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
-                                       const Tensor& dscores, Stream& stream,
-                                       bool causal = false) {
+                                       const Tensor& dscores, Stream& stream, bool causal = false) {
   constexpr const char* op = "attention_softmax_backward";
   detail::check_scores(op, "probs", probs, stream);
   for (auto [name, t] : {std::pair{"dprobs", &dprobs}, {"dscores", &dscores}}) {
@@ -131,6 +134,15 @@ inline void split_heads(const Tensor& x, const Tensor& y, const std::array<int64
   detail::check_heads_layout("split_heads", x, y, dims, stream);
   op_entry(&AttentionOps::split_heads, "split_heads", stream)(x.f32(), y.f32(), dims, accumulate,
                                                               stream);
+}
+
+// y = split_heads of x, cast to bf16 as it goes (y DType::kBF16): bit for bit
+// cast(split_heads(x)) in one pass, for the bf16 operands of attention's products.
+inline void split_heads_bf16(const Tensor& x, const Tensor& y, const std::array<int64_t, 5>& dims,
+                             Stream& stream) {
+  detail::check_heads_layout("split_heads_bf16", x, y, dims, stream, DType::kBF16);
+  op_entry(&AttentionOps::split_heads_bf16, "split_heads_bf16", stream)(x.f32(), y.bf16(), dims,
+                                                                        stream);
 }
 
 // x (+)= y relaid out: y [G, B, H, T, D] -> x [B, T, G, H, D], the inverse of split_heads.

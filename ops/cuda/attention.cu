@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "ops/attention.h"
+#include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/cuda_launch.h"
 
@@ -70,17 +71,30 @@ __global__ void attention_softmax_backward_kernel(const float* probs, const floa
   }
 }
 
+// Where element i of the token-major [B, T, G, H, D] tensor sits in [G, B, H, T, D].
+__device__ inline int64_t head_major_index(int64_t i, int64_t nb, int64_t nt, int64_t ng,
+                                           int64_t nh, int64_t nd) {
+  const int64_t d = i % nd, h = (i / nd) % nh, g = (i / (nd * nh)) % ng;
+  const int64_t t = (i / (nd * nh * ng)) % nt, b = i / (nd * nh * ng * nt);
+  return (((g * nb + b) * nh + h) * nt + t) * nd + d;
+}
+
 // Element i of the token-major [B, T, G, H, D] tensor <-> its place in [G, B, H, T, D].
 __global__ void permute_heads_kernel(const float* src, float* dst, int64_t nb, int64_t nt,
                                      int64_t ng, int64_t nh, int64_t nd, bool to_head_major,
                                      bool accumulate) {
   LS_GRID_STRIDE_LOOP(i, nb * nt * ng * nh * nd) {
-    const int64_t d = i % nd, h = (i / nd) % nh, g = (i / (nd * nh)) % ng;
-    const int64_t t = (i / (nd * nh * ng)) % nt, b = i / (nd * nh * ng * nt);
-    const int64_t head_major = (((g * nb + b) * nh + h) * nt + t) * nd + d;
+    const int64_t head_major = head_major_index(i, nb, nt, ng, nh, nd);
     const int64_t from = to_head_major ? i : head_major;
     const int64_t to = to_head_major ? head_major : i;
     dst[to] = accumulate ? dst[to] + src[from] : src[from];
+  }
+}
+
+__global__ void split_heads_bf16_kernel(const float* x, uint16_t* y, int64_t nb, int64_t nt,
+                                        int64_t ng, int64_t nh, int64_t nd) {
+  LS_GRID_STRIDE_LOOP(i, nb * nt * ng * nh * nd) {
+    y[head_major_index(i, nb, nt, ng, nh, nd)] = f32_to_bf16_bits(x[i]);
   }
 }
 
@@ -128,6 +142,15 @@ void split_heads(const float* x, float* y, std::array<int64_t, 5> dims, bool acc
   launch_permute(x, y, dims, true, accumulate, on);
 }
 
+void split_heads_bf16(const float* x, uint16_t* y, std::array<int64_t, 5> dims, Stream& on) {
+  const CudaLaunch launch(on);
+  const int64_t n = dims[0] * dims[1] * dims[2] * dims[3] * dims[4];
+  if (n == 0) return;
+  LS_LAUNCH(split_heads_bf16_kernel, grid_for(n), kThreads, 0, launch.stream(), x, y, dims[0],
+            dims[1], dims[2], dims[3], dims[4]);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
 void merge_heads(const float* y, float* x, std::array<int64_t, 5> dims, bool accumulate,
                  Stream& on) {
   launch_permute(y, x, dims, false, accumulate, on);
@@ -137,6 +160,7 @@ const AttentionOps kCudaAttention{
     .attention_softmax = attention_softmax,
     .attention_softmax_backward = attention_softmax_backward,
     .split_heads = split_heads,
+    .split_heads_bf16 = split_heads_bf16,
     .merge_heads = merge_heads,
 };
 LS_REGISTER_OP_TABLE(AttentionOps, DeviceKind::kCuda, kCudaAttention);

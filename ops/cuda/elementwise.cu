@@ -3,6 +3,7 @@
 // zeroes its count); grid-stride loops over int64 indices.
 #include <cuda_runtime.h>
 
+#include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/cuda_launch.h"
 #include "ops/elementwise.h"
 
@@ -38,15 +39,6 @@ __global__ void axpy_kernel(float alpha, const float* x, float* y, int64_t n) {
 
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
   LS_GRID_STRIDE_LOOP(i, n) { out[i] = a[i] + b[i]; }
-}
-
-// Bit for bit the conversion of ls::f32_to_bf16 (lockstep/dtype.h): round to nearest even, NaN
-// stays a quiet NaN with its sign and top payload bits.
-__device__ uint16_t f32_to_bf16_bits(float x) {
-  uint32_t bits = __float_as_uint(x);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
 }
 
 __global__ void cast_f32_to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "engine/core/host/host_device.h"
+#include "ops/host/bf16_convert.h"
 #include "ops/host/fast_math.h"
 #include "ops/host/host_ops.h"
 
@@ -91,20 +92,25 @@ void attention_softmax_backward(const float* probs, const float* dprobs, int64_t
   });
 }
 
+// Where run r of the token-major [B, T, G, H, D] layout (r = its index (b, t, g, h), D elements)
+// starts in the head-major [G, B, H, T, D] one.
+int64_t head_major_start(int64_t r, const std::array<int64_t, 5>& dims) {
+  const int64_t nb = dims[0], nt = dims[1], ng = dims[2], nh = dims[3], nd = dims[4];
+  const int64_t h = r % nh, g = (r / nh) % ng, t = (r / (nh * ng)) % nt;
+  const int64_t b = r / (nh * ng * nt);
+  return (((g * nb + b) * nh + h) * nt + t) * nd;
+}
+
 // Copies runs of D floats between [B, T, G, H, D] (token-major) and [G, B, H, T, D]
 // (head-major); to_head_major says which way. Each destination run is written once.
 void permute_heads(const float* src, float* dst, std::array<int64_t, 5> dims, bool to_head_major,
                    bool accumulate, Stream& stream) {
-  const int64_t nb = dims[0], nt = dims[1], ng = dims[2], nh = dims[3], nd = dims[4];
-  const int64_t runs = nb * nt * ng * nh;
+  const int64_t runs = dims[0] * dims[1] * dims[2] * dims[3], nd = dims[4];
   if (runs == 0 || nd == 0) return;
   host_enqueue(stream, [=] {
     host_parallel_for(0, runs, rows_grain(nd), [=](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        // r indexes the token-major run (b, t, g, h).
-        const int64_t h = r % nh, g = (r / nh) % ng, t = (r / (nh * ng)) % nt;
-        const int64_t b = r / (nh * ng * nt);
-        const int64_t head_major = (((g * nb + b) * nh + h) * nt + t) * nd;
+        const int64_t head_major = head_major_start(r, dims);
         const float* from = src + (to_head_major ? r * nd : head_major);
         float* to = dst + (to_head_major ? head_major : r * nd);
         if (accumulate) {
@@ -112,6 +118,19 @@ void permute_heads(const float* src, float* dst, std::array<int64_t, 5> dims, bo
         } else {
           std::copy(from, from + nd, to);
         }
+      }
+    });
+  });
+}
+
+// split_heads with each run rounded to bf16 as it is copied (round_to_bf16's vector path).
+void split_heads_bf16(const float* x, uint16_t* y, std::array<int64_t, 5> dims, Stream& stream) {
+  const int64_t runs = dims[0] * dims[1] * dims[2] * dims[3], nd = dims[4];
+  if (runs == 0 || nd == 0) return;
+  host_enqueue(stream, [=] {
+    host_parallel_for(0, runs, rows_grain(nd), [=](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        round_to_bf16(x + r * nd, nd, y + head_major_start(r, dims));
       }
     });
   });
@@ -131,6 +150,7 @@ const AttentionOps kHostAttention{
     .attention_softmax = attention_softmax,
     .attention_softmax_backward = attention_softmax_backward,
     .split_heads = split_heads,
+    .split_heads_bf16 = split_heads_bf16,
     .merge_heads = merge_heads,
 };
 LS_REGISTER_OP_TABLE(AttentionOps, DeviceKind::kHost, kHostAttention);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "tests/ops/op_test_util.h"
 
@@ -135,6 +136,38 @@ TEST_F(AttentionTest, SplitAndMergeHeadsMoveEveryElement) {
   for (size_t i = 0; i < yv.size(); ++i) twice_y[i] = 2.0 * yv[i];
   EXPECT_TRUE(all_close(download(back), twice_x, 0, 0));
   EXPECT_TRUE(all_close(download(y), twice_y, 0, 0));
+}
+
+// split_heads_bf16 is cast_to_bf16(split_heads(x)) bit for bit, special values (subnormals,
+// infinities, NaN: the vector rounding's hard cases) included.
+TEST_F(AttentionTest, SplitHeadsBf16IsTheCastOfSplitHeads) {
+  for (const std::array<int64_t, 5> dims :
+       {std::array<int64_t, 5>{2, 5, 3, 4, 6}, std::array<int64_t, 5>{2, 9, 1, 2, 64}}) {
+    const int64_t n = dims[0] * dims[1] * dims[2] * dims[3] * dims[4];
+    auto xv = random_vector(static_cast<size_t>(n), 5, -3, 3);
+    xv[1] = 1e-40f;  // subnormal
+    xv[2] = std::numeric_limits<float>::infinity();
+    xv[3] = std::nanf("");
+    xv[static_cast<size_t>(n / 2)] = -2e-39f;
+    const Tensor x = upload(xv, {n});
+    const Tensor f32 = Tensor::empty({n}, DType::kF32, dev_);
+    split_heads(x, f32, dims, false, *stream_);
+    const Tensor want = cast_to_bf16(f32, *stream_);
+    const Tensor got = Tensor::empty({n}, DType::kBF16, dev_);
+    split_heads_bf16(x, got, dims, *stream_);
+    // bf16 -> f32 is exact, so equal widened values are equal bf16 bits.
+    const auto widened = [&](const Tensor& bf16) {
+      const Tensor out = Tensor::empty({n}, DType::kF32, dev_);
+      cast(bf16, out, *stream_);
+      return download(out);
+    };
+    EXPECT_TRUE(bitwise_equal(widened(got), widened(want)));
+  }
+  const std::string msg = error_of([&] {
+    split_heads_bf16(upload(std::vector<float>(6), {6}), Tensor::empty({6}, DType::kF32, dev_),
+                     {1, 1, 1, 1, 6}, *stream_);
+  });
+  EXPECT_TRUE(contains(msg, "split_heads_bf16: y is f32[6] on host:0")) << msg;
 }
 
 // out = merge(softmax(scale Q K^T + mask) V) from a fused qkv [B, T, 3, H, D], as a transformer

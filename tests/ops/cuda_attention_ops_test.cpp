@@ -13,6 +13,7 @@
 #include <lockstep/tensor.h>
 #include "ops/attention.h"
 #include "ops/causal_gemm.h"
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/pooling.h"
 #include "ops/softmax_xent.h"
@@ -120,6 +121,21 @@ TEST_F(CudaAttentionOpsTest, SplitAndMergeHeadsMatchHost) {
     expect_close(y, 0, 0);
     expect_close(back, 0, 0);
   }
+}
+
+TEST_F(CudaAttentionOpsTest, SplitHeadsBf16MatchesHostBitForBit) {
+  const std::array<int64_t, 5> dims = {3, 7, 3, 4, 5};
+  const int64_t n = 3 * 7 * 3 * 4 * 5;
+  std::vector<float> values = random_vector(n, 1);
+  values[0] = 1e-40f;  // subnormal
+  values[1] = std::nanf("");
+  Pair x = upload(values, {n});
+  Pair y = empty({n}, DType::kBF16), widened = empty({n});
+  run_both([&](Stream& s, auto side) {
+    split_heads_bf16(side(x), side(y), dims, s);
+    cast(side(y), side(widened), s);  // exact: equal values are equal bf16 bits
+  });
+  expect_bitwise(widened);
 }
 
 TEST_F(CudaAttentionOpsTest, PoolingAndTokenMaskMatchHost) {

@@ -157,26 +157,35 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
   const int64_t d = x.dim(1) / (3 * h), c = h * d, bh = b * h;
   Stream& stream = tape.stream();
   const Device dev = x.device();
-  // q, k, v head-major: [3, B, H, T, D], so each is a batch of B*H [T, D] matrices.
-  Tensor heads = Tensor::empty({3, b, h, t, d}, DType::kF32, dev);
-  split_heads(x, heads, {b, t, 3, h, d}, false, stream);
-  const int64_t part = bh * t * d;
-  Tensor q = heads.view(0, {bh, t, d}), k = heads.view(part, {bh, t, d}),
-         v = heads.view(2 * part, {bh, t, d});
-  Tensor scores = Tensor::empty({bh, t, t}, DType::kF32, dev);
   const Precision precision = tape.context().precision;
   // In bf16 every operand is cast once and the cast serves forward and backward (six casts for
-  // six products, not twelve; see linear in functional.cpp). Otherwise the products round their
-  // operands themselves (f16) or take them as they are (f32).
+  // six products, not twelve; see linear in functional.cpp); q, k, v and dcontext are cast as
+  // they are split into heads. Otherwise the products round their operands themselves (f16) or
+  // take them as they are (f32).
   const bool cast_once = precision == Precision::kBF16;
-  const auto cast_if = [cast_once, &stream](const Tensor& x) {
-    return cast_once ? cast_to_bf16(x, stream) : Tensor();
+  const auto operand_of = [cast_once, &stream](const Tensor& x) {
+    return cast_once ? cast_to_bf16(x, stream) : x;
   };
-  // The six products per head, on the bf16 casts when there are any. Under a causal mask they
-  // skip the key blocks above the diagonal, where the probabilities and their gradient are zero
-  // (ops/causal_gemm.h): s = a b^T, and c = L y or L^T y for L the probabilities or dS.
+  // [B*T, G*C] -> head-major [G, B, H, T, D], each group a batch of B*H [T, D] matrices, in the
+  // products' operand type.
+  const auto heads_of = [=, &stream](const Tensor& src, int64_t groups) {
+    Tensor out = Tensor::empty({groups, b, h, t, d}, cast_once ? DType::kBF16 : DType::kF32, dev);
+    if (cast_once) {
+      split_heads_bf16(src, out, {b, t, groups, h, d}, stream);
+    } else {
+      split_heads(src, out, {b, t, groups, h, d}, false, stream);
+    }
+    return out;
+  };
+  const Tensor heads = heads_of(x, 3);
+  const int64_t part = bh * t * d;
+  const Tensor q = heads.view(0, {bh, t, d}), k = heads.view(part, {bh, t, d}),
+               v = heads.view(2 * part, {bh, t, d});
+  Tensor scores = Tensor::empty({bh, t, t}, DType::kF32, dev);
+  // The six products per head. Under a causal mask they skip the key blocks above the diagonal,
+  // where the probabilities and their gradient are zero (ops/causal_gemm.h): s = a b^T, and
+  // c = L y or L^T y for L the probabilities or dS.
   const int64_t block = causal_block_rows(t);
-  const auto operand = [](const Tensor& x, const Tensor& x16) { return x16.defined() ? x16 : x; };
   const auto plain = [bh, precision](const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                                      const Tensor& c, Stream& on) {
     if (a.dtype() == DType::kBF16) {
@@ -201,8 +210,7 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
       plain(l, transposed, y, false, out, on);
     }
   };
-  const Tensor q16 = cast_if(q), k16 = cast_if(k), v16 = cast_if(v);
-  scores_of(operand(q, q16), operand(k, k16), scores, stream);
+  scores_of(q, k, scores, stream);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   attention_softmax(scores, key_valid, h, shape.causal, scale, scores, stream);  // in place
   const Tensor probs = scores;
@@ -217,33 +225,31 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
     ls::dropout(probs, dropped, row_len, first_row, dropout_p, key, false, stream);
   }
   Tensor context = Tensor::empty({bh, t, d}, DType::kF32, dev);
-  const Tensor dropped16 = cast_if(dropped);
-  apply(operand(dropped, dropped16), false, operand(v, v16), context, stream);
+  const Tensor p_operand = operand_of(dropped);
+  apply(p_operand, false, v, context, stream);
   Tensor y = Tensor::empty({b * t, c}, DType::kF32, dev);
   merge_heads(context, y, {b, t, 1, h, d}, false, stream);
 
   Var out = tape.output(std::move(y), {&qkv});
   tape.record(out, {qkv}, [=, &stream](const Tensor& dy) {
     if (!qkv->requires_grad) return;
-    Tensor dcontext = Tensor::empty({bh, t, d}, DType::kF32, dev);
-    split_heads(dy, dcontext, {b, t, 1, h, d}, false, stream);
+    const Tensor dcontext = heads_of(dy, 1).view(0, {bh, t, d});
     Tensor dheads = Tensor::empty({3, b, h, t, d}, DType::kF32, dev);
     Tensor dq = dheads.view(0, {bh, t, d}), dk = dheads.view(part, {bh, t, d}),
            dv = dheads.view(2 * part, {bh, t, d});
-    const Tensor dcontext16 = cast_if(dcontext);
-    apply(operand(dropped, dropped16), true, operand(dcontext, dcontext16), dv, stream);
+    apply(p_operand, true, dcontext, dv, stream);
     // Causal: dprobs above the block diagonal stays unwritten; nothing below reads it there.
     Tensor dprobs = Tensor::empty({bh, t, t}, DType::kF32, dev);
-    scores_of(operand(dcontext, dcontext16), operand(v, v16), dprobs, stream);
+    scores_of(dcontext, v, dprobs, stream);
     if (drop) {
       Tensor undropped = like(dprobs);
       ls::dropout(dprobs, undropped, row_len, first_row, dropout_p, key, false, stream);
       dprobs = undropped;
     }
     attention_softmax_backward(probs, dprobs, scale, dprobs, stream, causal);  // now d(scores)
-    const Tensor dscores16 = cast_if(dprobs);
-    apply(operand(dprobs, dscores16), false, operand(k, k16), dq, stream);
-    apply(operand(dprobs, dscores16), true, operand(q, q16), dk, stream);
+    const Tensor ds_operand = operand_of(dprobs);
+    apply(ds_operand, false, k, dq, stream);
+    apply(ds_operand, true, q, dk, stream);
     const bool add = Tape::begin_grad(*qkv);
     merge_heads(dheads, qkv->grad, {b, t, 3, h, d}, add, stream);
   });
