@@ -216,6 +216,24 @@ int checked_int(int64_t value, const char* name) {
   return static_cast<int>(value);
 }
 
+// A row-major product's sizes as cuBLAS takes them (Note [Row-major GEMM through column-major
+// cuBLAS] swaps A and B at the call): ints, each checked, and leading dimensions of at least 1,
+// as BLAS requires even when no element is read.
+struct CublasShape {
+  CublasShape(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda,
+              int64_t ldb, int64_t ldc)
+      : ld_a(checked_int(std::max<int64_t>(lda, 1), "lda")),
+        ld_b(checked_int(std::max<int64_t>(ldb, 1), "ldb")),
+        ld_c(checked_int(std::max<int64_t>(ldc, 1), "ldc")),
+        rows(checked_int(m, "m")),
+        cols(checked_int(n, "n")),
+        inner(checked_int(k, "k")),
+        op_a(trans_a ? CUBLAS_OP_T : CUBLAS_OP_N),
+        op_b(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N) {}
+  int ld_a, ld_b, ld_c, rows, cols, inner;
+  cublasOperation_t op_a, op_b;
+};
+
 // The products that multiply nothing (k == 0 or alpha == 0) are C = beta * C, `batch` matrices
 // stride_c apart: done here, returning true; false when there is a product to compute.
 bool scale_only(int64_t m, int64_t n, int64_t k, float alpha, float beta, float* c, int64_t ldc,
@@ -237,24 +255,17 @@ void gemm_16bit(cublasHandle_t handle, bool trans_a, bool trans_b, int64_t m, in
                 int64_t k, float alpha, const uint16_t* a, int64_t lda, int64_t stride_a,
                 const uint16_t* b, int64_t ldb, int64_t stride_b, cudaDataType type, float beta,
                 float* c, int64_t ldc, int64_t stride_c, bool batched, int64_t batch) {
-  const int ld_a = checked_int(std::max<int64_t>(lda, 1), "lda");
-  const int ld_b = checked_int(std::max<int64_t>(ldb, 1), "ldb");
-  const int ld_c = checked_int(std::max<int64_t>(ldc, 1), "ldc");
-  const int rows = checked_int(m, "m");
-  const int cols = checked_int(n, "n");
-  const int inner = checked_int(k, "k");
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const CublasShape s(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   if (!batched) {
-    LS_CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, cols, rows, inner, &alpha, b, type, ld_b, a,
-                                 type, ld_a, &beta, c, CUDA_R_32F, ld_c, CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT));
+    LS_CUBLAS_CHECK(cublasGemmEx(handle, s.op_b, s.op_a, s.cols, s.rows, s.inner, &alpha, b, type,
+                                 s.ld_b, a, type, s.ld_a, &beta, c, CUDA_R_32F, s.ld_c,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return;
   }
   LS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle, op_b, op_a, cols, rows, inner, &alpha, b, type, ld_b,
-      static_cast<long long>(stride_b), a, type, ld_a, static_cast<long long>(stride_a), &beta, c,
-      CUDA_R_32F, ld_c, static_cast<long long>(stride_c), checked_int(batch, "batch"),
+      handle, s.op_b, s.op_a, s.cols, s.rows, s.inner, &alpha, b, type, s.ld_b,
+      static_cast<long long>(stride_b), a, type, s.ld_a, static_cast<long long>(stride_a), &beta,
+      c, CUDA_R_32F, s.ld_c, static_cast<long long>(stride_c), checked_int(batch, "batch"),
       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -268,26 +279,18 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   const int device = launch.device();
   if (m == 0 || n == 0) return;
   if (scale_only(m, n, k, alpha, beta, c, ldc, 1, 0, stream)) return;
-  // Leading dimensions of at least 1, as BLAS requires even when no element is read.
-  const int ld_a = checked_int(std::max<int64_t>(lda, 1), "lda");
-  const int ld_b = checked_int(std::max<int64_t>(ldb, 1), "ldb");
-  const int ld_c = checked_int(std::max<int64_t>(ldc, 1), "ldc");
-  const int rows = checked_int(m, "m");
-  const int cols = checked_int(n, "n");
-  const int inner = checked_int(k, "k");
+  const CublasShape s(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   cublasHandle_t handle = t_cublas.bind(device, stream);
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   // See Note [Row-major GEMM through column-major cuBLAS].
   if (precision == Precision::kF32) {
-    LS_CUBLAS_CHECK(cublasSgemm(handle, op_b, op_a, cols, rows, inner, &alpha, b, ld_b, a, ld_a,
-                                &beta, c, ld_c));
+    LS_CUBLAS_CHECK(cublasSgemm(handle, s.op_b, s.op_a, s.cols, s.rows, s.inner, &alpha, b, s.ld_b,
+                                a, s.ld_a, &beta, c, s.ld_c));
     return;
   }
   // See Note [16-bit GEMM operands]. Stored, A is m x k (k x m transposed); B is k x n (n x k).
   const HalfOperands half(device, precision, a,
-                          operand_span(trans_a ? k : m, trans_a ? m : k, ld_a, 0, 1), b,
-                          operand_span(trans_b ? n : k, trans_b ? k : n, ld_b, 0, 1), stream);
+                          operand_span(trans_a ? k : m, trans_a ? m : k, s.ld_a, 0, 1), b,
+                          operand_span(trans_b ? n : k, trans_b ? k : n, s.ld_b, 0, 1), stream);
   gemm_16bit(handle, trans_a, trans_b, m, n, k, alpha, half.a(), lda, 0, half.b(), ldb, 0,
              cuda_type_of(precision), beta, c, ldc, 0, false, 1);
 }
@@ -301,28 +304,22 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   const int device = launch.device();
   if (m == 0 || n == 0 || batch == 0) return;
   if (scale_only(m, n, k, alpha, beta, c, ldc, batch, stride_c, stream)) return;
-  const int ld_a = checked_int(std::max<int64_t>(lda, 1), "lda");
-  const int ld_b = checked_int(std::max<int64_t>(ldb, 1), "ldb");
-  const int ld_c = checked_int(std::max<int64_t>(ldc, 1), "ldc");
-  const int rows = checked_int(m, "m");
-  const int cols = checked_int(n, "n");
-  const int inner = checked_int(k, "k");
+  const CublasShape s(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   const int count = checked_int(batch, "batch");
   cublasHandle_t handle = t_cublas.bind(device, stream);
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   // See Note [Row-major GEMM through column-major cuBLAS]; the batch strides carry over unchanged.
   if (precision == Precision::kF32) {
-    LS_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, cols, rows, inner, &alpha, b,
-                                              ld_b, static_cast<long long>(stride_b), a, ld_a,
-                                              static_cast<long long>(stride_a), &beta, c, ld_c,
-                                              static_cast<long long>(stride_c), count));
+    LS_CUBLAS_CHECK(cublasSgemmStridedBatched(
+        handle, s.op_b, s.op_a, s.cols, s.rows, s.inner, &alpha, b, s.ld_b,
+        static_cast<long long>(stride_b), a, s.ld_a, static_cast<long long>(stride_a), &beta, c,
+        s.ld_c, static_cast<long long>(stride_c), count));
     return;
   }
   // See Note [16-bit GEMM operands]: the copies keep the batch strides.
   const HalfOperands half(
-      device, precision, a, operand_span(trans_a ? k : m, trans_a ? m : k, ld_a, stride_a, batch),
-      b, operand_span(trans_b ? n : k, trans_b ? k : n, ld_b, stride_b, batch), stream);
+      device, precision, a,
+      operand_span(trans_a ? k : m, trans_a ? m : k, s.ld_a, stride_a, batch), b,
+      operand_span(trans_b ? n : k, trans_b ? k : n, s.ld_b, stride_b, batch), stream);
   gemm_16bit(handle, trans_a, trans_b, m, n, k, alpha, half.a(), lda, stride_a, half.b(), ldb,
              stride_b, cuda_type_of(precision), beta, c, ldc, stride_c, true, batch);
 }
