@@ -5,7 +5,8 @@
 // T rows into blocks of `block`, query block i needs key blocks 0..i only: the products below do
 // (n + 1) / 2n of the multiply-adds of the full [T, T] ones (n = T / block blocks; 5/8 at n = 4)
 // through the same GEMM slots (ops/gemm.h), one batched call per block. The terms they leave out
-// are exact zeros, so results equal the full products' up to the GEMM's summation order.
+// are exact zeros, so results equal the full products' up to the GEMM's summation order. With
+// block >= T there is one block: the full products, of any L (nn::attention without a mask).
 //
 // All tensors are 3-D [batch, rows, cols], contiguous; operands f32 (rounded to `precision` as
 // matmul_batched does) or all DType::kBF16 (matmul_batched_bf16's operands); outputs f32.

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -33,16 +32,8 @@ std::vector<float> uniform(size_t n, uint32_t seed) {
   return v;
 }
 
-// What bf16 rounding does to an operand (round to nearest even; no NaN in these tests).
-double rounded(float x, bool bf16) {
-  if (!bf16) return x;
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-  float r;
-  std::memcpy(&r, &bits, 4);
-  return r;
-}
+// What bf16 rounding does to an operand (lockstep/dtype.h's conversion, the ops' own).
+double rounded(float x, bool bf16) { return bf16 ? ls::bf16_to_f32(ls::f32_to_bf16(x)) : x; }
 
 struct Reference {
   std::vector<double> out, dqkv;

@@ -182,34 +182,16 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
   const Tensor q = heads.view(0, {bh, t, d}), k = heads.view(part, {bh, t, d}),
                v = heads.view(2 * part, {bh, t, d});
   Tensor scores = Tensor::empty({bh, t, t}, DType::kF32, dev);
-  // The six products per head. Under a causal mask they skip the key blocks above the diagonal,
-  // where the probabilities and their gradient are zero (ops/causal_gemm.h): s = a b^T, and
-  // c = L y or L^T y for L the probabilities or dS.
-  const int64_t block = causal_block_rows(t);
-  const auto plain = [bh, precision](const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
-                                     const Tensor& c, Stream& on) {
-    if (a.dtype() == DType::kBF16) {
-      matmul_batched_bf16(a, trans_a, b, trans_b, c, bh, 1.0f, 0.0f, on);
-    } else {
-      matmul_batched(a, trans_a, b, trans_b, c, bh, 1.0f, 0.0f, on, precision);
-    }
-  };
+  // The six products per head (ops/causal_gemm.h): s = a b^T, and c = L y or L^T y for L the
+  // probabilities or dS. Under a causal mask they skip the key blocks above the diagonal, where
+  // L is zero; otherwise one block of all T rows is the full product.
+  const int64_t block = shape.causal ? causal_block_rows(t) : t;
   const bool causal = shape.causal;
   const auto scores_of = [=](const Tensor& a, const Tensor& b, const Tensor& s, Stream& on) {
-    if (causal) {
-      causal_scores(a, b, s, block, on, precision);
-    } else {
-      plain(a, false, b, true, s, on);
-    }
+    causal_scores(a, b, s, block, on, precision);
   };
   const auto apply = [=](const Tensor& l, bool transposed, const Tensor& y, const Tensor& out,
-                         Stream& on) {
-    if (causal) {
-      causal_apply(l, transposed, y, out, block, on, precision);
-    } else {
-      plain(l, transposed, y, false, out, on);
-    }
-  };
+                         Stream& on) { causal_apply(l, transposed, y, out, block, on, precision); };
   scores_of(q, k, scores, stream);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   attention_softmax(scores, key_valid, h, shape.causal, scale, scores, stream);  // in place
