@@ -201,9 +201,8 @@ void bias_gelu_backward(const float* x, const float* bias, const float* dy, floa
                         Stream& stream) {
   if (cols <= 0) return;
   // Parallel over columns only, as bias_grad: each column's sum runs over the rows in order.
-  const int64_t grain_cols = std::max<int64_t>(64, kHostGrain / std::max<int64_t>(rows, 1));
   host_enqueue(stream, [=] {
-    host_parallel_for(0, cols, grain_cols, [=](int64_t c0, int64_t c1) {
+    host_parallel_for(0, cols, cols_grain(rows), [=](int64_t c0, int64_t c1) {
       for (int64_t cb = c0; cb < c1; cb += kSumBlock) {
         const int64_t width = std::min(kSumBlock, c1 - cb);
         if (erf) {

@@ -16,10 +16,6 @@
 namespace ls {
 namespace {
 
-int64_t rows_grain(int64_t cols) {
-  return std::max<int64_t>(1, kHostGrain / std::max<int64_t>(1, cols));
-}
-
 // One query row: p[j] = exp(scale s[j] - max) / sum over unmasked keys, 0 for masked keys.
 // valid: the keys of this row's batch (or null); keys j >= limit are masked (causal).
 LS_VECTOR_CLONES void softmax_row(const float* s, const int32_t* valid, int64_t t, int64_t limit,

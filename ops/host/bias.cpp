@@ -46,9 +46,8 @@ void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols,
                             bool accumulate, Stream& stream) {
   if (cols <= 0) return;
   // Parallel over columns only: each column's sum runs over the rows in order (deterministic).
-  const int64_t grain_cols = std::max<int64_t>(64, kHostGrain / std::max<int64_t>(rows, 1));
   host_enqueue(stream, [=] {
-    host_parallel_for(0, cols, grain_cols, [=](int64_t c0, int64_t c1) {
+    host_parallel_for(0, cols, cols_grain(rows), [=](int64_t c0, int64_t c1) {
       bias_grad_cols(dy, dbias, rows, cols, c0, c1, accumulate);
     });
   });

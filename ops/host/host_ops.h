@@ -29,6 +29,17 @@ namespace ls {
 // overhead is negligible, small enough that a 1M-element tensor spreads over 64 cores.
 inline constexpr int64_t kHostGrain = 16 * 1024;
 
+// Whole rows of `cols` elements per chunk: about kHostGrain elements, at least one row.
+inline int64_t rows_grain(int64_t cols) {
+  return std::max<int64_t>(1, kHostGrain / std::max<int64_t>(1, cols));
+}
+
+// Columns per chunk for the kernels that sum each column over `rows` rows in row order (so they
+// split columns only): about kHostGrain elements, at least 64 columns.
+inline int64_t cols_grain(int64_t rows) {
+  return std::max<int64_t>(64, kHostGrain / std::max<int64_t>(1, rows));
+}
+
 // sum over i in [0, n) of f(i) in T, in a fixed order the compiler vectorises (one running sum is
 // a chain of dependent adds it must not reorder): term i goes to lane i % kLanes, and the lanes
 // are added in lane order at the end. The same bits on every CPU, vector width and chunking.
@@ -57,8 +68,7 @@ void enqueue_map(Stream& stream, int64_t n, Body body) {
 template <typename Body>
 void enqueue_rows(Stream& stream, int64_t rows, int64_t cols, Body body) {
   if (rows <= 0 || cols <= 0) return;
-  const int64_t grain_rows = std::max<int64_t>(1, kHostGrain / cols);
-  host_enqueue(stream, [=] { host_parallel_for(0, rows, grain_rows, body); });
+  host_enqueue(stream, [=] { host_parallel_for(0, rows, rows_grain(cols), body); });
 }
 
 }  // namespace ls

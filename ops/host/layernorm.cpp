@@ -16,8 +16,6 @@ namespace {
 // Columns of dgamma/dbeta summed together: accumulators stay in L1 while the rows stream past.
 constexpr int64_t kColumnBlock = 256;
 
-int64_t rows_grain(int64_t cols) { return std::max<int64_t>(1, kHostGrain / cols); }
-
 // Row sums in double by 8 lanes (lane_sum in host_ops.h): deterministic, and vectorised.
 template <typename F>
 double row_sum(int64_t cols, F f) {
@@ -95,10 +93,9 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean, c
                         const float* dy, int64_t rows, int64_t cols, float* dx, bool accumulate,
                         float* dgamma, float* dbeta, Stream& stream) {
   if (rows <= 0 || cols <= 0) return;
-  const int64_t col_grain = std::max<int64_t>(64, kHostGrain / rows);
   host_enqueue(stream, [=] {
     // dgamma/dbeta first: they read dy, which dx may overwrite.
-    host_parallel_for(0, cols, col_grain, [=](int64_t c0, int64_t c1) {
+    host_parallel_for(0, cols, cols_grain(rows), [=](int64_t c0, int64_t c1) {
       param_grad_cols(x, mean, rstd, dy, rows, cols, c0, c1, dgamma, dbeta);
     });
     host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {

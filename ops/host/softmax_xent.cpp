@@ -55,8 +55,6 @@ float xent_row(const float* x, int32_t label, int64_t cols, float grad_scale, fl
   return std::log(sum) - label_shifted;
 }
 
-int64_t rows_grain(int64_t cols) { return std::max<int64_t>(1, kHostGrain / cols); }
-
 void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                   float host_scale, const float* device_scale, float* loss, float* dlogits,
                   Stream& stream) {
