@@ -99,8 +99,10 @@ took_ms=$(( ($(date +%s%N) - killed_at) / 1000000 ))
 # MPI_ABORT banner is sometimes lost (ORTE_ERROR_LOG in show_help): the failure is read from
 # process 0's own error below, and the bound from the job having ended.
 left=$(all_gone $children) || fail "processes of the recovery job still running:$left"
-# Killed within a step: the watchdog names process 1; between steps: the stop agreement times out.
-grep -E -q "process 0 of 2 on .*collective timeout \(3.0 s\).*waiting for (process 1 on|the other processes' data)|any_process: the processes did not all take part within 3000 ms" "$dir/job.log" ||
+# Killed within a step: the watchdog names process 1; between steps or while a checkpoint is
+# written: the process exchange that waits for it (the stop agreement, the save) times out, and
+# its error starts with that exchange's name ("any_process: ...", "save: waiting for ...: ...").
+grep -E -q "process 0 of 2 on .*collective timeout \(3.0 s\).*waiting for (process 1 on|the other processes' data)|(any_process|save: [^:]+): the processes did not all take part within 3000 ms" "$dir/job.log" ||
   fail "process 0 did not end with a timeout naming the collective or the missing process"
 echo "ok: with --enable-recovery process 0 ended itself ${took_ms} ms after the kill" \
      "(mpirun exit $rc), with its timeout error; no process left"
