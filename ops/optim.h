@@ -10,8 +10,12 @@
 // Gated by a StepControl (ops/step_control.h; pass one as `control`): when control->skip is set
 // nothing changes; else the gradients are multiplied by control->inv_scale first (undoing the
 // loss scale) and AdamW takes control->optimizer_steps as its step (step_decide counted it).
-// The host never has to know either value: the step runs the same in an eager step or a graph. Asynchronous in stream order; bad arguments or
-// hyper-parameters raise ls::Error at the call. Kernels: ops/host/optim.cpp, ops/cuda/optim.cu.
+// The host never has to know either value: the step runs the same in an eager step or a graph.
+// param16 (optional, bf16, as many elements as param): the step also writes f32_to_bf16 of every
+// updated parameter there, in the same pass (the bf16 copy of the weights that bf16 products
+// multiply with, rounded once per step instead of in every product). A skipped step leaves it as
+// it was, like the parameters. Asynchronous in stream order; bad arguments or hyper-parameters
+// raise ls::Error at the call. Kernels: ops/host/optim.cpp, ops/cuda/optim.cu.
 #pragma once
 
 #include <cmath>
@@ -69,13 +73,15 @@ inline void check_config(const char* who, const AdamWConfig& config) {
 
 struct OptimOps {
   // The SGD step above over n elements; momentum_buf is null when config.momentum == 0;
-  // control (may be null: ungated) gates and unscales it.
-  void (*sgd_step)(float* param, const float* grad, float* momentum_buf, int64_t n,
-                   const SgdConfig& config, const StepControl* control, Stream& stream) = nullptr;
+  // control (may be null: ungated) gates and unscales it; param16 (may be null) gets the bf16
+  // rounding of the updated parameters.
+  void (*sgd_step)(float* param, const float* grad, float* momentum_buf, uint16_t* param16,
+                   int64_t n, const SgdConfig& config, const StepControl* control,
+                   Stream& stream) = nullptr;
   // The AdamW step above over n elements; step >= 1, or, with a control (may be null), the
   // control's optimizer_steps at the time the kernel runs.
-  void (*adamw_step)(float* param, const float* grad, float* m, float* v, int64_t n,
-                     const AdamWConfig& config, int64_t step, const StepControl* control,
+  void (*adamw_step)(float* param, const float* grad, float* m, float* v, uint16_t* param16,
+                     int64_t n, const AdamWConfig& config, int64_t step, const StepControl* control,
                      Stream& stream) = nullptr;
 };
 
@@ -84,12 +90,20 @@ inline const StepControl* optional_step_control(const char* op, const Tensor& co
                                                 const Stream& stream) {
   return control.defined() ? step_control_of(op, control, stream) : nullptr;
 }
+inline uint16_t* optional_bf16_copy(const char* op, const Tensor& param16, const Tensor& param,
+                                    const Stream& stream) {
+  if (!param16.defined()) return nullptr;
+  op_check::tensor(op, "param16", param16, DType::kBF16, stream);
+  op_check::same_numel(op, "param16", param16, "param", param);
+  return param16.bf16();
+}
 }  // namespace detail
 
-// momentum_buf may be undefined when config.momentum == 0 (it is then ignored); control may be
-// undefined (ungated).
+// momentum_buf may be undefined when config.momentum == 0 (it is then ignored); control and
+// param16 may be undefined (ungated; no bf16 copy).
 inline void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                     const SgdConfig& config, Stream& stream, const Tensor& control = Tensor()) {
+                     const SgdConfig& config, Stream& stream, const Tensor& control = Tensor(),
+                     const Tensor& param16 = Tensor()) {
   op_check::tensor("sgd_step", "param", param, DType::kF32, stream);
   op_check::tensor("sgd_step", "grad", grad, DType::kF32, stream);
   op_check::same_numel("sgd_step", "grad", grad, "param", param);
@@ -101,15 +115,15 @@ inline void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& mome
     buf = momentum_buf.f32();
   }
   op_entry(&OptimOps::sgd_step, "sgd_step", stream)(
-      param.f32(), grad.f32(), buf, param.numel(), config,
-      detail::optional_step_control("sgd_step", control, stream), stream);
+      param.f32(), grad.f32(), buf, detail::optional_bf16_copy("sgd_step", param16, param, stream),
+      param.numel(), config, detail::optional_step_control("sgd_step", control, stream), stream);
 }
 
 // step counts from 1 (the first step is 1), as PyTorch's bias correction does; with a control
 // (defined), the control's count is used and `step` is ignored.
 inline void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWConfig& config, int64_t step, Stream& stream,
-                       const Tensor& control = Tensor()) {
+                       const Tensor& control = Tensor(), const Tensor& param16 = Tensor()) {
   op_check::tensor("adamw_step", "param", param, DType::kF32, stream);
   for (auto [name, t] : {std::pair{"grad", &grad}, {"m", &m}, {"v", &v}}) {
     op_check::tensor("adamw_step", name, *t, DType::kF32, stream);
@@ -119,7 +133,8 @@ inline void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
   LS_CHECK(step >= 1 || control.defined(), "adamw_step: step is ", step,
            "; steps are counted from 1 (pass the number of steps taken, including this one)");
   op_entry(&OptimOps::adamw_step, "adamw_step", stream)(
-      param.f32(), grad.f32(), m.f32(), v.f32(), param.numel(), config, step,
+      param.f32(), grad.f32(), m.f32(), v.f32(),
+      detail::optional_bf16_copy("adamw_step", param16, param, stream), param.numel(), config, step,
       detail::optional_step_control("adamw_step", control, stream), stream);
 }
 

@@ -116,6 +116,11 @@ struct DataParallelOptions : MonitorOptions {  // heartbeat, telemetry (lockstep
   // gradients, optimizer state and every other op stay f32. Gradients are all-reduced in f32
   // unless buckets.reduce_dtype says bf16.
   Precision precision = Precision::kF32;
+  // kBF16 only: each replica keeps a bf16 copy of its weights (2 bytes per parameter), written by
+  // the optimizer's own pass, which the products multiply with: weights are rounded once per
+  // step, not in every product of every micro-batch. Results are bitwise the same either way;
+  // false trades the copy's memory for that rounding.
+  bool bf16_weight_copy = true;
   // kF16 only: the loss is scaled so that small gradients survive f16; dynamic by default (back
   // off on overflow, grow after a run of good steps; ops/step_control.h). Saved in checkpoints.
   LossScaleConfig loss_scale;

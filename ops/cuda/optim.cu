@@ -16,6 +16,7 @@
 
 #include <cmath>
 
+#include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/cuda_launch.h"
 #include "ops/optim.h"
 
@@ -24,9 +25,9 @@ namespace {
 
 // kGated: see Note [Gated optimizer kernels]; control is null when !kGated.
 template <bool kGated>
-__global__ void sgd_step_kernel(float* param, const float* grad, float* momentum_buf, int64_t n,
-                                float lr, float momentum, float weight_decay,
-                                const StepControl* control) {
+__global__ void sgd_step_kernel(float* param, const float* grad, float* momentum_buf,
+                                uint16_t* param16, int64_t n, float lr, float momentum,
+                                float weight_decay, const StepControl* control) {
   float inv_scale = 1.0f;
   if constexpr (kGated) {
     if (control->skip != 0) return;
@@ -39,13 +40,16 @@ __global__ void sgd_step_kernel(float* param, const float* grad, float* momentum
     } else {
       g = grad[i] + weight_decay * param[i];
     }
+    float p = param[i];
     if (momentum_buf != nullptr) {
       const float buf = momentum * momentum_buf[i] + g;
       momentum_buf[i] = buf;
-      param[i] -= lr * buf;
+      p -= lr * buf;
     } else {
-      param[i] -= lr * g;
+      p -= lr * g;
     }
+    param[i] = p;
+    if (param16 != nullptr) param16[i] = f32_to_bf16_bits(p);
   }
 }
 
@@ -69,9 +73,10 @@ __host__ __device__ inline AdamWFactors adamw_factors(float lr, float beta1, flo
 // after the decoupled decay p *= 1 - lr wd. Ungated: `factors` came from the host. Gated: see
 // Note [Gated optimizer kernels] (`factors` is ignored, lr is used).
 template <bool kGated>
-__global__ void adamw_step_kernel(float* param, const float* grad, float* m, float* v, int64_t n,
-                                  float lr, float beta1, float beta2, float eps, float decay,
-                                  AdamWFactors factors, const StepControl* control) {
+__global__ void adamw_step_kernel(float* param, const float* grad, float* m, float* v,
+                                  uint16_t* param16, int64_t n, float lr, float beta1, float beta2,
+                                  float eps, float decay, AdamWFactors factors,
+                                  const StepControl* control) {
   float inv_scale = 1.0f;
   if constexpr (kGated) {
     __shared__ AdamWFactors shared_factors;
@@ -98,13 +103,16 @@ __global__ void adamw_step_kernel(float* param, const float* grad, float* m, flo
     m[i] = m_new;
     v[i] = v_new;
     const float denom = __fadd_rn(sqrtf(v_new) / factors.sqrt_bias_correction2, eps);
-    param[i] = __fsub_rn(__fmul_rn(param[i], decay), __fmul_rn(factors.step_size, m_new / denom));
+    const float p =
+        __fsub_rn(__fmul_rn(param[i], decay), __fmul_rn(factors.step_size, m_new / denom));
+    param[i] = p;
+    if (param16 != nullptr) param16[i] = f32_to_bf16_bits(p);
   }
 }
 
 }  // namespace
 
-void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
+void sgd_step(float* param, const float* grad, float* momentum_buf, uint16_t* param16, int64_t n,
               const SgdConfig& config, const StepControl* control, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
@@ -114,16 +122,16 @@ void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
   // With momentum 0 the buffer is neither read nor written, even when one is given.
   float* buf = config.momentum != 0.0f ? momentum_buf : nullptr;
   if (control != nullptr) {
-    LS_LAUNCH(sgd_step_kernel<true>, grid_for(n), kThreads, 0, stream, param, grad, buf, n,
+    LS_LAUNCH(sgd_step_kernel<true>, grid_for(n), kThreads, 0, stream, param, grad, buf, param16, n,
               config.lr, config.momentum, config.weight_decay, control);
   } else {
-    LS_LAUNCH(sgd_step_kernel<false>, grid_for(n), kThreads, 0, stream, param, grad, buf, n,
-              config.lr, config.momentum, config.weight_decay, nullptr);
+    LS_LAUNCH(sgd_step_kernel<false>, grid_for(n), kThreads, 0, stream, param, grad, buf, param16,
+              n, config.lr, config.momentum, config.weight_decay, nullptr);
   }
   LS_CUDA_CHECK_LAUNCH();
 }
 
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
+void adamw_step(float* param, const float* grad, float* m, float* v, uint16_t* param16, int64_t n,
                 const AdamWConfig& config, int64_t step, const StepControl* control, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
@@ -132,13 +140,14 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
   if (n == 0) return;
   const float decay = 1.0f - config.lr * config.weight_decay;
   if (control != nullptr) {
-    LS_LAUNCH(adamw_step_kernel<true>, grid_for(n), kThreads, 0, stream, param, grad, m, v, n,
-              config.lr, config.beta1, config.beta2, config.eps, decay, AdamWFactors{}, control);
+    LS_LAUNCH(adamw_step_kernel<true>, grid_for(n), kThreads, 0, stream, param, grad, m, v, param16,
+              n, config.lr, config.beta1, config.beta2, config.eps, decay, AdamWFactors{}, control);
   } else {
     // Bias corrections in double on the host, as PyTorch computes them.
     const AdamWFactors factors = adamw_factors(config.lr, config.beta1, config.beta2, step);
-    LS_LAUNCH(adamw_step_kernel<false>, grid_for(n), kThreads, 0, stream, param, grad, m, v, n,
-              config.lr, config.beta1, config.beta2, config.eps, decay, factors, nullptr);
+    LS_LAUNCH(adamw_step_kernel<false>, grid_for(n), kThreads, 0, stream, param, grad, m, v,
+              param16, n, config.lr, config.beta1, config.beta2, config.eps, decay, factors,
+              nullptr);
   }
   LS_CUDA_CHECK_LAUNCH();
 }

@@ -3,10 +3,12 @@
 // param, grad and the state buffers must be distinct, non-overlapping buffers.
 #include "ops/optim.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
+#include "ops/host/bf16_convert.h"
 #include "ops/host/host_ops.h"
 
 namespace ls {
@@ -71,13 +73,30 @@ LS_VECTOR_CLONES void adamw_range(float* __restrict p, const float* __restrict g
   }
 }
 
+// Runs update(b, e) over [begin, end); with a bf16 copy (p16 not null), in blocks of 2048
+// elements (8 KiB of parameters), each rounded into p16 right after its update, while it is still
+// in L1: the copy costs a write, not another pass over the parameters.
+template <class Update>
+void update_then_round(int64_t begin, int64_t end, const float* p, uint16_t* p16, Update update) {
+  if (p16 == nullptr) {
+    update(begin, end);
+    return;
+  }
+  constexpr int64_t kBlock = 2048;
+  for (int64_t b = begin; b < end; b += kBlock) {
+    const int64_t e = std::min(end, b + kBlock);
+    update(b, e);
+    round_to_bf16(p + b, e - b, p16 + b);
+  }
+}
+
 // A control's gate, read when the kernel runs: false when the step is skipped.
 bool gate_open(const StepControl* control) { return control == nullptr || control->skip == 0; }
 float unscale_of(const StepControl* control) {
   return control == nullptr ? 1.0f : control->inv_scale;
 }
 
-void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
+void sgd_step(float* param, const float* grad, float* momentum_buf, uint16_t* param16, int64_t n,
               const SgdConfig& config, const StepControl* control, Stream& stream) {
   if (n <= 0) return;
   const SgdConfig cfg = config;
@@ -86,18 +105,20 @@ void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
   host_enqueue(stream, [=] {
     if (!gate_open(control)) return;
     const float unscale = unscale_of(control);
-    host_parallel_for(0, n, kHostGrain, [=](int64_t b, int64_t e) {
-      if (cfg.momentum == 0.0f) {
-        sgd_plain(param, grad, b, e, cfg.lr, cfg.weight_decay, unscale);
-      } else {
-        sgd_momentum(param, grad, momentum_buf, b, e, cfg.lr, cfg.weight_decay, cfg.momentum,
-                     unscale);
-      }
+    host_parallel_for(0, n, kHostGrain, [=](int64_t begin, int64_t end) {
+      update_then_round(begin, end, param, param16, [=](int64_t b, int64_t e) {
+        if (cfg.momentum == 0.0f) {
+          sgd_plain(param, grad, b, e, cfg.lr, cfg.weight_decay, unscale);
+        } else {
+          sgd_momentum(param, grad, momentum_buf, b, e, cfg.lr, cfg.weight_decay, cfg.momentum,
+                       unscale);
+        }
+      });
     });
   });
 }
 
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
+void adamw_step(float* param, const float* grad, float* m, float* v, uint16_t* param16, int64_t n,
                 const AdamWConfig& config, int64_t step, const StepControl* control,
                 Stream& stream) {
   LS_CHECK(step >= 1 || control != nullptr, "adamw_step: step is ", step,
@@ -108,8 +129,10 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
     if (!gate_open(control)) return;
     const int64_t t = control != nullptr ? control->optimizer_steps : step;
     const AdamWCoefficients k = adamw_coefficients(cfg, t, unscale_of(control));
-    host_parallel_for(0, n, kHostGrain,
-                      [=](int64_t b, int64_t e) { adamw_range(param, grad, m, v, b, e, k); });
+    host_parallel_for(0, n, kHostGrain, [=](int64_t begin, int64_t end) {
+      update_then_round(begin, end, param, param16,
+                        [=](int64_t b, int64_t e) { adamw_range(param, grad, m, v, b, e, k); });
+    });
   });
 }
 

@@ -216,8 +216,9 @@ TrainingPosition DataParallel::Impl::load(const std::string& dir) {
   run_on_all(
       [&](Replica& r) {
         Stream& stream = r.compute_stream();
-        r.store().values().copy_from_host_async(state.values.data(),
-                                                state.values.size() * sizeof(float), stream);
+        LS_ASSERT(state.values.size() == static_cast<size_t>(r.store().values().numel()),
+                  "checkpoint values for ", r.store().values().describe());
+        r.store().copy_values_from_host(state.values.data(), stream);
         const auto tensors = r.optimizer().state();
         for (size_t i = 0; i < tensors.size(); ++i) {  // the whole state, or this shard's range
           const float* from = state.optimizer[i].second.data() + optimizer_offset(r);

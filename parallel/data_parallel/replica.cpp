@@ -81,7 +81,11 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   store_ = std::make_unique<nn::ParameterStore>(
       *model_, device, *compute_, seed, shards,
       zero2 ? nn::ParameterStore::Gradients::kNone : nn::ParameterStore::Gradients::kFlat);
-  state_bytes_.parameters = store_->values().nbytes();
+  // Note [The bf16 copy of the weights]: bf16 products multiply with the copy.
+  if (step_options_.precision == Precision::kBF16 && step_options_.bf16_weight_copy) {
+    store_->keep_bf16_copy(*compute_);
+  }
+  state_bytes_.parameters = store_->values().nbytes() + store_->values16().nbytes();
   if (zero2) owned_grads_ = Tensor::empty({store_->shard_size()}, DType::kF32, device);
   state_bytes_.gradients = zero2 ? owned_grads_.nbytes() : store_->grads().nbytes();
   const int64_t before_optimizer = allocator.stats().bytes_in_use;
@@ -161,6 +165,7 @@ void Replica::broadcast_parameters() {
   comm_->label_next("initial parameters");
   comm_->broadcast(values.data(), values.data(), static_cast<size_t>(values.numel()), DType::kF32,
                    0, *compute_);
+  store_->round_bf16_copy(*compute_);
   compute_->synchronize();
 }
 
@@ -322,14 +327,18 @@ void Replica::step_body(const Shard& shard, int accumulate, const ForwardContext
   step_decide(control_, loss_sum_, stream);
   phase_ = Phase::kOptimizer;
   const Tensor grads = gradients_sharded() ? owned_grads_ : optimizer_range(store_->grads());
+  // The optimizer writes the bf16 copy of what it updates; ZeRO's all-gather brings the other
+  // replicas' ranges, which are rounded after it (Note [The bf16 copy of the weights]).
+  const Tensor copy = sharded() ? Tensor() : store_->values16();
   if (optimizer_->gated() || !read_control().skip) {  // an ungated optimizer: the host decides
-    optimizer_->step(optimizer_range(store_->values()), grads, stream);
+    optimizer_->step_and_round(optimizer_range(store_->values()), grads, copy, stream);
   }
   if (sharded()) {  // every replica gets every updated range (in place: NCCL's layout)
     const Tensor mine = optimizer_range(store_->values());
     comm_->label_next("updated parameters");
     comm_->all_gather(mine.data(), store_->values().data(), static_cast<size_t>(mine.numel()),
                       DType::kF32, stream);
+    store_->round_bf16_copy(stream);
   }
   update_loss_scale(control_, step_options_.loss_scale, stream);
 }

@@ -96,6 +96,7 @@ struct StepOutcome {
 // How every replica runs its steps (from DataParallelOptions).
 struct StepOptions {
   Precision precision = Precision::kF32;
+  bool bf16_weight_copy = true;  // kBF16: Note [The bf16 copy of the weights]
   LossScaleConfig loss_scale;  // dynamic only with kF16
   bool graphs = true;          // capture and launch steps as graphs after warm-up
   int graph_warmup = 2;        // eager steps of a shape before it is captured

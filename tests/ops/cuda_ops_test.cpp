@@ -50,6 +50,23 @@ class CudaOpsTest : public CudaVsHostTest {
     op(DeviceKind::kHost, *host_, [](const Pair& p) { return p.host; });
     op(DeviceKind::kCuda, *cuda_, [](const Pair& p) { return p.cuda; });
   }
+
+  // On each backend, every element of `copy` (bf16) is exactly f32_to_bf16 of that backend's
+  // `values` (f32): the optimizers' bf16 copy of the parameters they updated.
+  void expect_bf16_rounding(const Pair& values, const Pair& copy) {
+    const size_t n = static_cast<size_t>(values.host.numel());
+    const std::vector<float> from[2] = {host_values(values), cuda_values(values)};
+    std::vector<uint16_t> bits[2] = {std::vector<uint16_t>(n), std::vector<uint16_t>(n)};
+    copy.host.copy_to_host_async(bits[0].data(), n * sizeof(uint16_t), *host_);
+    host_->synchronize();
+    copy.cuda.copy_to_host_async(bits[1].data(), n * sizeof(uint16_t), *cuda_);
+    cuda_->synchronize();
+    for (int side = 0; side < 2; ++side) {
+      size_t wrong = 0;
+      for (size_t i = 0; i < n; ++i) wrong += bits[side][i] != f32_to_bf16(from[side][i]);
+      EXPECT_EQ(wrong, 0u) << (side == 0 ? "host" : "cuda") << ": of " << n;
+    }
+  }
 };
 
 // ---- GEMM ------------------------------------------------------------------------------------
@@ -408,16 +425,18 @@ TEST_F(CudaOpsTest, SgdMatchesHostWithAndWithoutMomentum) {
       const SgdConfig config{0.1f, momentum, 0.01f};
       Pair param = upload(random_vector(n, 1), {n});
       Pair buf = upload(std::vector<float>(n, 0.0f), {n});
+      Pair param16 = empty({n}, DType::kBF16);
       for (int step = 0; step < 3; ++step) {
         Pair grad = upload(random_vector(n, 10 + step), {n});
         run_both([&](DeviceKind k, Stream& s, auto side) {
-          ops_of<OptimOps>(k).sgd_step(side(param).f32(), side(grad).f32(),
-                                       momentum != 0.0f ? side(buf).f32() : nullptr, n, config,
-                                       nullptr, s);
+          ops_of<OptimOps>(k).sgd_step(
+              side(param).f32(), side(grad).f32(), momentum != 0.0f ? side(buf).f32() : nullptr,
+              step == 2 ? side(param16).bf16() : nullptr, n, config, nullptr, s);
         });
       }
       expect_close(param);
       expect_close(buf);
+      expect_bf16_rounding(param, param16);
     }
   }
 }
@@ -429,14 +448,17 @@ TEST_F(CudaOpsTest, AdamWMatchesHost) {
     Pair param = upload(random_vector(n, 1), {n});
     Pair m = upload(std::vector<float>(n, 0.0f), {n});
     Pair v = upload(std::vector<float>(n, 0.0f), {n});
+    Pair param16 = empty({n}, DType::kBF16);
     for (int64_t step = 1; step <= 3; ++step) {
       Pair grad = upload(random_vector(n, 10 + static_cast<uint32_t>(step)), {n});
       run_both([&](DeviceKind k, Stream& s, auto side) {
         ops_of<OptimOps>(k).adamw_step(side(param).f32(), side(grad).f32(), side(m).f32(),
-                                       side(v).f32(), n, config, step, nullptr, s);
+                                       side(v).f32(), step == 3 ? side(param16).bf16() : nullptr, n,
+                                       config, step, nullptr, s);
       });
     }
     expect_close(param, 1e-5, 1e-6);
+    expect_bf16_rounding(param, param16);
     expect_close(m);
     expect_close(v, kRtol, 1e-9);
   }

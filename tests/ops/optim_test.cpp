@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include <lockstep/dtype.h>
 #include "ops/host/host_ops.h"
 #include "tests/ops/op_test_util.h"
 
@@ -147,6 +148,44 @@ TEST_F(OptimTest, ResultsDoNotDependOnChunking) {
   }
 }
 
+// The bf16 copy written in the step's own pass (ops/optim.h, param16): exactly f32_to_bf16 of
+// every updated parameter, at sizes around the 2048-element rounding blocks and the chunk grain,
+// while the parameters and state stay bitwise those of the step without a copy.
+TEST_F(OptimTest, Bf16CopyIsTheRoundingOfTheUpdatedParameters) {
+  for (const bool adamw : {false, true}) {
+    for (int64_t n : {int64_t{1}, int64_t{2047}, int64_t{2049}, kHostGrain + 3001}) {
+      SCOPED_TRACE(testing::Message() << (adamw ? "adamw" : "sgd") << " n=" << n);
+      const std::vector<float> p0 = random_vector(n, 3);
+      Tensor with = upload(p0, {n}), without = upload(p0, {n});
+      Tensor state[2][2];
+      for (auto& pair : state)
+        for (Tensor& t : pair) t = upload(std::vector<float>(n, 0.0f), {n});
+      const Tensor copy = Tensor::empty({n}, DType::kBF16, dev_);  // every element gets written
+      for (int64_t step = 1; step <= 2; ++step) {
+        const Tensor grad = upload(random_vector(n, 20 + static_cast<uint32_t>(step)), {n});
+        if (adamw) {
+          adamw_step(with, grad, state[0][0], state[0][1], AdamWConfig{}, step, *stream_, Tensor(),
+                     copy);
+          adamw_step(without, grad, state[1][0], state[1][1], AdamWConfig{}, step, *stream_);
+        } else {
+          const SgdConfig config{0.1f, 0.9f, 0.01f};
+          sgd_step(with, grad, state[0][0], config, *stream_, Tensor(), copy);
+          sgd_step(without, grad, state[1][0], config, *stream_);
+        }
+      }
+      const std::vector<float> values = download(with);
+      EXPECT_TRUE(bitwise_equal(values, download(without)));
+      EXPECT_TRUE(bitwise_equal(download(state[0][0]), download(state[1][0])));
+      std::vector<uint16_t> bits(static_cast<size_t>(n));
+      copy.copy_to_host_async(bits.data(), bits.size() * sizeof(uint16_t), *stream_);
+      stream_->synchronize();
+      size_t wrong = 0;
+      for (size_t i = 0; i < values.size(); ++i) wrong += bits[i] != f32_to_bf16(values[i]);
+      EXPECT_EQ(wrong, 0u);
+    }
+  }
+}
+
 TEST_F(OptimTest, ArgumentErrors) {
   Tensor p = Tensor::empty({10}, DType::kF32, dev_);
   Tensor g = Tensor::empty({10}, DType::kF32, dev_);
@@ -168,6 +207,14 @@ TEST_F(OptimTest, ArgumentErrors) {
   msg = error_of(
       [&] { adamw_step(p, g, Tensor::empty({10}, DType::kBF16, dev_), g, {}, 1, *stream_); });
   EXPECT_TRUE(contains(msg, "adamw_step: m is bf16[10]"));
+  msg = error_of([&] { sgd_step(p, g, Tensor(), {}, *stream_, Tensor(), g); });
+  EXPECT_TRUE(contains(msg, "sgd_step: param16 is f32[10]")) << msg;
+  msg = error_of([&] {
+    adamw_step(p, g, Tensor::empty({10}, DType::kF32, dev_), Tensor::empty({10}, DType::kF32, dev_),
+               {}, 1, *stream_, Tensor(), Tensor::empty({9}, DType::kBF16, dev_));
+  });
+  EXPECT_TRUE(contains(msg, "adamw_step: param16 is bf16[9] on host:0 but param is f32[10]"))
+      << msg;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "op_test_util.h"
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/host/onednn_matmul.h"
 #include "ops/optim.h"
@@ -202,16 +203,23 @@ TEST_F(StepControlOps, GatedOptimizersSkipOrUnscale) {
     Tensor p = upload(p0, {100}), grad = upload(g, {100});
     Tensor m = upload(std::vector<float>(100, 0.0f), {100});
     Tensor v = upload(std::vector<float>(100, 0.0f), {100});
-    auto step = [&](const Tensor& params, const Tensor& grads, const Tensor& control) {
+    auto step = [&](const Tensor& params, const Tensor& grads, const Tensor& control,
+                    const Tensor& copy = Tensor()) {
       if (adamw) {
-        adamw_step(params, grads, m, v, AdamWConfig{}, 1, *stream_, control);
+        adamw_step(params, grads, m, v, AdamWConfig{}, 1, *stream_, control, copy);
       } else {
-        sgd_step(params, grads, Tensor(), SgdConfig{0.1f}, *stream_, control);
+        sgd_step(params, grads, Tensor(), SgdConfig{0.1f}, *stream_, control, copy);
       }
     };
     write({.loss_scale = 4.0f, .optimizer_steps = 1, .skip = 1, .inv_scale = 0.25f});
-    step(p, grad, control_);
+    const Tensor copy = cast_to_bf16(p, *stream_);  // the bf16 copy of the parameters
+    step(p, grad, control_, copy);
     EXPECT_EQ(p.to_host_f32(*stream_), p0) << "a skipped step changed the parameters";
+    std::vector<uint16_t> bits(p0.size());
+    copy.copy_to_host_async(bits.data(), bits.size() * sizeof(uint16_t), *stream_);
+    stream_->synchronize();
+    for (size_t i = 0; i < p0.size(); ++i)
+      ASSERT_EQ(bits[i], f32_to_bf16(p0[i])) << "a skipped step changed the bf16 copy at " << i;
     // Unskipped: the gradient times 1/4 is the ungated step on a quarter of the gradient.
     write({.loss_scale = 4.0f, .optimizer_steps = 1, .skip = 0, .inv_scale = 0.25f});
     step(p, grad, control_);

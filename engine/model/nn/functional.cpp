@@ -3,6 +3,7 @@
 #include <lockstep/nn/functional.h>
 
 #include <lockstep/error.h>
+#include <lockstep/nn/parameter.h>
 #include "ops/activation.h"
 #include "ops/bias.h"
 #include "ops/elementwise.h"
@@ -37,10 +38,14 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   const Precision precision = tape.context().precision;
   // In bf16 the input and the weight are cast once, and the casts serve the forward product and
   // both of backward's (as PyTorch's autocast keeps its casts for backward); dy is cast once for
-  // dx and dW. Three casts where three matmul(..., kBF16) calls would round six operands.
+  // dx and dW. Three casts where three matmul(..., kBF16) calls would round six operands. A
+  // parameter's bf16 copy, when the engine keeps one, is that rounding already (Note [The bf16
+  // copy of the weights], engine/model/nn/parameter_store.h): the weight is not rounded here.
   const bool cast_once = precision == Precision::kBF16;
+  const Parameter* param = weight->parameter;
+  const bool kept = param != nullptr && param->value16.defined();
   Tensor x16 = cast_once ? cast_to_bf16(x->value, stream) : Tensor();
-  Tensor w16 = cast_once ? cast_to_bf16(w, stream) : Tensor();
+  Tensor w16 = cast_once ? (kept ? param->value16 : cast_to_bf16(w, stream)) : Tensor();
   Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
   product(x->value, x16, false, w, w16, true, y, 0.0f, precision, stream);
   if (bias != nullptr) bias_add(y, (*bias)->value, stream);

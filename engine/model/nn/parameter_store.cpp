@@ -98,6 +98,22 @@ void ParameterStore::zero_grad(Stream& stream) {
   if (grads_.defined()) fill(grads_, 0.0f, stream);
 }
 
+void ParameterStore::keep_bf16_copy(Stream& stream) {
+  LS_CHECK(!values16_.defined(), "ParameterStore: the bf16 copy is already kept");
+  values16_ = Tensor::empty(values_.shape(), DType::kBF16, values_.device());
+  for (Parameter* p : parameters_) p->value16 = values16_.view(p->offset, p->shape);
+  round_bf16_copy(stream);
+}
+
+void ParameterStore::round_bf16_copy(Stream& stream) {
+  if (values16_.defined()) cast(values_, values16_, stream);
+}
+
+void ParameterStore::copy_values_from_host(const float* values, Stream& stream) {
+  values_.copy_from_host_async(values, values_.nbytes(), stream);
+  round_bf16_copy(stream);
+}
+
 std::vector<float> ParameterStore::values_to_host(Stream& stream) const {
   return values_.to_host_f32(stream);
 }

@@ -7,6 +7,17 @@
 // parameters is zero in both buffers and stays zero under SGD and AdamW.
 // Initial values depend only on the seed and the model's parameter list (drawn on the host in
 // registration order), so every device and backend starts from bitwise the same parameters.
+//
+// Note [The bf16 copy of the weights]
+// In bf16 a product multiplies bf16 operands (lockstep/precision.h). Rounding each weight in every
+// product that uses it would round it once per micro-batch; instead a store that trains in bf16
+// keeps a flat bf16 copy of its values (keep_bf16_copy), each parameter's `value16` a view of it,
+// and nn::linear multiplies with that view. The copy holds exactly f32_to_bf16 of the values at
+// all times outside a step's optimizer pass, so every result is bitwise what rounding in the
+// product gives. Whatever writes the values keeps it so: the optimizer writes the copy in its own
+// pass (Optimizer::step_and_round); a checkpoint load goes through copy_values_from_host; a write
+// by the engine's collectives (the initial broadcast, ZeRO's all-gather of updated shards) is
+// followed by round_bf16_copy.
 #pragma once
 
 #include <cstdint>
@@ -48,12 +59,24 @@ class ParameterStore {
 
   void zero_grad(Stream& stream);  // nothing to do with Gradients::kNone
 
+  // Note [The bf16 copy of the weights]: allocates the copy, gives each parameter its view
+  // (Parameter::value16) and rounds the values into it. Once per store.
+  void keep_bf16_copy(Stream& stream);
+  const Tensor& values16() const { return values16_; }  // undefined without keep_bf16_copy
+  // Rounds the values into the copy again, after something other than the optimizer's
+  // step_and_round wrote them; nothing to do without a copy.
+  void round_bf16_copy(Stream& stream);
+  // Writes every value (values().numel() floats, padding included) from host memory, and the copy
+  // with them; asynchronous: `values` must stay valid until the stream has run the copy.
+  void copy_values_from_host(const float* values, Stream& stream);
+
   // Host copies of all values, in flat-buffer order (synchronizes; for tests and checkpoints).
   std::vector<float> values_to_host(Stream& stream) const;
 
  private:
   std::vector<Parameter*> parameters_;
   Tensor values_;
+  Tensor values16_;  // Note [The bf16 copy of the weights]; undefined unless kept
   Tensor grads_;
   int64_t parameter_count_ = 0;
   int shards_ = 1;

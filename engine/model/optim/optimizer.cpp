@@ -14,13 +14,24 @@ Tensor zeros_like(const Tensor& t, Stream& stream) {
 }
 }  // namespace
 
+void Optimizer::step_and_round(const Tensor& params, const Tensor& grads, const Tensor& params16,
+                               Stream& stream) {
+  step(params, grads, stream);
+  if (params16.defined()) cast(params, params16, stream);
+}
+
 Sgd::Sgd(const Tensor& params, const SgdConfig& config, Stream& stream) : config_(config) {
   check_config("optimizer sgd", config);  // the rules of ops/optim.h, checked up front
   if (config.momentum > 0) momentum_ = zeros_like(params, stream);
 }
 
 void Sgd::step(const Tensor& params, const Tensor& grads, Stream& stream) {
-  sgd_step(params, grads, momentum_, config_, stream, control_);
+  step_and_round(params, grads, Tensor(), stream);
+}
+
+void Sgd::step_and_round(const Tensor& params, const Tensor& grads, const Tensor& params16,
+                         Stream& stream) {
+  sgd_step(params, grads, momentum_, config_, stream, control_, params16);
   if (!control_.defined()) ++steps_;  // gated: counted on the device
 }
 
@@ -36,8 +47,13 @@ AdamW::AdamW(const Tensor& params, const AdamWConfig& config, Stream& stream) : 
 }
 
 void AdamW::step(const Tensor& params, const Tensor& grads, Stream& stream) {
+  step_and_round(params, grads, Tensor(), stream);
+}
+
+void AdamW::step_and_round(const Tensor& params, const Tensor& grads, const Tensor& params16,
+                           Stream& stream) {
   if (!control_.defined()) ++steps_;  // gated: counted on the device
-  adamw_step(params, grads, exp_avg_, exp_avg_sq_, config_, steps_, stream, control_);
+  adamw_step(params, grads, exp_avg_, exp_avg_sq_, config_, steps_, stream, control_, params16);
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state() const {

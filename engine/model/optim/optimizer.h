@@ -24,6 +24,11 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // One update of `params` (the flat parameter buffer) with `grads` (the flat gradients).
   virtual void step(const Tensor& params, const Tensor& grads, Stream& stream) = 0;
+  // The same step, leaving `params16` (bf16, as many elements) holding the bf16 rounding of the
+  // updated parameters (Note [The bf16 copy of the weights], engine/model/nn/parameter_store.h).
+  // This default steps, then rounds in a second pass; Sgd and AdamW write it in their one pass.
+  virtual void step_and_round(const Tensor& params, const Tensor& grads, const Tensor& params16,
+                              Stream& stream);
   virtual std::string name() const = 0;
   // Named state buffers (e.g. {"exp_avg", m}), for checkpoints.
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
@@ -51,6 +56,8 @@ class Sgd final : public Optimizer {
   // State is sized and placed like `params`, zero-initialised on `stream`.
   Sgd(const Tensor& params, const SgdConfig& config, Stream& stream);
   void step(const Tensor& params, const Tensor& grads, Stream& stream) override;
+  void step_and_round(const Tensor& params, const Tensor& grads, const Tensor& params16,
+                      Stream& stream) override;
   std::string name() const override { return "sgd"; }
   bool gated() const override { return true; }
   std::vector<std::pair<std::string, Tensor>> state() const override;
@@ -67,6 +74,8 @@ class AdamW final : public Optimizer {
   // State is sized and placed like `params`, zero-initialised on `stream`.
   AdamW(const Tensor& params, const AdamWConfig& config, Stream& stream);
   void step(const Tensor& params, const Tensor& grads, Stream& stream) override;
+  void step_and_round(const Tensor& params, const Tensor& grads, const Tensor& params16,
+                      Stream& stream) override;
   std::string name() const override { return "adamw"; }
   bool gated() const override { return true; }
   std::vector<std::pair<std::string, Tensor>> state() const override;

@@ -36,6 +36,10 @@ struct Parameter {
   int index = -1;      // position in ParameterStore::parameters()
   Tensor value;        // view of ParameterStore::values()
   Tensor grad;         // view of ParameterStore::grads()
+  // In bf16 training: a bf16 view of the engine's copy of the values, exactly their bf16 rounding,
+  // which bf16 products multiply with (rounded once per optimizer step, not in every product).
+  // Undefined otherwise. Read-only, like value.
+  Tensor value16;
 
   int64_t numel() const { return shape_numel(shape); }
 };
