@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "ops/gemm.h"
+#include "ops/host/onednn_matmul.h"
 
 namespace ls {
 namespace detail {
@@ -65,11 +66,21 @@ inline void check_causal_product(const char* op, const Tensor& a, bool trans_a, 
 
 }  // namespace detail
 
-// The block for T rows: T / 4 within [32, 128]. Measured on the host (bench/micro/attention.cpp,
-// attention/causal-products, docs/benchmarks.md): the six products took 0.78x (f32) and 0.87x
-// (bf16) of the full ones' time at T = 128 (blocks of 32), 0.68-0.70x at T = 1024 (blocks of
-// 128); smaller blocks lose to the GEMM's per-call and per-shape costs. T <= 32: one block.
-inline int64_t causal_block_rows(int64_t t) { return std::clamp<int64_t>(t / 4, 32, 128); }
+// The block for T rows of a product on `device` in `precision`; a block >= T is one block, the
+// full products. Measured on two CPUs (bench/micro/attention.cpp, attention/causal-products,
+// docs/benchmarks.md "Causal blocks on two CPUs"), the six products' time against the full ones:
+// - host, bf16 on AMX tiles (Intel Xeon): oneDNN runs the full products on AMX but the strided
+//   block operands on its slower gemm:jit, so blocks lose up to T = 256 (1.4-1.7x the time) and
+//   win from T = 512 (blocks of 64: 0.75x at T = 512 and 1024): full products to T = 256, then 64.
+// - host otherwise (f32 anywhere; bf16 on AVX512-BF16, AMD EPYC): T / 4 rows within [64, 128]:
+//   0.66-0.91x from T = 256 on both CPUs and 0.83-1.04x at T = 128; blocks of 32 took 2.5x the
+//   full products' time in f32 on the Xeon (0.78x on the EPYC).
+// - CUDA (not measured on a GPU yet): T / 4 rows within [32, 128].
+inline int64_t causal_block_rows(int64_t t, Precision precision, DeviceKind device) {
+  if (device != DeviceKind::kHost) return std::clamp<int64_t>(t / 4, 32, 128);
+  if (precision == Precision::kBF16 && onednn::bf16_on_amx()) return t <= 256 ? t : 64;
+  return std::clamp<int64_t>(t / 4, 64, 128);
+}
 
 // s = x y^T on the blocks on and below the diagonal (see the top of this file).
 inline void causal_scores(const Tensor& x, const Tensor& y, const Tensor& s, int64_t block,

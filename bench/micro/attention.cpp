@@ -129,7 +129,7 @@ void register_attention(const BenchConfig& config) {
     }
     // The full products (block = T) against blocks of 32, 64 and 128 rows: the measurements
     // behind causal_block_rows.
-    for (const int64_t t : {128, 1024}) {
+    for (const int64_t t : {128, 256, 512, 1024}) {
       for (const Precision precision : {Precision::kF32, Precision::kBF16}) {
         std::vector<int64_t> blocks;
         for (const int64_t b : {32, 64, 128}) {

@@ -27,9 +27,11 @@ bool cpu_has(dnnl_cpu_isa_t wanted) {
 }
 bool cpu_has_bf16_units() { return cpu_has(dnnl_cpu_isa_avx512_core_bf16); }
 bool cpu_has_avx512() { return cpu_has(dnnl_cpu_isa_avx512_core); }
+bool cpu_has_amx() { return cpu_has(dnnl_cpu_isa_avx512_core_amx); }
 #else
 bool cpu_has_bf16_units() { return false; }
 bool cpu_has_avx512() { return false; }
+bool cpu_has_amx() { return false; }
 #endif
 
 // LOCKSTEP_ONEDNN=off: no oneDNN for this process (the emulated bf16 numerics, or a comparison
@@ -68,6 +70,11 @@ void set_native_bf16_enabled(bool enabled) {
            "native bf16 GEMMs need a CPU with AVX512-BF16 or AMX and a build with oneDNN "
            "(scripts/setup installs libdnnl-dev); this build or CPU has neither");
   native_bf16_flag().store(enabled, std::memory_order_relaxed);
+}
+
+bool bf16_on_amx() {
+  static const bool amx = cpu_has_amx();
+  return amx && native_bf16_enabled();
 }
 
 bool f32_enabled() { return f32_flag().load(std::memory_order_relaxed); }

@@ -49,6 +49,9 @@ bool f32_available();
 // compare the paths in one run. Enabling one where it is not available raises ls::Error.
 bool native_bf16_enabled();
 void set_native_bf16_enabled(bool enabled);
+// native_bf16_enabled() on a CPU with AMX-BF16 tiles, where oneDNN multiplies bf16 on them
+// (brg:avx512_core_amx_bf16); ops/causal_gemm.h sizes its blocks for it.
+bool bf16_on_amx();
 bool f32_enabled();
 void set_f32_enabled(bool enabled);
 

@@ -185,7 +185,7 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
   // The six products per head (ops/causal_gemm.h): s = a b^T, and c = L y or L^T y for L the
   // probabilities or dS. Under a causal mask they skip the key blocks above the diagonal, where
   // L is zero; otherwise one block of all T rows is the full product.
-  const int64_t block = shape.causal ? causal_block_rows(t) : t;
+  const int64_t block = shape.causal ? causal_block_rows(t, precision, dev.kind) : t;
   const bool causal = shape.causal;
   const auto scores_of = [=](const Tensor& a, const Tensor& b, const Tensor& s, Stream& on) {
     causal_scores(a, b, s, block, on, precision);
