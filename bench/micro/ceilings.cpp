@@ -2,7 +2,9 @@
 //   ceiling/memcpy/<bytes>            single-thread memcpy; GBps = bytes copied / time (10^9)
 //   ceiling/memcpy/<bytes>/threads:2  two threads copying their own buffers at once; GBps is
 //                                     their sum: the memory bandwidth two ranks share
-//   ceiling/sgemm/1024                single-core sgemm GFLOP/s straight from CBLAS
+//   ceiling/sgemm/1024                single-core sgemm GFLOP/s straight from CBLAS (the label
+//                                     names OpenBLAS's kernels: "Prescott" are its generic ones,
+//                                     Note [OpenBLAS on CPUs newer than it] in ops/host/gemm.cpp)
 //   ceiling/sgemm/1024/threads:2      two single-threaded sgemms at once, GFLOPs summed: what
 //                                     two host devices can compute together (the bound on
 //                                     2-device scaling efficiency is this / (2 * single-core))
@@ -11,10 +13,13 @@
 //                                     step's GEMMs (the label names oneDNN's kernel); registered
 //                                     only where the build has oneDNN and the CPU bf16 units
 //   ceiling/bf16gemm/1024/threads:2   two at once, GFLOPs summed
+//   ceiling/onednn-f32/1024           single-core f32 GEMM through oneDNN, the f32 path of the
+//                                     step's GEMMs on AVX-512 CPUs; registered where available
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <lockstep/dtype.h>
@@ -50,19 +55,26 @@ void BM_ceiling_sgemm(benchmark::State& state) {
   state.counters["GFLOPs"] =
       benchmark::Counter(2.0 * n * n * n * static_cast<double>(state.iterations()),
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(std::string("OpenBLAS ") + openblas_get_corename());
 }
 BENCHMARK(BM_ceiling_sgemm)->Name("ceiling/sgemm")->Arg(1024)->UseRealTime();
 BENCHMARK(BM_ceiling_sgemm)->Name("ceiling/sgemm")->Arg(1024)->Threads(2)->UseRealTime();
 
-void BM_ceiling_bf16gemm(benchmark::State& state) {
+// A square oneDNN product of `type` operands (f32 C).
+void BM_ceiling_onednn(benchmark::State& state, ls::onednn::OperandType type) {
   const int64_t n = state.range(0);
-  const std::vector<uint16_t> a(static_cast<size_t>(n * n), ls::f32_to_bf16(1.0f)), b(a);
-  std::vector<float> c(static_cast<size_t>(n * n));
-  const ls::onednn::MatmulShape shape{.m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n,
-                                      .stride_a = n * n, .stride_b = n * n, .stride_c = n * n};
-  ls::onednn::matmul(shape, a.data(), b.data(), c.data());  // builds the primitive
+  const size_t elements = static_cast<size_t>(n * n);
+  const std::vector<uint16_t> a16(elements, ls::f32_to_bf16(1.0f));
+  const std::vector<float> a32(elements, 1.0f);
+  const bool bf16 = type == ls::onednn::OperandType::kBF16;
+  const void* a = bf16 ? static_cast<const void*>(a16.data()) : a32.data();
+  std::vector<float> c(elements);
+  const ls::onednn::MatmulShape shape{.operands = type, .m = n, .n = n, .k = n, .lda = n,
+                                      .ldb = n, .ldc = n, .stride_a = n * n, .stride_b = n * n,
+                                      .stride_c = n * n};
+  ls::onednn::matmul(shape, a, a, c.data());  // builds the primitive
   for (auto _ : state) {
-    ls::onednn::matmul(shape, a.data(), b.data(), c.data());
+    ls::onednn::matmul(shape, a, a, c.data());
     benchmark::DoNotOptimize(c.data());
   }
   state.counters["GFLOPs"] =
@@ -70,11 +82,18 @@ void BM_ceiling_bf16gemm(benchmark::State& state) {
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.SetLabel(ls::onednn::implementation(shape));
 }
-const bool kBf16CeilingRegistered = [] {
-  if (!ls::onednn::native_bf16_available()) return false;
-  benchmark::RegisterBenchmark("ceiling/bf16gemm", BM_ceiling_bf16gemm)->Arg(1024)->UseRealTime();
-  benchmark::RegisterBenchmark("ceiling/bf16gemm", BM_ceiling_bf16gemm)
-      ->Arg(1024)->Threads(2)->UseRealTime();
+const bool kOnednnCeilingsRegistered = [] {
+  using ls::onednn::OperandType;
+  if (ls::onednn::native_bf16_available()) {
+    benchmark::RegisterBenchmark("ceiling/bf16gemm", BM_ceiling_onednn, OperandType::kBF16)
+        ->Arg(1024)->UseRealTime();
+    benchmark::RegisterBenchmark("ceiling/bf16gemm", BM_ceiling_onednn, OperandType::kBF16)
+        ->Arg(1024)->Threads(2)->UseRealTime();
+  }
+  if (ls::onednn::f32_available()) {
+    benchmark::RegisterBenchmark("ceiling/onednn-f32", BM_ceiling_onednn, OperandType::kF32)
+        ->Arg(1024)->UseRealTime();
+  }
   return true;
 }();
 

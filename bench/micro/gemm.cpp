@@ -6,7 +6,10 @@
 //   gemm/gpt4x256-step/host:0/<precision>  every GEMM of one training step of the GPT of 4 layers,
 //                        hidden 256, 4 heads, 8 x 128 tokens (projections, attention per head,
 //                        tied head; forward, input and weight gradients) through ls::matmul, in
-//                        f32 and bf16: set against ceiling/sgemm and ceiling/bf16gemm
+//                        f32 and bf16: set against ceiling/onednn-f32 (or ceiling/sgemm) and
+//                        ceiling/bf16gemm. bf16 takes operands stored in bf16, as the step's
+//                        products do (nn::linear and attention round each operand once, and that
+//                        rounding is the step's, not the GEMMs')
 // Counter GFLOPs = 2mnk / time. Compare with ceiling/sgemm (single-core CBLAS at 1024^3) in the
 // same run: cblas vs the ceiling is the cost of the shape, host:0 vs cblas lockstep's overhead.
 #include "ops/gemm.h"
@@ -21,6 +24,7 @@
 #include "bench/micro/bench_config.h"
 #include "bench/micro/bench_util.h"
 #include "engine/core/runtime.h"
+#include "ops/elementwise.h"
 #include "ops/host/onednn_matmul.h"
 #include <lockstep/tensor.h>
 
@@ -146,7 +150,12 @@ void run_step_gemms(benchmark::State& state, Precision precision) {
   const Device host0{DeviceKind::kHost, 0};
   auto stream = device_runtime(host0).create_stream();
   struct Operands {
-    Tensor a, b, c;
+    Tensor a, b, c;  // a and b in bf16 for kBF16
+  };
+  const bool bf16 = precision == Precision::kBF16;
+  const auto operand = [&](const Shape& shape) {
+    Tensor t = Tensor::from_host(uniform(shape_numel(shape)), shape, host0, *stream);
+    return bf16 ? cast_to_bf16(t, *stream) : t;
   };
   std::vector<Operands> operands;
   double flops = 0.0;
@@ -155,8 +164,7 @@ void run_step_gemms(benchmark::State& state, Precision precision) {
     const Shape a_shape = s.trans_a ? Shape{g.batch, s.k, s.m} : Shape{g.batch, s.m, s.k};
     const Shape b_shape = s.trans_b ? Shape{g.batch, s.n, s.k} : Shape{g.batch, s.k, s.n};
     operands.push_back(
-        {Tensor::from_host(uniform(shape_numel(a_shape)), a_shape, host0, *stream),
-         Tensor::from_host(uniform(shape_numel(b_shape)), b_shape, host0, *stream),
+        {operand(a_shape), operand(b_shape),
          Tensor::from_host(uniform(g.batch * s.m * s.n), {g.batch, s.m, s.n}, host0, *stream)});
     flops += gemm_flops(s.m, s.n, s.k) * static_cast<double>(g.batch * g.count);
   }
@@ -166,8 +174,13 @@ void run_step_gemms(benchmark::State& state, Precision precision) {
       const GemmShape& s = gemms[i].shape;
       const Operands& o = operands[i];
       for (int64_t r = 0; r < gemms[i].count; ++r) {
-        matmul_batched(o.a, s.trans_a, o.b, s.trans_b, o.c, gemms[i].batch, 1.0f, s.beta, *stream,
-                       precision);
+        if (bf16) {
+          matmul_batched_bf16(o.a, s.trans_a, o.b, s.trans_b, o.c, gemms[i].batch, 1.0f, s.beta,
+                              *stream);
+        } else {
+          matmul_batched(o.a, s.trans_a, o.b, s.trans_b, o.c, gemms[i].batch, 1.0f, s.beta,
+                         *stream, precision);
+        }
       }
     }
     stream->synchronize();

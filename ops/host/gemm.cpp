@@ -18,6 +18,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <string_view>
 #include <vector>
 
 #include <lockstep/dtype.h>
@@ -41,6 +42,21 @@ void ensure_single_threaded_blas() {
     return true;
   }();
   (void)once;
+}
+
+// Note [OpenBLAS on CPUs newer than it]
+// OpenBLAS picks its kernels for the CPU when it loads; a CPU its version does not know gets the
+// generic "Prescott" (SSE3) kernels. Debian 12's OpenBLAS 0.3.21 does that on an Intel Xeon of
+// family 6 model 207 (AMX, 2023): cblas_sgemm at 1024^3 ran at 27 GFLOP/s there, 121-149 with
+// OPENBLAS_CORETYPE=CooperLake or SkylakeX (docs/benchmarks.md). That variable must be set before
+// the program starts, so lockstep instead sends every f32 product to oneDNN, which knows the CPU,
+// when OpenBLAS runs its generic kernels and oneDNN's f32 is available.
+bool openblas_generic() {
+  static const bool generic = [] {
+    const char* core = openblas_get_corename();
+    return core != nullptr && std::string_view(core) == "Prescott";
+  }();
+  return generic;
 }
 
 // C = beta * C, with BLAS's rule that beta == 0 overwrites (NaN/Inf in C do not propagate).
@@ -80,7 +96,8 @@ void onednn_product(onednn::OperandType type, bool trans_a, bool trans_b, int64_
 }
 
 // `batch` f32 products on the calling thread (matrix i of X at x + i * stride_x): one oneDNN
-// call where it measured faster (onednn::f32_faster), else one cblas_sgemm per matrix.
+// call where it measured faster (onednn::f32_faster, or every shape where OpenBLAS runs generic
+// kernels: Note [OpenBLAS on CPUs newer than it]), else one cblas_sgemm per matrix.
 void sgemm_batch(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
                  float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
                  int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
@@ -88,7 +105,8 @@ void sgemm_batch(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n
   // oneDNN takes matrices that do not overlap (a stride of 0 broadcasts in BLAS loops only).
   const bool apart = stride_a >= (trans_a ? k : m) * lda && stride_b >= (trans_b ? n : k) * ldb &&
                      stride_c >= m * ldc;
-  if (apart && onednn::f32_faster(m, n, k)) {
+  const bool onednn = onednn::f32_faster(m, n, k) || (onednn::f32_enabled() && openblas_generic());
+  if (apart && onednn) {
     onednn_product(onednn::OperandType::kF32, trans_a, trans_b, batch, m, n, k, alpha, a, lda,
                    stride_a, b, ldb, stride_b, beta, c, ldc, stride_c);
     return;
