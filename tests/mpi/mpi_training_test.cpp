@@ -160,6 +160,28 @@ TEST(MpiTraining, SameWorldShapeIsBitwiseRepeatable) {
   EXPECT_TRUE(same_on_every_process(first.parameters));
 }
 
+// Note [The bf16 copy of the weights] across processes: the copy follows the initial broadcast
+// and ZeRO-1's all-gather over every process, so bf16 training with it is bitwise training
+// without it (weights rounded in every product).
+TEST(MpiTraining, Bf16WeightCopyTrainsBitwiseAsRoundingInEveryProduct) {
+  barrier();
+  for (const ShardMode shard : {ShardMode::kNone, ShardMode::kOptimizer}) {
+    Trained runs[2];
+    for (const bool copy : {true, false}) {
+      DataParallelOptions options;
+      options.shard = shard;
+      options.precision = Precision::kBF16;
+      options.bf16_weight_copy = copy;
+      DataParallel dp(World::current(), transformer_factory(testing::tiny_gpt_config()),
+                      make_optimizer_factory({"adamw", 3e-3f}), options);
+      runs[copy ? 0 : 1] = train(dp, 4);
+    }
+    EXPECT_EQ(runs[0].losses, runs[1].losses) << shard_mode_name(shard);
+    EXPECT_EQ(runs[0].parameters, runs[1].parameters) << shard_mode_name(shard);
+    EXPECT_TRUE(same_on_every_process(runs[0].parameters)) << shard_mode_name(shard);
+  }
+}
+
 TEST(MpiTraining, EvaluationCountsEveryExampleOnce) {
   barrier();
   const data::Batch rows = token_batch(37, 7);  // not a multiple of the replica count
