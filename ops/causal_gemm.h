@@ -68,12 +68,12 @@ inline void check_causal_product(const char* op, const Tensor& a, bool trans_a, 
 
 // The block for T rows of a product on `device` in `precision`; a block >= T is one block, the
 // full products. Measured on two CPUs (bench/micro/attention.cpp, attention/causal-products,
-// docs/benchmarks.md "Causal blocks on two CPUs"), the six products' time against the full ones:
+// docs/benchmarks.md, issue 24 part 3), the six products' time against the full ones:
 // - host, bf16 on AMX tiles (Intel Xeon): oneDNN runs the full products on AMX but the strided
 //   block operands on its slower gemm:jit, so blocks lose up to T = 256 (1.4-1.7x the time) and
 //   win from T = 512 (blocks of 64: 0.75x at T = 512 and 1024): full products to T = 256, then 64.
 // - host otherwise (f32 anywhere; bf16 on AVX512-BF16, AMD EPYC): T / 4 rows within [64, 128]:
-//   0.66-0.91x from T = 256 on both CPUs and 0.83-1.04x at T = 128; blocks of 32 took 2.5x the
+//   0.66-0.91x from T = 256 on both CPUs and 0.83-1.04x at T = 128; blocks of 32 took 2.8x the
 //   full products' time in f32 on the Xeon (0.78x on the EPYC).
 // - CUDA (not measured on a GPU yet): T / 4 rows within [32, 128].
 inline int64_t causal_block_rows(int64_t t, Precision precision, DeviceKind device) {

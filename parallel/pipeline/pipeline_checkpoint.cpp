@@ -130,7 +130,7 @@ TrainingPosition Pipeline::Impl::load(const std::string& dir) {
                            state[i].data() + p.offset);
           }
         }
-        stage.store().values().copy_from_host_async(values.data(), flat * sizeof(float), stream);
+        stage.store().copy_values_from_host(values.data(), stream);
         for (size_t i = 0; i < tensors.size(); ++i) {
           tensors[i].second.copy_from_host_async(state[i].data(), flat * sizeof(float), stream);
         }
