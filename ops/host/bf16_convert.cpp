@@ -1,4 +1,4 @@
-// f32 -> bf16 rounding of arrays: ops/host/bf16_convert.h says what and why.
+// f32 <-> bf16 conversion of arrays: ops/host/bf16_convert.h says what and why.
 #include "ops/host/bf16_convert.h"
 
 #include <lockstep/dtype.h>
@@ -57,6 +57,10 @@ __attribute__((target("avx512f,avx512bf16"))) void round_avx512_bf16(const float
 }  // namespace
 
 void round_to_bf16_portable(const float* x, int64_t n, uint16_t* out) { round_portable(x, n, out); }
+
+LS_VECTOR_CLONES void widen_bf16(const uint16_t* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(x[i]);
+}
 
 void round_to_bf16(const float* x, int64_t n, uint16_t* out) {
 #if LS_HAVE_BF16_INSTRUCTIONS

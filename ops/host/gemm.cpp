@@ -146,10 +146,8 @@ const To* converted(const From* x, int64_t span, std::vector<To>& scratch,
 
 // The conversions run as whole-range loops of inlined bit arithmetic, so that they vectorise:
 // passed as a function pointer per element they did not, and on a CPU without bf16 units (AVX2,
-// where bf16 GEMMs are emulated in f32) widening took 27% of the bf16 GPT step (perf).
-LS_VECTOR_CLONES void widen_bf16_range(const uint16_t* x, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(x[i]);
-}
+// where bf16 GEMMs are emulated in f32) widening took 27% of the bf16 GPT step (perf). Widening
+// is widen_bf16 (ops/host/bf16_convert.h).
 LS_VECTOR_CLONES void round_to_bf16_range(const float* x, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = round_to_bf16(x[i]);
 }
@@ -180,7 +178,7 @@ OperandScratch& operand_scratch() {
 
 // bf16 bits widened to f32 in `scratch` (exact).
 const float* widened(const uint16_t* x, int64_t span, std::vector<float>& scratch) {
-  return converted(x, span, scratch, widen_bf16_range);
+  return converted(x, span, scratch, widen_bf16);
 }
 
 // ---- bf16 on the CPU's bf16 units (oneDNN) ----

@@ -1,6 +1,7 @@
 // Array f32 -> bf16 rounding (ops/host/bf16_convert.h) equals f32_to_bf16 bit for bit, on the
 // CPU's bf16 instruction and on the portable path: random bit patterns of every class, ties,
 // subnormals (which the instruction alone would flush), NaN, infinities, and tails of any length.
+// Array widening equals bf16_to_f32 on every one of the 65536 bf16 bit patterns.
 #include "ops/host/bf16_convert.h"
 
 #include <gtest/gtest.h>
@@ -64,6 +65,20 @@ void expect_exact(void (*round)(const float*, int64_t, uint16_t*), const char* n
 TEST(Bf16Convert, RoundsEveryValueExactlyAsF32ToBf16) {
   expect_exact(round_to_bf16, "round_to_bf16");
   expect_exact(round_to_bf16_portable, "round_to_bf16_portable");
+}
+
+TEST(Bf16Convert, WidensEveryBf16ExactlyAsBf16ToF32) {
+  std::vector<uint16_t> every(65536);
+  for (size_t i = 0; i < every.size(); ++i) every[i] = static_cast<uint16_t>(i);
+  for (const int64_t n : {int64_t{65536}, int64_t{65535}, int64_t{7}}) {  // vector loop and tails
+    std::vector<float> out(static_cast<size_t>(n) + 1, 1.5f);
+    widen_bf16(every.data(), n, out.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = bf16_to_f32(every[i]);
+      ASSERT_EQ(std::memcmp(&out[i], &want, 4), 0) << "bf16 bits 0x" << std::hex << every[i];
+    }
+    EXPECT_EQ(out[n], 1.5f) << "wrote past n=" << n;
+  }
 }
 
 }  // namespace
