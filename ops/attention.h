@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include <lockstep/error.h>
+#include <lockstep/precision.h>
 #include "ops/op_check.h"
 #include "ops/op_table.h"
 
@@ -38,6 +39,21 @@ struct AttentionOps {
   // x[b, t, g, h, d] (+)= y[g, b, h, t, d]; dims = {B, T, G, H, D}.
   void (*merge_heads)(const float* y, float* x, std::array<int64_t, 5> dims, bool accumulate,
                       Stream& stream) = nullptr;
+  // Fused attention over head-major q, k, v [batch_heads, t, d], each f32 or (bf16) bf16 bits:
+  // out [batch_heads, t, d] = softmax(scale q k^T, masked as attention_softmax) v, the
+  // probabilities never stored whole. Host only (the CUDA slot is null; nn::attention then runs
+  // the unfused ops).
+  void (*fused_attention)(const void* q, const void* k, const void* v, bool bf16,
+                          const int32_t* key_valid, int64_t batch_heads, int64_t heads, int64_t t,
+                          int64_t d, bool causal, float scale, int64_t block_rows, float* out,
+                          Stream& stream) = nullptr;
+  // Query rows are taken block_rows at a time (0: the kernel's choice for t).
+  // Its backward from dout (the operands' type): dq, dk, dv [batch_heads, t, d] f32, overwritten.
+  void (*fused_attention_backward)(const void* q, const void* k, const void* v, const void* dout,
+                                   bool bf16, const int32_t* key_valid, int64_t batch_heads,
+                                   int64_t heads, int64_t t, int64_t d, bool causal, float scale,
+                                   int64_t block_rows, float* dq, float* dk, float* dv,
+                                   Stream& stream) = nullptr;
 };
 
 namespace detail {
@@ -73,6 +89,39 @@ inline void check_heads_layout(const char* op, const Tensor& x, const Tensor& y,
   }
   LS_CHECK(!op_check::overlaps(x, y), op, ": x (", x.describe(), ") and y (", y.describe(),
            ") overlap; a layout change needs separate tensors");
+}
+// The operands of fused attention: q, k, v (and dout) [batch_heads, T, D], one dtype, f32 or
+// bf16; key_valid as attention_softmax takes it.
+inline void check_fused_operands(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor* dout, const Tensor& key_valid, int64_t heads,
+                                 const Stream& stream) {
+  const DType type = q.dtype();
+  LS_CHECK(type == DType::kF32 || type == DType::kBF16, op, ": q is ", q.describe(),
+           "; expected f32 or bf16 operands");
+  for (auto [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}, {"dout", dout}}) {
+    if (t == nullptr) continue;
+    op_check::tensor(op, name, *t, type, stream);
+    LS_CHECK(t->ndim() == 3 && t->shape() == q.shape(), op, ": ", name, " is ", t->describe(),
+             "; expected [batch * heads, T, D] of the shape of q (", q.describe(), ")");
+  }
+  LS_CHECK(heads > 0 && q.dim(0) % heads == 0, op, ": heads = ", heads, " does not divide the ",
+           q.dim(0), " batch * heads matrices of q (", q.describe(),
+           "); pass the number of attention heads");
+  if (key_valid.defined()) {
+    op_check::tensor(op, "key_valid", key_valid, DType::kI32, stream);
+    LS_CHECK(key_valid.ndim() == 2 && key_valid.dim(0) == q.dim(0) / heads &&
+                 key_valid.dim(1) == q.dim(1),
+             op, ": key_valid is ", key_valid.describe(), "; expected [", q.dim(0) / heads, ", ",
+             q.dim(1), "] (batch, keys) for q ", q.describe(), " and heads = ", heads,
+             ", or an undefined Tensor for no padding");
+  }
+}
+
+inline void check_fused_output(const char* op, const char* name, const Tensor& out, const Tensor& q,
+                               const Stream& stream) {
+  op_check::tensor(op, name, out, DType::kF32, stream);
+  LS_CHECK(out.shape() == q.shape(), op, ": ", name, " is ", out.describe(),
+           "; expected the shape of q (", q.describe(), ")");
 }
 }  // namespace detail
 
@@ -151,6 +200,78 @@ inline void merge_heads(const Tensor& y, const Tensor& x, const std::array<int64
   detail::check_heads_layout("merge_heads", x, y, dims, stream);
   op_entry(&AttentionOps::merge_heads, "merge_heads", stream)(y.f32(), x.f32(), dims, accumulate,
                                                               stream);
+}
+
+// Whether `kind` runs fused attention: its table fills the slots (the host's does).
+bool fused_attention_available(DeviceKind kind);
+
+// When nn::attention takes the fused kernels where available (process-wide): kWhenFaster (the
+// default) where fused_attention_pays, kAlways, or kNever. The environment variable
+// LOCKSTEP_FUSED_ATTENTION=auto|on|off sets it at start; tests and benchmarks set it to compare.
+enum class FusedAttentionUse : uint8_t { kWhenFaster, kAlways, kNever };
+FusedAttentionUse fused_attention_use();
+void set_fused_attention_use(FusedAttentionUse use);
+
+// Whether the host's fused attention measured faster than the unfused ops for T keys in
+// `precision` (lockstep-bench attention/layer, one layer forward and backward, AMD EPYC with
+// AVX2): from T = 512 in f32 (0.93x of the time at 512, 0.95x at 1024; 1.14x at 128, 1.07x at
+// 256) and from T = 256 in bf16 emulated in f32 (0.67x at 256, 0.41x at 1024; the same time at
+// 128). bf16 on bf16 units is not measured yet and takes f32's rule.
+bool fused_attention_pays(int64_t t, Precision precision);
+
+// Whether nn::attention fuses on `kind` for T keys in `precision`, by fused_attention_use().
+bool use_fused_attention(DeviceKind kind, int64_t t, Precision precision);
+
+// out = softmax(scale q k^T + mask) v per matrix of [batch * heads, T, D], masked as
+// attention_softmax: fused, so the [T, T] probabilities are never stored whole (ops/host/
+// fused_attention.cpp). q, k, v f32 (f32 products) or all bf16 (bf16 products with f32
+// accumulation; the probabilities are rounded to bf16 for their product, as the unfused path
+// rounds them). out f32, separate from the operands. Query rows go block_rows at a time (0: the
+// backend's choice for T; benchmarks pass others); results do not depend on it beyond the order
+// of the f32 sums.
+inline void fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                            const Tensor& key_valid, int64_t heads, bool causal, float scale,
+                            const Tensor& out, Stream& stream, int64_t block_rows = 0) {
+  constexpr const char* op = "fused_attention";
+  detail::check_fused_operands(op, q, k, v, nullptr, key_valid, heads, stream);
+  detail::check_fused_output(op, "out", out, q, stream);
+  LS_CHECK(block_rows >= 0, op, ": block_rows = ", block_rows, "; expected 0 (automatic) or more");
+  for (const Tensor* in : {&q, &k, &v}) {
+    LS_CHECK(!op_check::overlaps(out, *in), op, ": out (", out.describe(),
+             ") overlaps an operand (", in->describe(), "); pass a separate tensor");
+  }
+  op_entry(&AttentionOps::fused_attention, op, stream)(
+      q.data(), k.data(), v.data(), q.dtype() == DType::kBF16,
+      key_valid.defined() ? key_valid.i32() : nullptr, q.dim(0), heads, q.dim(1), q.dim(2), causal,
+      scale, block_rows, out.f32(), stream);
+}
+
+// The backward of fused_attention: dq, dk, dv (f32, the shape of q, overwritten, separate from
+// each other and the inputs) from dout (the operands' dtype). It recomputes each block's
+// probabilities from q and k, bit for bit those of the forward.
+inline void fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& dout, const Tensor& key_valid, int64_t heads,
+                                     bool causal, float scale, const Tensor& dq, const Tensor& dk,
+                                     const Tensor& dv, Stream& stream, int64_t block_rows = 0) {
+  constexpr const char* op = "fused_attention_backward";
+  detail::check_fused_operands(op, q, k, v, &dout, key_valid, heads, stream);
+  LS_CHECK(block_rows >= 0, op, ": block_rows = ", block_rows, "; expected 0 (automatic) or more");
+  // Each gradient against every input and the gradients after it.
+  const std::array<std::pair<const char*, const Tensor*>, 7> all{
+      {{"dq", &dq}, {"dk", &dk}, {"dv", &dv}, {"q", &q}, {"k", &k}, {"v", &v}, {"dout", &dout}}};
+  for (size_t i = 0; i < 3; ++i) {
+    const auto [name, out] = all[i];
+    detail::check_fused_output(op, name, *out, q, stream);
+    for (size_t j = i + 1; j < all.size(); ++j) {
+      LS_CHECK(!op_check::overlaps(*out, *all[j].second), op, ": ", name, " (", out->describe(),
+               ") overlaps ", all[j].first, " (", all[j].second->describe(),
+               "); each gradient needs a tensor of its own");
+    }
+  }
+  op_entry(&AttentionOps::fused_attention_backward, op, stream)(
+      q.data(), k.data(), v.data(), dout.data(), q.dtype() == DType::kBF16,
+      key_valid.defined() ? key_valid.i32() : nullptr, q.dim(0), heads, q.dim(1), q.dim(2), causal,
+      scale, block_rows, dq.f32(), dk.f32(), dv.f32(), stream);
 }
 
 }  // namespace ls

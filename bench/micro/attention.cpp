@@ -9,6 +9,14 @@
 //                                      backward (ops/causal_gemm.h) in blocks of b rows; b = T is
 //                                      the full products. Counter GFLOPs = the full products'
 //                                      2 x 6 B H T^2 D / time, so skipped blocks show as speed
+//   attention/layer/<device>/<precision>/T:<t>/unfused     one layer's causal attention, forward
+//   attention/layer/<device>/<precision>/T:<t>/fused:<b>   and backward, from head-major q, k, v
+//                                      to dq, dk, dv: the unfused ops nn::attention runs without
+//                                      fused kernels (the six products in causal_block_rows
+//                                      blocks, the softmax and its backward over [B*H, T, T], the
+//                                      bf16 casts of P and dS), or fused_attention with query
+//                                      blocks of b rows (0: its own choice); host only. Counter
+//                                      GFLOPs as causal-products
 // <device> is host:0 and, with a GPU, cuda:0 (20 calls per synchronize).
 #include "ops/attention.h"
 
@@ -110,6 +118,53 @@ void run_causal_products(benchmark::State& state, Device device, Precision preci
       benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
+// One layer's causal attention forward and backward, fused (block_rows >= 0) or unfused (< 0).
+void run_layer(benchmark::State& state, Precision precision, int64_t t, int64_t block_rows) {
+  const Device device{DeviceKind::kHost, 0};
+  auto stream = device_runtime(device).create_stream();
+  const int64_t bh = kBatch * kHeads;
+  const auto make = [&](int64_t cols) {
+    const Tensor x = Tensor::from_host(uniform(bh * t * cols), {bh, t, cols}, device, *stream);
+    return precision == Precision::kBF16 ? cast_to_bf16(x, *stream) : x;
+  };
+  const Tensor q = make(kHeadDim), k = make(kHeadDim), v = make(kHeadDim), d_out = make(kHeadDim);
+  const auto f32 = [&](int64_t cols) { return Tensor::empty({bh, t, cols}, DType::kF32, device); };
+  const Tensor out = f32(kHeadDim), dq = f32(kHeadDim), dk = f32(kHeadDim), dv = f32(kHeadDim);
+  const float scale = 0.125f;
+  const int64_t block = causal_block_rows(t, precision, DeviceKind::kHost);
+  const auto operand = [&](const Tensor& x) {
+    return precision == Precision::kBF16 ? cast_to_bf16(x, *stream) : x;
+  };
+  const auto layer = [&] {
+    if (block_rows >= 0) {
+      fused_attention(q, k, v, Tensor(), kHeads, true, scale, out, *stream, block_rows);
+      fused_attention_backward(q, k, v, d_out, Tensor(), kHeads, true, scale, dq, dk, dv, *stream,
+                               block_rows);
+      return;
+    }
+    const Tensor probs = f32(t), dprobs = f32(t);
+    causal_scores(q, k, probs, block, *stream, precision);
+    attention_softmax(probs, Tensor(), kHeads, true, scale, probs, *stream);
+    const Tensor p = operand(probs);
+    causal_apply(p, false, v, out, block, *stream, precision);
+    causal_apply(p, true, d_out, dv, block, *stream, precision);
+    causal_scores(d_out, v, dprobs, block, *stream, precision);
+    attention_softmax_backward(probs, dprobs, scale, dprobs, *stream, true);
+    const Tensor ds = operand(dprobs);
+    causal_apply(ds, false, k, dq, block, *stream, precision);
+    causal_apply(ds, true, q, dk, block, *stream, precision);
+  };
+  layer();  // warm-up (primitives, scratch)
+  stream->synchronize();
+  for (auto _ : state) {
+    layer();
+    stream->synchronize();
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(
+      6 * gemm_flops(t, t, kHeadDim) * bh * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
 void register_attention(const BenchConfig& config) {
   std::vector<std::pair<Device, int>> devices = {{Device{DeviceKind::kHost, 0}, 1}};
   if (config.gpu_count > 0) devices.push_back({Device{DeviceKind::kCuda, 0}, 20});
@@ -147,6 +202,25 @@ void register_attention(const BenchConfig& config) {
               ->UseRealTime()
               ->Unit(benchmark::kMicrosecond);
         }
+      }
+    }
+  }
+  // Fused against unfused: the measurements behind nn::attention's choice and the fused kernel's
+  // query blocks.
+  for (const int64_t t : {128, 256, 512, 1024}) {
+    for (const Precision precision : {Precision::kF32, Precision::kBF16}) {
+      const std::string name = "attention/layer/host:0/" + std::string(precision_name(precision)) +
+                               "/T:" + std::to_string(t) + "/";
+      std::vector<std::pair<std::string, int64_t>> variants{{"unfused", -1}, {"fused:0", 0}};
+      for (const int64_t b : {16, 32, 64, 128}) {
+        if (b < t) variants.push_back({"fused:" + std::to_string(b), b});
+      }
+      for (const auto& [variant, rows] : variants) {
+        benchmark::RegisterBenchmark(
+            (name + variant).c_str(),
+            [=](benchmark::State& st) { run_layer(st, precision, t, rows); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
       }
     }
   }

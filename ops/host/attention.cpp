@@ -5,55 +5,15 @@
 #include "ops/attention.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 
 #include "engine/core/host/host_device.h"
 #include "ops/host/bf16_convert.h"
-#include "ops/host/fast_math.h"
+#include "ops/host/fused_attention.h"
 #include "ops/host/host_ops.h"
+#include "ops/host/softmax_rows.h"
 
 namespace ls {
 namespace {
-
-// One query row: p[j] = exp(scale s[j] - max) / sum over unmasked keys, 0 for masked keys.
-// valid: the keys of this row's batch (or null); keys j >= limit are masked (causal).
-LS_VECTOR_CLONES void softmax_row(const float* s, const int32_t* valid, int64_t t, int64_t limit,
-                                  float scale, float* p) {
-  // Every loop below reads its arrays unconditionally (valid has t entries), so that each one
-  // vectorises; the maximum runs by 16 lanes (exact in any order) for the same reason.
-  constexpr int64_t kLanes = 16;
-  constexpr float kNone = -std::numeric_limits<float>::infinity();
-  float lanes[kLanes];
-  std::fill(lanes, lanes + kLanes, kNone);
-  for (int64_t j = 0; j < limit; ++j) {
-    const float v = valid == nullptr ? scale * s[j] : (valid[j] != 0 ? scale * s[j] : kNone);
-    lanes[j % kLanes] = v > lanes[j % kLanes] ? v : lanes[j % kLanes];
-  }
-  float max = kNone;
-  for (float v : lanes) max = v > max ? v : max;
-  if (max == kNone) {  // every key masked
-    std::fill(p, p + t, 0.0f);
-    return;
-  }
-  for (int64_t j = 0; j < limit; ++j) p[j] = host_math::fast_exp(scale * s[j] - max);
-  if (valid != nullptr) {
-    for (int64_t j = 0; j < limit; ++j) p[j] = valid[j] != 0 ? p[j] : 0.0f;
-  }
-  std::fill(p + limit, p + t, 0.0f);
-  const float sum = lane_sum(limit, [p](int64_t j) { return p[j]; });
-  const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < limit; ++j) p[j] *= inv;
-}
-
-// One row of the softmax's backward: ds[j] = scale p[j] (dp[j] - sum_k dp[k] p[k]) for the keys
-// j < limit, 0 for the rest (masked by causality: p is 0 there, dp is not read).
-LS_VECTOR_CLONES void softmax_backward_row(const float* p, const float* dp, int64_t cols,
-                                           int64_t limit, float scale, float* ds) {
-  const float dot = lane_sum(limit, [p, dp](int64_t j) { return dp[j] * p[j]; });
-  for (int64_t j = 0; j < limit; ++j) ds[j] = scale * p[j] * (dp[j] - dot);
-  std::fill(ds + limit, ds + cols, 0.0f);
-}
 
 void attention_softmax(const float* scores, const int32_t* key_valid, int64_t batch_heads,
                        int64_t heads, int64_t t, bool causal, float scale, float* probs,
@@ -148,6 +108,8 @@ const AttentionOps kHostAttention{
     .split_heads = split_heads,
     .split_heads_bf16 = split_heads_bf16,
     .merge_heads = merge_heads,
+    .fused_attention = host_fused_attention,
+    .fused_attention_backward = host_fused_attention_backward,
 };
 LS_REGISTER_OP_TABLE(AttentionOps, DeviceKind::kHost, kHostAttention);
 

@@ -62,6 +62,10 @@ LS_VECTOR_CLONES void widen_bf16(const uint16_t* x, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(x[i]);
 }
 
+LS_VECTOR_CLONES void round_to_bf16_values(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
 void round_to_bf16(const float* x, int64_t n, uint16_t* out) {
 #if LS_HAVE_BF16_INSTRUCTIONS
   if (cpu_has_bf16_instructions()) {

@@ -19,4 +19,8 @@ void round_to_bf16_portable(const float* x, int64_t n, uint16_t* out);
 // out[i] = bf16_to_f32(x[i]) for i in [0, n): exact, a shift, vectorised.
 void widen_bf16(const uint16_t* x, int64_t n, float* out);
 
+// out[i] = bf16_to_f32(f32_to_bf16(x[i])): x rounded to bf16 and kept in f32 (the operands of
+// bf16 emulated in f32), vectorised; out may be x.
+void round_to_bf16_values(const float* x, int64_t n, float* out);
+
 }  // namespace ls

@@ -25,6 +25,7 @@
 #include <lockstep/error.h>
 #include "engine/core/host/host_device.h"
 #include "ops/host/bf16_convert.h"
+#include "ops/host/host_gemm.h"
 #include "ops/host/host_ops.h"
 #include "ops/host/onednn_matmul.h"
 
@@ -146,11 +147,8 @@ const To* converted(const From* x, int64_t span, std::vector<To>& scratch,
 
 // The conversions run as whole-range loops of inlined bit arithmetic, so that they vectorise:
 // passed as a function pointer per element they did not, and on a CPU without bf16 units (AVX2,
-// where bf16 GEMMs are emulated in f32) widening took 27% of the bf16 GPT step (perf). Widening
-// is widen_bf16 (ops/host/bf16_convert.h).
-LS_VECTOR_CLONES void round_to_bf16_range(const float* x, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = round_to_bf16(x[i]);
-}
+// where bf16 GEMMs are emulated in f32) widening took 27% of the bf16 GPT step (perf). Rounding
+// to bf16 and widening are round_to_bf16_values and widen_bf16 (ops/host/bf16_convert.h).
 void round_to_f16_range(const float* x, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = round_to_f16(x[i]);
 }
@@ -161,7 +159,7 @@ const float* rounded(const float* x, int64_t span, Precision precision,
                      std::vector<float>& scratch) {
   switch (precision) {
     case Precision::kF32: return x;
-    case Precision::kBF16: return converted(x, span, scratch, round_to_bf16_range);
+    case Precision::kBF16: return converted(x, span, scratch, round_to_bf16_values);
     case Precision::kF16: return converted(x, span, scratch, round_to_f16_range);
   }
   return x;
@@ -453,4 +451,29 @@ const GemmOps kHostGemm{
 LS_REGISTER_OP_TABLE(GemmOps, DeviceKind::kHost, kHostGemm);
 
 }  // namespace
+
+void host_gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                   int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.0f) {
+    scale_c(m, n, beta, c, ldc);
+    return;
+  }
+  ensure_single_threaded_blas();
+  sgemm_rows(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void host_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                    float* c, int64_t ldc) {
+  LS_ASSERT(onednn::native_bf16_enabled(), "host_gemm_bf16 without the CPU's bf16 units");
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.0f) {
+    scale_c(m, n, beta, c, ldc);
+    return;
+  }
+  native_bf16(trans_a, trans_b, 1, m, n, k, alpha, a, lda, (trans_a ? k : m) * lda, b, ldb,
+              (trans_b ? n : k) * ldb, beta, c, ldc, m * ldc);
+}
 }  // namespace ls

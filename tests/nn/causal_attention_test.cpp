@@ -1,6 +1,8 @@
-// nn::attention at sequence lengths whose causal products split into several key blocks
-// (ops/causal_gemm.h, host: f32 T = 72 is blocks of 64 and 8, T = 256 four blocks of 64; bf16
-// T = 300 four blocks of 75, or five (64 x 4 and 44) where bf16 runs on AMX tiles): the output
+// nn::attention, fused and unfused, at sequence lengths whose causal products split into several
+// key blocks (unfused, ops/causal_gemm.h, host: f32 T = 72 is blocks of 64 and 8, T = 256 four
+// blocks of 64; bf16 T = 300 four blocks of 75, or five (64 x 4 and 44) where bf16 runs on AMX
+// tiles; fused, ops/host/fused_attention.cpp: T = 72 one block of query rows, T = 256 two of 128,
+// T = 300 five, the last of 44): the output
 // and d(qkv) against a double-precision reference of the same attention, causal or not, with
 // padding keys, in f32 and bf16 (bf16: every product operand rounded, as the op does).
 #include <gtest/gtest.h>
@@ -12,6 +14,7 @@
 
 #include <lockstep/lockstep.h>
 #include "engine/core/runtime.h"
+#include "ops/attention.h"
 #include "ops/causal_gemm.h"
 
 namespace {
@@ -135,7 +138,7 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
   EXPECT_EQ(bad, 0u) << what << ": elements off by more than " << tol;
 }
 
-void check(const Case& c, ls::Precision precision) {
+void check_path(const Case& c, ls::Precision precision) {
   const ls::Device host{ls::DeviceKind::kHost, 0};
   auto stream = ls::device_runtime(host).create_stream();
   const int64_t rows = c.batch * c.seq, cw = c.heads * c.head_dim;
@@ -160,6 +163,17 @@ void check(const Case& c, ls::Precision precision) {
       bf16 ? 2e-3 : 2e-5;  // bf16: P and dS round differently by an ulp here and there
   expect_close(y->value.to_host_f32(*stream), want.out, tol, "out");
   expect_close(x->grad.to_host_f32(*stream), want.dqkv, tol, "d(qkv)");
+}
+
+// Both ways nn::attention computes on the host: fused and the unfused products.
+void check(const Case& c, ls::Precision precision) {
+  const ls::FusedAttentionUse was = ls::fused_attention_use();
+  for (auto use : {ls::FusedAttentionUse::kAlways, ls::FusedAttentionUse::kNever}) {
+    SCOPED_TRACE(use == ls::FusedAttentionUse::kAlways ? "fused attention" : "unfused attention");
+    ls::set_fused_attention_use(use);
+    check_path(c, precision);
+  }
+  ls::set_fused_attention_use(was);
 }
 
 // The policy of ops/causal_gemm.h. bf16 on the host depends on the CPU (AMX tiles or not).

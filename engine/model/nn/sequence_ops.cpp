@@ -1,5 +1,5 @@
-// Differentiable sequence functions: embedding, layernorm, dropout, attention, pooling (declared in
-// lockstep/nn/functional.h).
+// Differentiable sequence functions: embedding, layernorm, dropout, pooling (declared in
+// lockstep/nn/functional.h; attention is in attention.cpp).
 // Every backward captures the Vars and saved tensors it needs by value, so they live until it has
 // run. Ops that always accumulate into a gradient (embedding, layernorm's dgamma) get a zeroed
 // gradient first when theirs is the first contribution to a non-parameter Var.
@@ -9,9 +9,7 @@
 
 #include <lockstep/error.h>
 #include "ops/activation.h"
-#include "ops/attention.h"
 #include "ops/bias.h"
-#include "ops/causal_gemm.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
@@ -144,97 +142,6 @@ Var reshape(Tape& tape, const Var& x, const Shape& shape) {
   Stream& stream = tape.stream();
   Var out = tape.output(x->value.view(0, shape), {&x});
   tape.record(out, {x}, [x, &stream](const Tensor& dy) { pass_through(x, dy, stream); });
-  return out;
-}
-
-Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const AttentionShape& shape,
-              float dropout_p, uint64_t site) {
-  const int64_t b = shape.batch, t = shape.seq, h = shape.heads;
-  const Tensor& x = qkv->value;
-  LS_CHECK(b > 0 && t > 0 && h > 0 && x.ndim() == 2 && x.dim(0) == b * t && x.dim(1) % (3 * h) == 0,
-           "attention: qkv is ", x.describe(), "; expected [batch*seq, 3*heads*head_dim] = [",
-           b * t, ", a multiple of ", 3 * h, "]");
-  const int64_t d = x.dim(1) / (3 * h), c = h * d, bh = b * h;
-  Stream& stream = tape.stream();
-  const Device dev = x.device();
-  const Precision precision = tape.context().precision;
-  // In bf16 every operand is cast once and the cast serves forward and backward (six casts for
-  // six products, not twelve; see linear in functional.cpp); q, k, v and dcontext are cast as
-  // they are split into heads. Otherwise the products round their operands themselves (f16) or
-  // take them as they are (f32).
-  const bool cast_once = precision == Precision::kBF16;
-  const auto operand_of = [cast_once, &stream](const Tensor& x) {
-    return cast_once ? cast_to_bf16(x, stream) : x;
-  };
-  // [B*T, G*C] -> head-major [G, B, H, T, D], each group a batch of B*H [T, D] matrices, in the
-  // products' operand type.
-  const auto heads_of = [=, &stream](const Tensor& src, int64_t groups) {
-    Tensor out = Tensor::empty({groups, b, h, t, d}, cast_once ? DType::kBF16 : DType::kF32, dev);
-    if (cast_once) {
-      split_heads_bf16(src, out, {b, t, groups, h, d}, stream);
-    } else {
-      split_heads(src, out, {b, t, groups, h, d}, false, stream);
-    }
-    return out;
-  };
-  const Tensor heads = heads_of(x, 3);
-  const int64_t part = bh * t * d;
-  const Tensor q = heads.view(0, {bh, t, d}), k = heads.view(part, {bh, t, d}),
-               v = heads.view(2 * part, {bh, t, d});
-  Tensor scores = Tensor::empty({bh, t, t}, DType::kF32, dev);
-  // The six products per head (ops/causal_gemm.h): s = a b^T, and c = L y or L^T y for L the
-  // probabilities or dS. Under a causal mask they skip the key blocks above the diagonal, where
-  // L is zero; otherwise one block of all T rows is the full product.
-  const int64_t block = shape.causal ? causal_block_rows(t, precision, dev.kind) : t;
-  const bool causal = shape.causal;
-  const auto scores_of = [=](const Tensor& a, const Tensor& b, const Tensor& s, Stream& on) {
-    causal_scores(a, b, s, block, on, precision);
-  };
-  const auto apply = [=](const Tensor& l, bool transposed, const Tensor& y, const Tensor& out,
-                         Stream& on) { causal_apply(l, transposed, y, out, block, on, precision); };
-  scores_of(q, k, scores, stream);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  attention_softmax(scores, key_valid, h, shape.causal, scale, scores, stream);  // in place
-  const Tensor probs = scores;
-  const ForwardContext& ctx = tape.context();
-  const bool drop = ctx.training && dropout_p > 0.0f;
-  const uint64_t key = drop ? dropout_key(ctx.seed, ctx.step, site) : 0;
-  if (drop) tape.note_step_dependent();
-  const int64_t first_row = ctx.first_row, row_len = h * t * t;
-  Tensor dropped = probs;
-  if (drop) {
-    dropped = like(probs);
-    ls::dropout(probs, dropped, row_len, first_row, dropout_p, key, false, stream);
-  }
-  Tensor context = Tensor::empty({bh, t, d}, DType::kF32, dev);
-  const Tensor p_operand = operand_of(dropped);
-  apply(p_operand, false, v, context, stream);
-  Tensor y = Tensor::empty({b * t, c}, DType::kF32, dev);
-  merge_heads(context, y, {b, t, 1, h, d}, false, stream);
-
-  Var out = tape.output(std::move(y), {&qkv});
-  tape.record(out, {qkv}, [=, &stream](const Tensor& dy) {
-    if (!qkv->requires_grad) return;
-    const Tensor dcontext = heads_of(dy, 1).view(0, {bh, t, d});
-    Tensor dheads = Tensor::empty({3, b, h, t, d}, DType::kF32, dev);
-    Tensor dq = dheads.view(0, {bh, t, d}), dk = dheads.view(part, {bh, t, d}),
-           dv = dheads.view(2 * part, {bh, t, d});
-    apply(p_operand, true, dcontext, dv, stream);
-    // Causal: dprobs above the block diagonal stays unwritten; nothing below reads it there.
-    Tensor dprobs = Tensor::empty({bh, t, t}, DType::kF32, dev);
-    scores_of(dcontext, v, dprobs, stream);
-    if (drop) {
-      Tensor undropped = like(dprobs);
-      ls::dropout(dprobs, undropped, row_len, first_row, dropout_p, key, false, stream);
-      dprobs = undropped;
-    }
-    attention_softmax_backward(probs, dprobs, scale, dprobs, stream, causal);  // now d(scores)
-    const Tensor ds_operand = operand_of(dprobs);
-    apply(ds_operand, false, k, dq, stream);
-    apply(ds_operand, true, q, dk, stream);
-    const bool add = Tape::begin_grad(*qkv);
-    merge_heads(dheads, qkv->grad, {b, t, 3, h, d}, add, stream);
-  });
   return out;
 }
 
