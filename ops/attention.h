@@ -212,11 +212,13 @@ enum class FusedAttentionUse : uint8_t { kWhenFaster, kAlways, kNever };
 FusedAttentionUse fused_attention_use();
 void set_fused_attention_use(FusedAttentionUse use);
 
-// Whether the host's fused attention measured faster than the unfused ops for T keys in
-// `precision` (lockstep-bench attention/layer, one layer forward and backward, AMD EPYC with
-// AVX2): from T = 512 in f32 (0.93x of the time at 512, 0.95x at 1024; 1.14x at 128, 1.07x at
-// 256) and from T = 256 in bf16 emulated in f32 (0.67x at 256, 0.41x at 1024; the same time at
-// 128). bf16 on bf16 units is not measured yet and takes f32's rule.
+// Whether the host fuses attention for T keys in `precision` by default, from lockstep-bench
+// attention/layer (one layer forward and backward, two runs, AMD EPYC with AVX2,
+// docs/benchmarks.md part 5): bf16 emulated in f32 from T = 256, where fused takes 0.67-0.71x of
+// the unfused time (0.41-0.44x at T = 1024; the same time at 128); f32 from T = 512, where the
+// two are within the machine's noise (0.91-0.93x at 512, 0.96-1.08x at 1024; 1.04-1.15x at 128)
+// and fused keeps no [B*H, T, T] probabilities. bf16 on bf16 units is not measured yet and takes
+// f32's rule.
 bool fused_attention_pays(int64_t t, Precision precision);
 
 // Whether nn::attention fuses on `kind` for T keys in `precision`, by fused_attention_use().
