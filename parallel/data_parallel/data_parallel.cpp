@@ -18,6 +18,7 @@
 #include <lockstep/nn/module.h>
 #include "engine/model/nn/transformer.h"
 #include "engine/model/optim/optimizer.h"
+#include "ops/host/onednn_matmul.h"
 #include "ops/softmax_xent.h"
 #include "parallel/data_parallel/data_parallel_impl.h"
 #include "parallel/mpi/mpi_runtime.h"
@@ -144,6 +145,7 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
            "; a step must run eagerly at least once before it is captured");
   if (options_.precision == Precision::kF16) check_loss_scale_config(options_.loss_scale);
   options_.loss = loss_or_default(std::move(options_.loss));
+  say_if_bf16_is_emulated();
   build_replicas(model, optimizer, hooks);
   run_on_all([](Replica& r) { r.broadcast_parameters(); }, "broadcast of initial parameters");
   buckets_ = replica(0).reducer().buckets();
@@ -164,6 +166,27 @@ bool graphs_by_default(const std::vector<Device>& local_devices) {
   const bool cuda = std::any_of(local_devices.begin(), local_devices.end(),
                                 [](const Device& d) { return d.is_cuda(); });
   return !(cuda && local_devices.size() > 1);
+}
+
+// bf16 on host devices runs on the CPU's bf16 units through oneDNN where it can; elsewhere it is
+// emulated (operands rounded to bf16, multiplied in f32): bf16's numerics at about f32's speed
+// (docs/benchmarks.md, issue 24 part 4), which a user asking for bf16 expects to be told. Said once
+// per DataParallel, by the first process only.
+void DataParallel::Impl::say_if_bf16_is_emulated() const {
+  const bool host = std::any_of(devices_.begin(), devices_.end(),
+                                [](const Device& d) { return d.kind == DeviceKind::kHost; });
+  if (options_.precision != Precision::kBF16 || !host || onednn::native_bf16_enabled()) return;
+  if (world_ != nullptr && world_->rank() != 0) return;
+  const std::string message =
+      "bf16 on host devices is emulated: its products round their operands to bf16 and multiply "
+      "in f32, with bf16's numerics at about f32's speed. The CPU's bf16 units need AVX512-BF16 "
+      "or AMX, a build with oneDNN (libdnnl-dev), and LOCKSTEP_ONEDNN unset" +
+      std::string(onednn::native_bf16_available() ? " (it is set to off here)" : "");
+  if (options_.notice) {
+    options_.notice(message);
+  } else {
+    std::fprintf(stderr, "lockstep: %s\n", message.c_str());
+  }
 }
 
 bool DataParallel::Impl::graphs() const {

@@ -71,6 +71,7 @@ class DataParallel::Impl {
 
  private:
   StepOptions step_options() const;
+  void say_if_bf16_is_emulated() const;
   void build_replicas(const ModelFactory& model, const OptimizerFactory& optimizer,
                       const EngineHooks& hooks);
   Replica& replica(size_t r) { return static_cast<Replica&>(group_->member(r)); }

@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
+#include <string>
 #include <filesystem>
 #include <random>
 #include <vector>
 
 #include <lockstep/error.h>
+#include "ops/host/onednn_matmul.h"
 #include "ops/softmax_xent.h"
 #include <lockstep/data_parallel.h>
 #include "training_helpers.h"
@@ -41,6 +44,33 @@ std::vector<float> train_losses(Precision precision, int devices, int steps,
     losses.push_back(r.loss);
   }
   return losses;
+}
+
+// Whether a bf16 DataParallel on host devices said that bf16 is emulated.
+bool says_bf16_is_emulated(Precision precision) {
+  std::vector<std::string> notices;
+  DataParallelOptions options;
+  options.precision = precision;
+  options.notice = [&notices](const std::string& m) { notices.push_back(m); };
+  DataParallel dp(hosts(2), transformer_factory(tiny_gpt_config()),
+                  make_optimizer_factory({"adamw", 3e-3f}), options);
+  return std::any_of(notices.begin(), notices.end(), [](const std::string& m) {
+    return m.find("bf16 on host devices is emulated") != std::string::npos;
+  });
+}
+
+// Said where the products emulate bf16 (no bf16 units, no oneDNN, or LOCKSTEP_ONEDNN=off), and
+// only then; here the units are switched off where the CPU has them, and back on.
+TEST(MixedPrecision, EmulatedBf16IsSaidOnceAtTheStart) {
+  const bool native = onednn::native_bf16_enabled();
+  if (onednn::native_bf16_available()) onednn::set_native_bf16_enabled(false);
+  EXPECT_TRUE(says_bf16_is_emulated(Precision::kBF16));
+  EXPECT_FALSE(says_bf16_is_emulated(Precision::kF32));
+  if (onednn::native_bf16_available()) {
+    onednn::set_native_bf16_enabled(true);
+    EXPECT_FALSE(says_bf16_is_emulated(Precision::kBF16));
+  }
+  if (onednn::native_bf16_available()) onednn::set_native_bf16_enabled(native);
 }
 
 // Mean of losses[begin, end).
