@@ -62,6 +62,11 @@ struct MonitorOptions {
   // parallel/observability/telemetry.h.
   std::string telemetry_path;
   std::chrono::milliseconds telemetry_interval{1000};
+  // Where a hang (the watchdog's timeout) or a desync writes every replica's last collectives:
+  // one JSON file per process, named in the error, that `lockstep-doctor --flight FILE...`
+  // analyses (format: parallel/observability/flight_dump.h). Empty: the system's temporary
+  // directory. Written by DataParallel (Pipeline's stages not yet).
+  std::string flight_recorder_dir;
 };
 
 class Trainer {

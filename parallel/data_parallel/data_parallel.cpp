@@ -22,6 +22,7 @@
 #include "ops/softmax_xent.h"
 #include "parallel/data_parallel/data_parallel_impl.h"
 #include "parallel/mpi/mpi_runtime.h"
+#include "parallel/observability/flight_dump.h"
 #include "parallel/runtime/step_common.h"
 #include "parallel/comm/world_communicators.h"
 
@@ -273,14 +274,20 @@ namespace {
 
 // DataParallel's stall detector: a replica inside one collective longer than the timeout (the
 // Watchdog, which also says where every replica is for the heartbeat).
+// A report gets the flight recorder's note (the file of every replica's last collectives).
 class CollectiveStalls final : public StallDetector {
  public:
+  using FlightNote = std::function<std::string(std::vector<ReplicaProgress>, const std::string&,
+                                               Clock::time_point)>;
   CollectiveStalls(std::chrono::milliseconds timeout,
-                   std::function<std::vector<ReplicaProgress>()> progress)
-      : watchdog_(timeout), progress_(std::move(progress)) {}
+                   std::function<std::vector<ReplicaProgress>()> progress, FlightNote flight_note)
+      : watchdog_(timeout), progress_(std::move(progress)), flight_note_(std::move(flight_note)) {}
   std::chrono::milliseconds period() const override { return std::chrono::milliseconds(100); }
   std::optional<std::string> check(Clock::time_point now) override {
-    return watchdog_.check(progress_(), now);
+    std::vector<ReplicaProgress> progress = progress_();
+    std::optional<std::string> report = watchdog_.check(progress, now);
+    if (report) *report += flight_note_(std::move(progress), *report, now);
+    return report;
   }
   std::string describe(Clock::time_point now) override {
     return watchdog_.describe(progress_(), now);
@@ -289,13 +296,39 @@ class CollectiveStalls final : public StallDetector {
  private:
   Watchdog watchdog_;
   std::function<std::vector<ReplicaProgress>()> progress_;
+  FlightNote flight_note_;
 };
 
 }  // namespace
 
+std::string DataParallel::Impl::flight_note(std::string reason, std::vector<ReplicaProgress> progress,
+                                            const std::string& report,
+                                            std::chrono::steady_clock::time_point now) const {
+  FlightRecord record{.reason = std::move(reason),
+                      .report = report,
+                      .process = world_ != nullptr ? world_->rank() : 0,
+                      .processes = world_ != nullptr ? world_->size() : 1,
+                      .replicas = std::move(progress),
+                      .now = now};
+  return flight_record_note(options_.flight_recorder_dir, record);
+}
+
+// A desync raises in the replica that issued the mismatched collective; the error the caller
+// gets then names the flight recorder's file too (a timeout's report has it already).
 void DataParallel::Impl::run_on_all(const std::function<void(Replica&)>& job, const char* what) {
-  CollectiveStalls stalls(options_.collective_timeout, [this] { return progress(); });
-  group_->run_on_all([&](size_t r) { job(replica(r)); }, what, reported_step(), stalls);
+  CollectiveStalls stalls(options_.collective_timeout, [this] { return progress(); },
+                          [this](std::vector<ReplicaProgress> progress, const std::string& report,
+                                 StallDetector::Clock::time_point now) {
+                            return flight_note("timeout", std::move(progress), report, now);
+                          });
+  try {
+    group_->run_on_all([&](size_t r) { job(replica(r)); }, what, reported_step(), stalls);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kDesync) throw;
+    const std::string note =
+        flight_note("desync", progress(), e.message(), std::chrono::steady_clock::now());
+    throw Error(e.message() + note, e.file().c_str(), e.line(), e.context(), e.kind());
+  }
 }
 
 void DataParallel::Impl::check_replica(int replica) const {

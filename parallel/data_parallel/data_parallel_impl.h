@@ -72,6 +72,11 @@ class DataParallel::Impl {
  private:
   StepOptions step_options() const;
   void say_if_bf16_is_emulated() const;
+  // Writes the flight recorder's file (parallel/observability/flight_dump.h) and returns the
+  // sentence the error appends.
+  std::string flight_note(std::string reason, std::vector<ReplicaProgress> progress,
+                          const std::string& report,
+                          std::chrono::steady_clock::time_point now) const;
   void build_replicas(const ModelFactory& model, const OptimizerFactory& optimizer,
                       const EngineHooks& hooks);
   Replica& replica(size_t r) { return static_cast<Replica&>(group_->member(r)); }

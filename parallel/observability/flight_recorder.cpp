@@ -48,9 +48,19 @@ void RecordingCommunicator::issue(CollectiveDesc desc, Stream& stream) {
     std::lock_guard lock(mutex_);
     desc.seq = issued_ + 1;
   }
-  checker_->check(rank(), desc);
   const int64_t sequence = desc.seq;
   Slot& slot = slots_[static_cast<size_t>(sequence) % kRingSize];
+  try {
+    checker_->check(rank(), desc);
+  } catch (const Error&) {
+    // Kept in the ring though never passed on, so the flight recorder's file shows both sides of
+    // the desync (lockstep-doctor --flight).
+    std::lock_guard lock(mutex_);
+    issued_ = sequence;
+    slot.record = {desc, std::chrono::steady_clock::now(), false, false};
+    slot.record.refused = true;
+    throw;
+  }
   {
     std::lock_guard lock(mutex_);
     issued_ = sequence;

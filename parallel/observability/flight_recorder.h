@@ -50,6 +50,7 @@ struct CollectiveRecord {
   bool started = false;    // the stream has reached it (it waits for peers or runs)
   bool completed = false;
   bool in_graph = false;  // captured into a CUDA graph: issued once, not timed
+  bool refused = false;   // the desync checker refused it: logged, never passed on
 };
 
 class RecordingCommunicator final : public CommunicatorDecorator {

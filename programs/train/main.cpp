@@ -80,6 +80,7 @@ ls::MonitorOptions monitor_options(const TrainOptions& o) {
   options.heartbeat_interval =
       std::chrono::milliseconds(static_cast<int64_t>(o.heartbeat_s * 1000));
   options.telemetry_path = o.telemetry_path;
+  options.flight_recorder_dir = o.flight_dir;
   options.telemetry_interval = std::chrono::milliseconds(
       std::max<int64_t>(1, static_cast<int64_t>(o.telemetry_interval_s * 1000)));
   options.heartbeat = [](const std::string& line) {

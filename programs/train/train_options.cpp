@@ -106,6 +106,11 @@ void add_output_flags(CLI::App& app, TrainOptions& o) {
                  "the disk: step, memory, and on GPUs power, temperature, clocks, throttle "
                  "reasons: the last seconds before a freeze")
       ->type_name("FILE")->group(group);
+  app.add_option("--flight-dir", o.flight_dir,
+                 "where a hang or a desync writes every replica's last collectives (one JSON "
+                 "file per process, named in the error; lockstep-doctor --flight FILE analyses "
+                 "it); default: the system's temporary directory")
+      ->type_name("DIR")->group(group);
   app.add_option("--telemetry-interval-s", o.telemetry_interval_s, "seconds between telemetry lines")
       ->capture_default_str()->check(ls::cli::positive())->check(ls::cli::at_most(86400))
       ->group(group);

@@ -39,6 +39,7 @@ struct TrainOptions : ls::cli::ModelShapeFlags,
   double heartbeat_s = 30;
   std::string telemetry_path;  // empty: no telemetry
   double telemetry_interval_s = 1;
+  std::string flight_dir;  // where a hang or desync writes its flight recorder (empty: temp dir)
   int64_t log_every = 100;
   std::string json_path;
   std::string checkpoint_dir;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <optional>
 #include <random>
@@ -29,6 +30,10 @@ Fault with_fault(Kind kind, int replica, int64_t step) { return {kind, replica, 
 DataParallelOptions quick_timeout() {
   DataParallelOptions options;
   options.collective_timeout = std::chrono::milliseconds(500);
+  // The flight recorder files of these failures (tests/doctor/flight_analysis_test.cpp reads
+  // them): in one folder of their own, not loose in the temporary directory.
+  options.flight_recorder_dir =
+      (std::filesystem::temp_directory_path() / "lockstep-failure-test-flights").string();
   return options;
 }
 

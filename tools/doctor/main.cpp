@@ -12,6 +12,8 @@
 // --all-reduce-only (internal) runs just the all-reduce and prints its finding as JSON: the
 // child process the per-pair checks start, with and without NCCL_P2P_DISABLE=1.
 // GPU checks say N/A on host devices. --json prints the findings as JSON instead.
+// --flight FILE... analyses the flight recorder files of a hang or desync instead of checking
+// the machine (tools/doctor/flight_analysis.h).
 // Exit codes: 0 no FAIL (WARNs allowed), 1 a FAIL, 2 usage error.
 #include <lockstep/lockstep.h>
 #include <unistd.h>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include <lockstep/error.h>
+#include <lockstep/json.h>
 #include "engine/core/gpu_monitor.h"
 #include "engine/core/runtime.h"
 #include "engine/core/system_info.h"
@@ -36,6 +39,7 @@
 #include <lockstep/world.h>
 #include "tools/doctor/allreduce_check.h"
 #include "tools/doctor/finding.h"
+#include "tools/doctor/flight_analysis.h"
 #include "tools/doctor/gpu_health.h"
 #include "tools/doctor/host_checks.h"
 #include "tools/doctor/machine.h"
@@ -54,6 +58,7 @@ struct DoctorOptions {
   std::chrono::milliseconds timeout{20000};
   bool json = false;
   bool all_reduce_only = false;  // internal: the child the P2P checks run (see p2p_checks.h)
+  std::vector<std::string> flight;  // flight recorder files to analyse instead of the checks
 };
 
 // The options, or the exit code to return at once (0 after --help, 2 after a usage error).
@@ -70,6 +75,11 @@ std::variant<DoctorOptions, int> parse_options(int argc, char** argv) {
          "how long one test collective or copy may take (default 20000)")
       ->check(ls::cli::positive());
   app.add_flag("--json", o.json, "print the findings as JSON (for machines) instead of the table");
+  app.add_option("--flight", o.flight,
+                 "analyse the flight recorder files a hang or desync error named (one per "
+                 "process) instead of checking the machine: which replica is behind, which "
+                 "collective it never issued, which sizes disagree")
+      ->expected(1, -1);
   // The child the P2P checks start (p2p_checks.cpp): not for users, so not in --help.
   app.add_flag("--all-reduce-only", o.all_reduce_only)->group("");
   if (const std::optional<int> exit_code = ls::cli::parse(app, argc, argv)) return *exit_code;
@@ -265,10 +275,36 @@ int run_world(const DoctorOptions& o, const ls::World& world) {
 
 }  // namespace
 
+// --flight: the analysis of the files (tools/doctor/flight_analysis.h). Exit 0 when it could
+// read them, 2 when a file is missing or not a flight recorder file.
+int analyse_flight_files(const DoctorOptions& o) {
+  try {
+    const FlightFiles files = read_flight_files(o.flight);
+    const std::vector<std::string> findings = analyse_flight(files);
+    if (o.json) {
+      ls::JsonWriter json;
+      json.begin_object().field("replicas", static_cast<int64_t>(files.replicas.size()));
+      json.key("findings").begin_array();
+      for (const std::string& f : findings) json.value(f);
+      json.end_array().end_object();
+      std::printf("%s\n", json.str().c_str());
+      return 0;
+    }
+    std::printf("flight recorder: %zu replica(s) in %zu file(s) (%s)\n", files.replicas.size(),
+                o.flight.size(), files.reasons.front().c_str());
+    for (const std::string& f : findings) std::printf("  %s\n", f.c_str());
+    return 0;
+  } catch (const ls::Error& e) {
+    std::fprintf(stderr, "lockstep-doctor: %s\n", e.message().c_str());
+    return ls::cli::kUsageExit;
+  }
+}
+
 int main(int argc, char** argv) {
   std::variant<DoctorOptions, int> parsed = parse_options(argc, argv);
   if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
   const DoctorOptions& options = std::get<DoctorOptions>(parsed);
+  if (!options.flight.empty()) return analyse_flight_files(options);
   const std::optional<std::vector<ls::Device>> listed =
       ls::cli::devices_or_usage_error("lockstep-doctor", options.devices);
   if (!listed) return ls::cli::kUsageExit;
