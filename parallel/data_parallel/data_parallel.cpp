@@ -301,21 +301,26 @@ class CollectiveStalls final : public StallDetector {
 
 }  // namespace
 
-std::string DataParallel::Impl::flight_note(std::string reason, std::vector<ReplicaProgress> progress,
+std::string DataParallel::Impl::flight_note(std::string reason,
+                                            std::vector<ReplicaProgress> progress,
                                             const std::string& report,
-                                            std::chrono::steady_clock::time_point now) const {
+                                            std::chrono::steady_clock::time_point now) {
   FlightRecord record{.reason = std::move(reason),
                       .report = report,
                       .process = world_ != nullptr ? world_->rank() : 0,
                       .processes = world_ != nullptr ? world_->size() : 1,
                       .replicas = std::move(progress),
                       .now = now};
-  return flight_record_note(options_.flight_recorder_dir, record);
+  flight_note_ = flight_record_note(options_.flight_recorder_dir, record);
+  return flight_note_;
 }
 
-// A desync raises in the replica that issued the mismatched collective; the error the caller
-// gets then names the flight recorder's file too (a timeout's report has it already).
+// A timeout found here has its report name the flight recorder's file (CollectiveStalls). A
+// desync (raised in the replica that issued the mismatched collective), or a timeout or desync
+// another process told this one of (its error replaces this process's own report), names this
+// process's file too, so that every process of a World leaves its own and says where.
 void DataParallel::Impl::run_on_all(const std::function<void(Replica&)>& job, const char* what) {
+  flight_note_.clear();
   CollectiveStalls stalls(options_.collective_timeout, [this] { return progress(); },
                           [this](std::vector<ReplicaProgress> progress, const std::string& report,
                                  StallDetector::Clock::time_point now) {
@@ -324,9 +329,14 @@ void DataParallel::Impl::run_on_all(const std::function<void(Replica&)>& job, co
   try {
     group_->run_on_all([&](size_t r) { job(replica(r)); }, what, reported_step(), stalls);
   } catch (const Error& e) {
-    if (e.kind() != ErrorKind::kDesync) throw;
+    const bool hang = e.kind() == ErrorKind::kTimeout || e.kind() == ErrorKind::kDesync;
+    if (!hang) throw;
+    if (!flight_note_.empty() && e.message().find(flight_note_) != std::string::npos) throw;
     const std::string note =
-        flight_note("desync", progress(), e.message(), std::chrono::steady_clock::now());
+        !flight_note_.empty()
+            ? flight_note_
+            : flight_note(e.kind() == ErrorKind::kDesync ? "desync" : "timeout", progress(),
+                          e.message(), std::chrono::steady_clock::now());
     throw Error(e.message() + note, e.file().c_str(), e.line(), e.context(), e.kind());
   }
 }

@@ -75,8 +75,7 @@ class DataParallel::Impl {
   // Writes the flight recorder's file (parallel/observability/flight_dump.h) and returns the
   // sentence the error appends.
   std::string flight_note(std::string reason, std::vector<ReplicaProgress> progress,
-                          const std::string& report,
-                          std::chrono::steady_clock::time_point now) const;
+                          const std::string& report, std::chrono::steady_clock::time_point now);
   void build_replicas(const ModelFactory& model, const OptimizerFactory& optimizer,
                       const EngineHooks& hooks);
   Replica& replica(size_t r) { return static_cast<Replica&>(group_->member(r)); }
@@ -119,6 +118,7 @@ class DataParallel::Impl {
   std::unique_ptr<WorkerGroup> group_;
   std::vector<Bucket> buckets_;
   int64_t parameter_count_ = 0;
+  std::string flight_note_;  // the flight recorder's sentence this run_on_all wrote, if any
   int64_t steps_ = 0;
   int64_t skipped_total_ = 0;
   int consecutive_skips_ = 0;

@@ -318,6 +318,11 @@ TEST_P(MpiFailure, AFaultInProcess1EndsEveryProcess) {
     fault.stall = std::chrono::milliseconds(3000);
     options.collective_timeout = std::chrono::milliseconds(1000);
   }
+  // Each process writes its flight recorder's file into a folder of its own.
+  char flight_folder[] = "/tmp/lockstep-mpi-flights-XXXXXX";
+  ASSERT_NE(mkdtemp(flight_folder), nullptr);
+  const std::string flights = flight_folder;
+  options.flight_recorder_dir = flights;
   const Clock::time_point start = Clock::now();
   std::string message, text;
   {
@@ -348,6 +353,26 @@ TEST_P(MpiFailure, AFaultInProcess1EndsEveryProcess) {
     EXPECT_EQ(message.rfind("process 1 of", 0), 0u) << message;
     EXPECT_TRUE(same_text_on_every_process(text)) << message;
   }
+  // A hang leaves every process's flight recorder file, named in its error
+  // (tests/doctor/flight_analysis_test.cpp reads such files).
+  if (fault.kind == Fault::Kind::kStall || fault.kind == Fault::Kind::kSkipCollective) {
+    const std::string own = "-p" + std::to_string(world.rank()) + ".json";
+    EXPECT_NE(message.find("lockstep-doctor --flight " + flights), std::string::npos) << message;
+    EXPECT_NE(message.find(own + ")"), std::string::npos) << message;
+    bool found = false;
+    for (const auto& entry : std::filesystem::directory_iterator(flights)) {
+      const std::string name = entry.path().string();
+      if (name.size() < own.size() || name.compare(name.size() - own.size(), own.size(), own) != 0)
+        continue;
+      std::ifstream in(name);
+      const std::string body((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+      found = body.find("\"format\": \"lockstep-flight/1\"") != std::string::npos &&
+              body.find("\"process\": " + std::to_string(world.rank())) != std::string::npos;
+    }
+    EXPECT_TRUE(found) << "process " << world.rank() << ": no flight recorder file in " << flights;
+  }
+  std::filesystem::remove_all(flights);
   // Process 0's watchdog names the process its collective still waits for.
   if (fault.kind == Fault::Kind::kStall && message.rfind("process 0 of", 0) == 0) {
     const std::string awaited = "waiting for process 1 on " + world.host_name(1);
