@@ -85,15 +85,26 @@ void run_qk(benchmark::State& state, Device device, int64_t t, int per_iteration
       benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
-// S = Q K^T, O = P V; backward dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q. The operands are
-// cast to bf16 once beforehand in bf16, as nn::attention does.
+// x as attention's products take it: cast to bf16 once in bf16, as nn::attention does.
+Tensor as_operand(const Tensor& x, Precision precision, Stream& stream) {
+  return precision == Precision::kBF16 ? cast_to_bf16(x, stream) : x;
+}
+
+// A [B*H, T, cols] operand of uniform values, as_operand.
+Tensor random_operand(int64_t t, int64_t cols, Precision precision, Device device, Stream& stream) {
+  const int64_t bh = kBatch * kHeads;
+  const Tensor x = Tensor::from_host(uniform(bh * t * cols), {bh, t, cols}, device, stream);
+  return as_operand(x, precision, stream);
+}
+
+// S = Q K^T, O = P V; backward dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q, on operands
+// made by random_operand.
 void run_causal_products(benchmark::State& state, Device device, Precision precision, int64_t t,
                          int64_t block, int per_iteration) {
   auto stream = device_runtime(device).create_stream();
   const int64_t bh = kBatch * kHeads;
   const auto make = [&](int64_t cols) {
-    const Tensor x = Tensor::from_host(uniform(bh * t * cols), {bh, t, cols}, device, *stream);
-    return precision == Precision::kBF16 ? cast_to_bf16(x, *stream) : x;
+    return random_operand(t, cols, precision, device, *stream);
   };
   const Tensor q = make(kHeadDim), k = make(kHeadDim), v = make(kHeadDim), d_out = make(kHeadDim);
   const Tensor p = make(t), ds = make(t);
@@ -124,17 +135,13 @@ void run_layer(benchmark::State& state, Precision precision, int64_t t, int64_t 
   auto stream = device_runtime(device).create_stream();
   const int64_t bh = kBatch * kHeads;
   const auto make = [&](int64_t cols) {
-    const Tensor x = Tensor::from_host(uniform(bh * t * cols), {bh, t, cols}, device, *stream);
-    return precision == Precision::kBF16 ? cast_to_bf16(x, *stream) : x;
+    return random_operand(t, cols, precision, device, *stream);
   };
   const Tensor q = make(kHeadDim), k = make(kHeadDim), v = make(kHeadDim), d_out = make(kHeadDim);
   const auto f32 = [&](int64_t cols) { return Tensor::empty({bh, t, cols}, DType::kF32, device); };
   const Tensor out = f32(kHeadDim), dq = f32(kHeadDim), dk = f32(kHeadDim), dv = f32(kHeadDim);
   const float scale = 0.125f;
   const int64_t block = causal_block_rows(t, precision, DeviceKind::kHost);
-  const auto operand = [&](const Tensor& x) {
-    return precision == Precision::kBF16 ? cast_to_bf16(x, *stream) : x;
-  };
   const auto layer = [&] {
     if (block_rows >= 0) {
       fused_attention(q, k, v, Tensor(), kHeads, true, scale, out, *stream, block_rows);
@@ -145,12 +152,12 @@ void run_layer(benchmark::State& state, Precision precision, int64_t t, int64_t 
     const Tensor probs = f32(t), dprobs = f32(t);
     causal_scores(q, k, probs, block, *stream, precision);
     attention_softmax(probs, Tensor(), kHeads, true, scale, probs, *stream);
-    const Tensor p = operand(probs);
+    const Tensor p = as_operand(probs, precision, *stream);
     causal_apply(p, false, v, out, block, *stream, precision);
     causal_apply(p, true, d_out, dv, block, *stream, precision);
     causal_scores(d_out, v, dprobs, block, *stream, precision);
     attention_softmax_backward(probs, dprobs, scale, dprobs, *stream, true);
-    const Tensor ds = operand(dprobs);
+    const Tensor ds = as_operand(dprobs, precision, *stream);
     causal_apply(ds, false, k, dq, block, *stream, precision);
     causal_apply(ds, true, q, dk, block, *stream, precision);
   };

@@ -73,11 +73,9 @@ BlockScratch& block_scratch() {
   return scratch;
 }
 
-float* sized(std::vector<float>& buffer, int64_t n) {
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
-}
-uint16_t* sized(std::vector<uint16_t>& buffer, int64_t n) {
+// The buffer's storage, grown to n elements if it is smaller.
+template <typename T>
+T* sized(std::vector<T>& buffer, int64_t n) {
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
   return buffer.data();
 }
@@ -216,8 +214,8 @@ void backward_head(const Geometry& g, int64_t head, const void* q_in, const void
     const Operand ds = block_operand(dp, m * e, products, scratch.ds16);
     product(products, true, false, e, d, m, p, e, dout_rows, d, 1.0f, dv, d);     // dV += P^T dO_i
     product(products, false, false, m, d, e, ds, e, k, d, 0.0f, dq + r0 * d, d);  // dQ_i = dS K
-    product(products, true, false, e, d, m, ds, e, rows_of(q, r0, d), d, 1.0f, dk,
-            d);  // dK += dS^T Q_i
+    // dK += dS^T Q_i
+    product(products, true, false, e, d, m, ds, e, rows_of(q, r0, d), d, 1.0f, dk, d);
   }
 }
 

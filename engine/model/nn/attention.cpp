@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include <lockstep/error.h>
+#include "engine/model/nn/like_f32.h"
 #include "ops/attention.h"
 #include "ops/causal_gemm.h"
 #include "ops/dropout.h"
@@ -21,8 +22,6 @@
 
 namespace ls::nn {
 namespace {
-
-Tensor like(const Tensor& t) { return Tensor::empty(t.shape(), DType::kF32, t.device()); }
 
 // What both paths share: the shape, and the layout change into head-major operands.
 struct Heads {
@@ -104,7 +103,7 @@ Var unfused(Tape& tape, const Var& qkv, const Tensor& key_valid, const Heads& hd
   const int64_t first_row = ctx.first_row, row_len = h * t * t;
   Tensor dropped = probs;
   if (drop) {
-    dropped = like(probs);
+    dropped = like_f32(probs);
     ls::dropout(probs, dropped, row_len, first_row, dropout_p, key, false, stream);
   }
   Tensor context = Tensor::empty({bh, t, d}, DType::kF32, dev);
@@ -124,7 +123,7 @@ Var unfused(Tape& tape, const Var& qkv, const Tensor& key_valid, const Heads& hd
     Tensor dprobs = Tensor::empty({bh, t, t}, DType::kF32, dev);
     scores_of(dcontext, v, dprobs, stream);
     if (drop) {
-      Tensor undropped = like(dprobs);
+      Tensor undropped = like_f32(dprobs);
       ls::dropout(dprobs, undropped, row_len, first_row, dropout_p, key, false, stream);
       dprobs = undropped;
     }

@@ -7,6 +7,7 @@
 #include "ops/activation.h"
 #include "ops/bias.h"
 #include "ops/elementwise.h"
+#include "engine/model/nn/like_f32.h"
 #include "ops/gemm.h"
 #include "ops/pointwise_loss.h"
 #include "ops/softmax_xent.h"
@@ -14,7 +15,6 @@
 namespace ls::nn {
 
 namespace {
-Tensor like_f32(const Tensor& t) { return Tensor::empty(t.shape(), DType::kF32, t.device()); }
 
 // c = op(a) op(b) + beta c at `precision`; from a16 and b16, a and b cast to bf16, when the caller
 // has them (precision kBF16: the same numbers, without rounding copies of a and b again).

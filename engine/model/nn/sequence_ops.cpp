@@ -8,19 +8,17 @@
 #include <cmath>
 
 #include <lockstep/error.h>
+#include "engine/model/nn/like_f32.h"
 #include "ops/activation.h"
 #include "ops/bias.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
-#include "ops/gemm.h"
 #include "ops/layernorm.h"
 #include "ops/pooling.h"
 
 namespace ls::nn {
 namespace {
-
-Tensor like(const Tensor& t) { return Tensor::empty(t.shape(), DType::kF32, t.device()); }
 
 // Prepares v's gradient for an op that can only add into it.
 void begin_accumulating_grad(VarNode& v, Stream& stream) {
@@ -67,7 +65,7 @@ Var add_table_rows(Tape& tape, const Var& x, const Var& table, int64_t period) {
   // Rows of x grouped by period are the rows of a [rows/period, period*dim] matrix, to which the
   // table's first period rows add as one bias vector.
   const Shape grouped{xv.dim(0) / period, period * dim};
-  Tensor y = like(xv);
+  Tensor y = like_f32(xv);
   y.copy_from(xv, stream);
   bias_add(y.view(0, grouped), table->value.view(0, {period * dim}), stream);
   Var out = tape.output(std::move(y), {&x, &table});
@@ -84,7 +82,7 @@ Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float
   const Tensor& xv = x->value;
   LS_CHECK(xv.ndim() == 2, "layernorm: x is ", xv.describe(), "; expected [rows, channels]");
   Stream& stream = tape.stream();
-  Tensor y = like(xv);
+  Tensor y = like_f32(xv);
   Tensor mean = Tensor::empty({xv.dim(0)}, DType::kF32, xv.device());
   Tensor rstd = Tensor::empty({xv.dim(0)}, DType::kF32, xv.device());
   ls::layernorm(xv, gamma->value, beta->value, eps, y, mean, rstd, stream);
@@ -94,9 +92,9 @@ Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float
     for (const Var& p : {gamma, beta}) {  // first: it may be what gives them storage
       if (p->requires_grad) begin_accumulating_grad(*p, stream);
     }
-    const Tensor dx = x->requires_grad ? x->grad : like(x->value);
-    const Tensor dgamma = gamma->requires_grad ? gamma->grad : like(gamma->value);
-    const Tensor dbeta = beta->requires_grad ? beta->grad : like(beta->value);
+    const Tensor dx = x->requires_grad ? x->grad : like_f32(x->value);
+    const Tensor dgamma = gamma->requires_grad ? gamma->grad : like_f32(gamma->value);
+    const Tensor dbeta = beta->requires_grad ? beta->grad : like_f32(beta->value);
     if (!gamma->requires_grad) fill(dgamma, 0.0f, stream);
     if (!beta->requires_grad) fill(dbeta, 0.0f, stream);
     layernorm_backward(x->value, gamma->value, mean, rstd, dy, dx, add, dgamma, dbeta, stream);
@@ -106,7 +104,7 @@ Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float
 
 Var gelu_erf(Tape& tape, const Var& x) {
   Stream& stream = tape.stream();
-  Tensor y = like(x->value);
+  Tensor y = like_f32(x->value);
   ls::gelu_erf(x->value, y, stream);
   Var out = tape.output(std::move(y), {&x});
   tape.record(out, {x}, [x, &stream](const Tensor& dy) {
@@ -125,7 +123,7 @@ Var dropout(Tape& tape, const Var& x, float p, uint64_t site, int64_t row_len) {
   tape.note_step_dependent();  // the mask is keyed by the step: no graph replay
   const uint64_t key = dropout_key(ctx.seed, ctx.step, site);
   const int64_t first_row = ctx.first_row;
-  Tensor y = like(x->value);
+  Tensor y = like_f32(x->value);
   ls::dropout(x->value, y, row_len, first_row, p, key, false, stream);
   Var out = tape.output(std::move(y), {&x});
   tape.record(out, {x}, [x, p, key, row_len, first_row, &stream](const Tensor& dy) {
