@@ -13,7 +13,7 @@ set(public_engine/model checkpoint_retention.h data/dataset.h data/named_input.h
     data/sampler.h data/text_corpus.h data/tokenizer.h data/wordnet.h hf_transformer.h
     transformer_config.h
     nn/autograd.h nn/functional.h nn/inputs.h nn/loss.h nn/module.h nn/parameter.h nn/pooling.h)
-set(public_parallel buckets.h data_parallel.h lockstep.h pipeline.h pipeline_schedule.h planner.h
+set(public_parallel buckets.h data_parallel.h device_use.h lockstep.h pipeline.h pipeline_schedule.h planner.h
     trainer.h world.h)
 
 # Every public header must be in the table: a new one without a layer would escape the check.

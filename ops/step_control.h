@@ -71,6 +71,8 @@ struct StepControlOps {
   void (*step_decide)(StepControl* control, const float* loss_and_count, Stream& stream) = nullptr;
   void (*update_loss_scale)(StepControl* control, const LossScaleConfig& config,
                             Stream& stream) = nullptr;
+  // marks[index] = the device's clock in nanoseconds when the stream reaches this point.
+  void (*stamp_clock)(int64_t* marks, int32_t index, Stream& stream) = nullptr;
 };
 
 namespace detail {
@@ -100,6 +102,20 @@ inline void update_loss_scale(const Tensor& control, const LossScaleConfig& conf
   check_loss_scale_config(config);
   op_entry(&StepControlOps::update_loss_scale, "update_loss_scale", stream)(
       detail::step_control_of("update_loss_scale", control, stream), config, stream);
+}
+
+// Writes the device's own clock (nanoseconds; host devices: the steady clock, CUDA: the GPU's
+// global timer) into mark `index` of `marks` (i32 [2 * n]: n int64 marks) when the stream gets
+// there: a step's timeline measured by the device itself, in eager steps and in graphs alike
+// (the address is baked, the clock is read at each launch). Differences of marks of one device
+// are durations; marks of different devices are on different clocks.
+inline void stamp_device_clock(const Tensor& marks, int32_t index, Stream& stream) {
+  op_check::tensor("stamp_device_clock", "marks", marks, DType::kI32, stream);
+  LS_CHECK(index >= 0 && 2 * static_cast<int64_t>(index) + 2 <= marks.numel(),
+           "stamp_device_clock: mark ", index, " is outside marks ", marks.describe(),
+           " (two i32 words per mark)");
+  op_entry(&StepControlOps::stamp_clock, "stamp_device_clock", stream)(
+      reinterpret_cast<int64_t*>(marks.data()), index, stream);
 }
 
 // The one rule both backends apply in update_loss_scale (host code and CUDA device code).

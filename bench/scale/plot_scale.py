@@ -7,11 +7,39 @@ Each JSON is a lockstep-scale (or bench/peers/pytorch_ddp.py) report: {"mode", "
 "backend", "runs": [{"devices", "samples_per_s", "efficiency", ...}]}. Several reports are
 drawn as one line each (e.g. lockstep against PyTorch DDP), and within a report one line per
 "processes" count (runs spanning processes under mpirun: dashed, square markers). Uses
+A third panel shows how each device of each run of the first report spent its steps (the runs'
+"device_use": compute, input, comm wait, idle; lockstep/device_use.h), one bar per device.
 matplotlib's Agg backend (no display needed). Exit codes: 0 drawn, 2 usage or unreadable JSON, 3 matplotlib missing
 (lockstep-scale then tries another python3 or prints how to install it).
 """
 import json
 import sys
+
+
+PARTS = (("compute_ms", "compute", "tab:green"), ("input_ms", "input", "tab:orange"),
+         ("comm_wait_ms", "comm wait", "tab:red"), ("idle_ms", "idle", "tab:gray"))
+
+
+def draw_device_use(ax, runs):
+    """One horizontal bar per device of every run: its window split into the four parts."""
+    labels = []
+    rows = []
+    for run in sorted(runs, key=lambda r: (r.get("processes", 1), r["devices"])):
+        for d in run["device_use"]["devices"]:
+            window = d["window_ms"] or 1.0
+            rows.append([100.0 * d[key] / window for key, _, _ in PARTS])
+            labels.append(f"{run['devices']} dev: {d['device']}")
+    lefts = [0.0] * len(rows)
+    for i, (_, name, color) in enumerate(PARTS):
+        widths = [row[i] for row in rows]
+        ax.barh(range(len(rows)), widths, left=lefts, color=color, label=name)
+        lefts = [left + w for left, w in zip(lefts, widths)]
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("device use: % of each device's steps")
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, frameon=False)
 
 
 def main(argv):
@@ -36,7 +64,10 @@ def main(argv):
             return 2
     out = argv[-1]
 
-    fig, (ax_rate, ax_eff) = plt.subplots(1, 2, figsize=(11, 4.2))
+    use_runs = [r for r in reports[0]["runs"] if r.get("device_use", {}).get("devices")]
+    panels = 3 if use_runs else 2
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.2))
+    ax_rate, ax_eff = axes[0], axes[1]
     max_devices = 1
     for report in reports:
         backend = report.get("backend", "?")
@@ -81,6 +112,8 @@ def main(argv):
     ax_eff.set_ylabel("efficiency = T(N) / (N T(1))")
     ax_eff.axhline(1.0, color="gray", lw=0.8)
     ax_eff.set_ylim(0, max(1.15, max(r["efficiency"] for rep in reports for r in rep["runs"]) + 0.1))
+    if use_runs:
+        draw_device_use(axes[2], use_runs)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     return 0

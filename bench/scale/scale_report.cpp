@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include <lockstep/error.h>
+#include <lockstep/device_use.h>
 #include <lockstep/json.h>
 
 namespace {
@@ -58,6 +59,11 @@ void print_table(const ScaleOptions& o, const std::string& description,
                 processes.c_str(), p.devices, static_cast<long long>(p.global_batch),
                 p.samples_per_s, p.tokens_per_s, p.samples_per_s / p.devices, p.efficiency,
                 p.step_ms_median, p.comm_total_ms, p.comm_exposed_ms, p.final_loss);
+  }
+  std::printf("\ndevice use (each device's own clock, steps after the first 3):\n");
+  for (const ScalePoint& p : points) {
+    std::printf("%d device(s):\n", p.devices);
+    for (const std::string& line : ls::use_verdict_lines(p.use)) std::printf("%s\n", line.c_str());
   }
   std::fflush(stdout);
 }
@@ -135,6 +141,8 @@ void write_scale_json(const ScaleOptions& o, const Workload& work, ls::DeviceKin
     json.field("gradient_bytes", p.state_bytes.gradients);
     json.field("optimizer_bytes", p.state_bytes.optimizer);
     json.field("peak_bytes", p.peak_bytes);
+    json.key("device_use");
+    ls::write_use_verdict(json, p.use);
     json.end_object();
   }
   json.end_array();

@@ -44,6 +44,7 @@ struct ScalePoint {
   ls::DataParallel::StateBytes state_bytes;  // replica 0's parameters, gradients, optimizer state
   int64_t peak_bytes = 0;      // replica 0's allocator peak over the run
   double efficiency = 0;       // filled by the report: per-device rate / the smallest run's
+  ls::UseVerdict use;          // how each of this process's devices spent the steps
 };
 
 // `world`: every process of it trains together on its local devices (every process calls

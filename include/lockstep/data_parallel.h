@@ -221,6 +221,10 @@ class DataParallel final : public Trainer {
   std::vector<NamedParameter> model_parameters() override;
   // Replica r's timeline of the last step (bucket all-reduces and end of backward).
   BucketTimeline last_timeline(int replica);
+  // Every local device's input, compute, comm wait and idle over the steps harvested so far,
+  // and the verdict (lockstep/device_use.h); measured on every step, at the cost of five clock
+  // stamps per step and device.
+  UseVerdict device_use() const override;
   AllocatorStats allocator_stats(int replica) const;
   // Bytes replica r's allocator handed out for each part of the training state (measured around
   // their construction, padding included): what sharding divides.

@@ -49,6 +49,7 @@
 #include <lockstep/transformer_config.h>
 #include <lockstep/buckets.h>
 #include <lockstep/data_parallel.h>
+#include <lockstep/device_use.h>
 #include <lockstep/pipeline.h>
 #include <lockstep/planner.h>
 #include <lockstep/trainer.h>

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <lockstep/device.h>
+#include <lockstep/device_use.h>
 #include <lockstep/checkpoint_retention.h>
 #include <lockstep/data/dataset.h>
 #include <lockstep/data/sampler.h>
@@ -101,6 +102,13 @@ class Trainer {
   virtual bool graphs() const = 0;
   // How the model is spread, for logs: "3 gradient bucket(s)", "pipeline of 2 stages x 1".
   virtual std::string layout() const = 0;
+  // How each device of this process spent the steps whose results have arrived, and the verdict
+  // (lockstep/device_use.h). A strategy that does not measure says so (kNotMeasured).
+  virtual UseVerdict device_use() const {
+    UseVerdict verdict;
+    verdict.sentence = "this strategy does not measure its devices' use yet";
+    return verdict;
+  }
 };
 
 }  // namespace ls

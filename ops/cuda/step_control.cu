@@ -34,7 +34,31 @@ __global__ void update_loss_scale_kernel(StepControl* control, LossScaleConfig c
   *control = c;
 }
 
+// The GPU's global timer (nanoseconds, one clock for the whole device); the emulator reads the
+// host's steady clock. nvcc's host pass compiles the body too but never calls it.
+__device__ inline int64_t global_timer_ns() {
+#if defined(LOCKSTEP_CUDA_EMULATED)
+  return ::ls::cuda_emu::global_timer_ns();
+#elif defined(__CUDA_ARCH__)
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return static_cast<int64_t>(t);
+#else
+  return 0;
+#endif
+}
+
+__global__ void stamp_clock_kernel(int64_t* marks, int32_t index) {
+  marks[index] = global_timer_ns();
+}
+
 }  // namespace
+
+void stamp_clock(int64_t* marks, int32_t index, Stream& on) {
+  const CudaLaunch launch(on);
+  LS_LAUNCH(stamp_clock_kernel, 1, 1, 0, launch.stream(), marks, index);
+  LS_CUDA_CHECK_LAUNCH();
+}
 
 void step_begin(StepControl* control, Stream& on) {
   const CudaLaunch launch(on);
@@ -58,6 +82,7 @@ const StepControlOps kCudaStepControl{
     .step_begin = step_begin,
     .step_decide = step_decide,
     .update_loss_scale = update_loss_scale,
+    .stamp_clock = stamp_clock,
 };
 LS_REGISTER_OP_TABLE(StepControlOps, DeviceKind::kCuda, kCudaStepControl);
 

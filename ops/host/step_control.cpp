@@ -2,6 +2,8 @@
 // when the stream runs them (never when they are enqueued: a graph replays the same task).
 #include "ops/step_control.h"
 
+#include <chrono>
+
 #include "engine/core/host/host_device.h"
 #include "ops/host/host_ops.h"
 
@@ -25,10 +27,19 @@ void update_loss_scale(StepControl* c, const LossScaleConfig& config, Stream& st
   host_enqueue(stream, [c, config] { apply_loss_scale_rule(*c, config); });
 }
 
+void stamp_clock(int64_t* marks, int32_t index, Stream& stream) {
+  host_enqueue(stream, [marks, index] {
+    marks[index] = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now().time_since_epoch())
+                       .count();
+  });
+}
+
 const StepControlOps kHostStepControl{
     .step_begin = step_begin,
     .step_decide = step_decide,
     .update_loss_scale = update_loss_scale,
+    .stamp_clock = stamp_clock,
 };
 LS_REGISTER_OP_TABLE(StepControlOps, DeviceKind::kHost, kHostStepControl);
 

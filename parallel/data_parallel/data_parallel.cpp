@@ -100,6 +100,7 @@ std::vector<DataParallel::NamedParameter> DataParallel::named_parameters(int rep
   return out;
 }
 BucketTimeline DataParallel::last_timeline(int replica) { return impl_->last_timeline(replica); }
+UseVerdict DataParallel::device_use() const { return impl_->device_use(); }
 DataParallel::StateBytes DataParallel::state_bytes(int replica) {
   return impl_->state_bytes(replica);
 }
@@ -152,6 +153,7 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
   buckets_ = replica(0).reducer().buckets();
   parameter_count_ = replica(0).store().parameter_count();
   group_->start_telemetry(devices_);
+  meter_ = std::make_unique<DeviceUseMeter>(devices_, first_replica_);
 }
 
 // Note [Graphs with several GPUs in one process]
@@ -241,9 +243,11 @@ void DataParallel::Impl::build_replicas(const ModelFactory& model,
     std::unique_ptr<Communicator> comm = std::move(recorder);
     const int rank = first_replica_ + static_cast<int>(r);
     if (hooks.wrap_communicator) comm = hooks.wrap_communicator(std::move(comm), rank);
+    StepOptions step = step_options();
+    step.before_upload = hooks.before_upload;
     return std::make_unique<Replica>(rank, devices_[r], model, optimizer, std::move(comm),
                                      recorder_ref, options_.buckets, options_.seed, options_.shard,
-                                     step_options());
+                                     std::move(step));
   });
 }
 
@@ -403,6 +407,7 @@ StepResult DataParallel::Impl::result(int64_t step) {
 
 void DataParallel::Impl::finish_queued() {
   while (!queued_.empty()) harvest_oldest();
+  meter_->interrupt();  // what comes next is not a step: its time is not the devices' idle time
 }
 
 void DataParallel::Impl::harvest_oldest() {
@@ -423,6 +428,9 @@ void DataParallel::Impl::harvest_oldest() {
   }
   harvesting_ = 0;
   queued_.pop_front();
+  std::vector<StepMarks> marks;
+  for (const StepOutcome& o : outcomes) marks.push_back(o.marks);
+  meter_->add(queued.step, marks);
   const StepOutcome& outcome = outcomes[0];  // bitwise the same on every replica and process
   StepResult result{
       static_cast<float>(outcome.global_loss_sum / static_cast<double>(queued.global_labels)),

@@ -22,6 +22,7 @@
 #include "parallel/comm/process_group.h"
 #include "parallel/data_parallel/replica.h"
 #include "parallel/runtime/step_common.h"
+#include "parallel/observability/device_use_meter.h"
 #include "parallel/observability/telemetry.h"
 #include "parallel/observability/watchdog.h"
 #include "parallel/runtime/worker_group.h"
@@ -43,7 +44,7 @@ class DataParallel::Impl {
   int64_t step_async(const data::Batch& batch);
   StepResult result(int64_t step);
   // Waits for every queued step's result (kept for result()): before anything that reads or
-  // replaces the training state.
+  // replaces the training state (so the gap before the next step is not counted as idle).
   void finish_queued();
   int64_t graph_launches() const { return replica(0).graph_launches(); }
   int64_t graph_nodes() const { return replica(0).graph_nodes(); }
@@ -56,6 +57,7 @@ class DataParallel::Impl {
   DataParallel::StateBytes state_bytes(int replica);
   BucketTimeline last_timeline(int replica);
   AllocatorStats allocator_stats(int replica) const;
+  UseVerdict device_use() const { return meter_->verdict(); }
 
   int size() const { return replicas_total_; }
   int local_size() const { return static_cast<int>(devices_.size()); }
@@ -119,6 +121,7 @@ class DataParallel::Impl {
   std::vector<Bucket> buckets_;
   int64_t parameter_count_ = 0;
   std::string flight_note_;  // the flight recorder's sentence this run_on_all wrote, if any
+  std::unique_ptr<DeviceUseMeter> meter_;  // every harvested step's marks
   int64_t steps_ = 0;
   int64_t skipped_total_ = 0;
   int consecutive_skips_ = 0;

@@ -20,6 +20,9 @@ struct EngineHooks {
   // Called on replica `rank`'s thread with its communicator; returns the one the replica uses.
   std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator> inner, int rank)>
       wrap_communicator;
+  // Called on replica `rank`'s thread just before it stages each step's input (a stall here is
+  // an input path slow on one device).
+  std::function<void(int rank)> before_upload;
 };
 
 // A DataParallel as its public constructors make it, with `hooks` applied.

@@ -102,6 +102,7 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   }
   loss_sum_ = Tensor::empty({2}, DType::kF32, device);
   control_ = Tensor::empty({kStepControlWords}, DType::kI32, device);
+  marks_ = Tensor::empty({kStepMarkWords}, DType::kI32, device);
   // Only f16 scales the loss (lockstep/precision.h): its gradients underflow without it.
   const bool f16 = step_options_.precision == Precision::kF16;
   if (f16) check_loss_scale_config(step_options_.loss_scale);
@@ -256,7 +257,10 @@ void Replica::forward_backward(const Shard& shard, int accumulate, const Forward
     }
     if (reduce) {
       phase_ = Phase::kReduce;
+      const bool last = m + 1 == accumulate;
+      if (last) stamp_device_clock(marks_, kBackwardEnd, stream);
       reducer_->finish();
+      if (last) stamp_device_clock(marks_, kGradientsReduced, stream);
     }
   }
 }
@@ -341,6 +345,7 @@ void Replica::step_body(const Shard& shard, int accumulate, const ForwardContext
     store_->round_bf16_copy(stream);
   }
   update_loss_scale(control_, step_options_.loss_scale, stream);
+  stamp_device_clock(marks_, kStepEnd, stream);
 }
 
 // Note [The step as a graph]
@@ -436,6 +441,8 @@ void Replica::enqueue_step(const Shard& shard, int64_t global_rows, int64_t glob
   }
   const Tensor control_labels =
       control_.view_as(DType::kF32, offsetof(StepControl, labels) / 4, {1});
+  stamp_device_clock(marks_, kStepBegin, stream);
+  if (step_options_.before_upload) step_options_.before_upload(rank_);
   staging_.upload(shard, static_cast<float>(global_labels), inputs_, labels_, control_labels,
                   stream);
   ForwardContext context{true, dropout_seed, step_index, shard.first_row, step_options_.precision};
@@ -447,11 +454,12 @@ void Replica::enqueue_step(const Shard& shard, int64_t global_rows, int64_t glob
     }
   }
   stream.record(*step_start_);
+  stamp_device_clock(marks_, kInputReady, stream);
   const int64_t launches = graph_launches_;
   run_body(shape, shard, accumulate, context);
   last_step_graph_ = graph_launches_ != launches;
   graph_step_[step_index % StepOutcomes::kSlots] = last_step_graph_;
-  outcomes_.export_outcome(step_index, loss_sum_, control_, stream);
+  outcomes_.export_outcome(step_index, loss_sum_, control_, marks_, stream);
   phase_ = Phase::kIdle;
 }
 
@@ -468,6 +476,7 @@ StepOutcome Replica::outcome(int64_t step_index) {
   outcome.loss_scale = out.control.loss_scale;
   outcome.optimizer_steps = out.control.optimizer_steps;
   outcome.graph = graph_step_[step_index % StepOutcomes::kSlots];
+  outcome.marks = out.marks;
   phase_ = Phase::kIdle;
   // A gated optimizer's steps are counted on the device; any other counts its own.
   if (optimizer_->gated()) optimizer_->set_steps_taken(out.control.optimizer_steps);

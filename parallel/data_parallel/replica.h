@@ -91,6 +91,7 @@ struct StepOutcome {
   float loss_scale = 1;        // the loss scale after the step (dynamic scaling: f16)
   int64_t optimizer_steps = 0;  // steps the optimizer has taken after this one
   bool graph = false;           // the step ran as a graph launch
+  StepMarks marks;              // the step's timeline on this replica's device clock
 };
 
 // How every replica runs its steps (from DataParallelOptions).
@@ -105,6 +106,9 @@ struct StepOptions {
   std::function<void(const std::string&)> notice;
   std::shared_ptr<const nn::Loss> loss;  // never null (cross-entropy by default)
   bool check_loss_contract = true;
+  // Tests (EngineHooks::before_upload): called on the replica's thread with its global rank just
+  // before it stages a step's input, e.g. to stall one replica's input path.
+  std::function<void(int rank)> before_upload;
 };
 
 struct EvalCounts {
@@ -240,6 +244,7 @@ class Replica final : public GroupMember {
   // f32 [2]: this shard's loss sum, then (all-reduced) the global one; [1] counts the
   // non-finite summed gradients (ZeRO-2: this range's, then, all-reduced, all of them).
   Tensor loss_sum_;
+  Tensor marks_;  // i32 [kStepMarkWords]: the step's timeline (parallel/observability/step_marks.h)
   DataParallel::StateBytes state_bytes_;
 };
 

@@ -108,11 +108,12 @@ StepOutcomes::~StepOutcomes() {
 }
 
 void StepOutcomes::export_outcome(int64_t step, const Tensor& loss_and_count, const Tensor& control,
-                                  Stream& stream) {
+                                  const Tensor& marks, Stream& stream) {
   Slot& slot = slots_[step % kSlots];
   slot.step = step;
   loss_and_count.copy_to_host_async(&slot.host->loss_sum, 2 * sizeof(float), stream);
   control.copy_to_host_async(&slot.host->control, sizeof(StepControl), stream);
+  marks.copy_to_host_async(&slot.host->marks, sizeof(StepMarks), stream);
   stream.record(*slot.copied);
 }
 

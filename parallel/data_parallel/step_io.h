@@ -7,8 +7,8 @@
 // buffers (page-locked on CUDA: DeviceRuntime::allocate_pinned), then enqueues the copy from
 // there. Before a slot is refilled, upload() waits for that slot's previous upload to have run:
 // kSlots steps back, long done unless the host runs that far ahead of the device.
-// StepOutcomes: export_outcome() enqueues the copy of the step's loss sum, non-finite count and
-// StepControl into the ring slot of its step and records an event; wait() returns them once
+// StepOutcomes: export_outcome() enqueues the copy of the step's loss sum, non-finite count,
+// StepControl and timeline marks (parallel/observability/step_marks.h) into the ring slot of its step and records an event; wait() returns them once
 // that event completes, bounded by a deadline (the watchdog cannot see collectives inside a
 // CUDA graph, so this wait must end by itself).
 // Thread-safety: the replica's thread only.
@@ -23,6 +23,7 @@
 #include "engine/core/runtime.h"
 #include <lockstep/tensor.h>
 #include "ops/step_control.h"
+#include "parallel/observability/step_marks.h"
 
 namespace ls {
 
@@ -58,6 +59,7 @@ struct ExportedOutcome {
   float loss_sum = 0;     // the global loss sum (all-reduced)
   float nonfinite = 0;    // non-finite values in the summed gradients
   StepControl control{};  // after the step: skip, loss scale, optimizer steps
+  StepMarks marks{};      // the step's timeline on the device's clock
 };
 
 class StepOutcomes {
@@ -68,9 +70,10 @@ class StepOutcomes {
   StepOutcomes(const StepOutcomes&) = delete;
   StepOutcomes& operator=(const StepOutcomes&) = delete;
 
-  // Enqueues the copies of step `step`'s loss_and_count (f32 [2]) and control into its slot.
+  // Enqueues the copies of step `step`'s loss_and_count (f32 [2]), control and marks (i32
+  // [2 * kStepMarks]) into its slot.
   void export_outcome(int64_t step, const Tensor& loss_and_count, const Tensor& control,
-                      Stream& stream);
+                      const Tensor& marks, Stream& stream);
   // Waits until step `step`'s copies have run and returns them; re-throws an error the stream
   // raised before them; throws a timeout error naming `who` after `deadline`.
   ExportedOutcome wait(int64_t step, std::chrono::milliseconds deadline, const std::string& who);

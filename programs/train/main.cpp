@@ -68,6 +68,7 @@ struct RunSummary {
   ls::EvalResult test;
   std::optional<BubbleTotals> bubble;  // pipeline runs
   bool graphs = false;                 // steps could run as graphs
+  ls::UseVerdict use;                  // how each device spent the steps
 };
 
 std::chrono::milliseconds collective_timeout(const TrainOptions& o) {
@@ -316,6 +317,7 @@ RunSummary train_with(const TrainOptions& o, const std::vector<ls::Device>& devi
   summary.skipped_steps = trainer.skipped_steps();
   summary.graphs = trainer.graphs();
   summary.final_loss = recent.mean();
+  summary.use = trainer.device_use();
   if (!summary.stopped) summary.test = trainer.evaluate(test, work.transformer ? 64 : 1000);
   const bool lead = ls::World::current().rank() == 0;  // writes the files
   if (!summary.stopped && !o.export_hf.empty() && lead) export_hf(o, *work.transformer, trainer);
@@ -387,6 +389,8 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, c
   }
   json.field("train_s", s.train_seconds);
   json.field("wall_s", wall_s);
+  json.key("device_use");
+  ls::write_use_verdict(json, s.use);
   json.end_object();
   json.write_file(o.json_path);
 }
@@ -453,6 +457,12 @@ int main(int argc, char** argv) {
                   summary.bubble->theory);
     }
     std::printf(", %.1f s\n", wall_s);
+    if ((*world)->rank() == 0) {
+      std::printf("device use over the measured steps (each device's own clock):\n");
+      for (const std::string& line : ls::use_verdict_lines(summary.use)) {
+        std::printf("%s\n", line.c_str());
+      }
+    }
     if (!options.json_path.empty() && (*world)->rank() == 0) {
       write_json(options, devices, summary, wall_s);
       std::printf("results written to %s\n", options.json_path.c_str());

@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <lockstep/precision.h>
@@ -335,6 +338,41 @@ TEST_F(CudaStepOpsTest, StepControlFollowsTheLossScaleSchedule) {
   // The schedule went through the maximum (32, step 11) and the minimum (1, steps 16-18).
   EXPECT_EQ(want.loss_scale, 1.0f);
   EXPECT_EQ(want.optimizer_steps, 11);  // 20 steps, 9 of them skipped
+}
+
+// The clock stamps of a step's timeline (issue 25): written when the stream reaches them, in
+// stream order, on each device's own clock (nanoseconds; the host's is the steady clock).
+TEST_F(CudaStepOpsTest, ClockStampsAreWrittenInStreamOrder) {
+  Pair marks = upload_i32(std::vector<int32_t>(6, 0), {6});
+  Pair work = empty({1 << 20});
+  const auto now_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const int64_t before = now_ns();
+  run_both([&](Stream& stream, auto side) {
+    stamp_device_clock(side(marks), 0, stream);
+    fill(side(work), 1.0f, stream);
+    stamp_device_clock(side(marks), 1, stream);
+    stamp_device_clock(side(marks), 2, stream);
+  });
+  cuda_->synchronize();
+  host_->synchronize();
+  const int64_t after = now_ns();
+  for (const auto& [name, words] :
+       {std::pair{"cuda", marks.cuda.to_host_i32(*cuda_)}, std::pair{"host", marks.host.to_host_i32(*host_)}}) {
+    int64_t t[3];
+    std::memcpy(t, words.data(), sizeof t);
+    EXPECT_GT(t[0], 0) << name;
+    EXPECT_LE(t[0], t[1]) << name;
+    EXPECT_LE(t[1], t[2]) << name;
+    if (std::string(name) == "host") {  // the steady clock this test reads too
+      EXPECT_GE(t[0], before);
+      EXPECT_LE(t[2], after);
+    }
+  }
+  EXPECT_THROW(stamp_device_clock(marks.host, 3, *host_), Error);  // marks hold three
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -32,6 +33,16 @@
 #define gridDim (::ls::cuda_emu::detail::t_coords.grid_dim)
 
 inline constexpr int warpSize = 32;
+
+// The GPU's %globaltimer (nanoseconds), which CUDA sources read with inline PTX: the host's
+// steady clock here.
+namespace ls::cuda_emu {
+inline int64_t global_timer_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace ls::cuda_emu
 
 // ---- barriers and warp shuffles ---------------------------------------------------------------
 inline void __syncthreads() { ::ls::cuda_emu::syncthreads(); }

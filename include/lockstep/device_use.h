@@ -1,0 +1,75 @@
+// How each device spent a run's steps, and a verdict in one sentence (issue 25: "does my
+// training use both GPUs?").
+//
+// Every data-parallel step stamps five points with the device's own clock, in stream order
+// (parallel/observability/step_marks.h): the step's start, its input on the device, the end of
+// backward, the gradients' sums arrived, the step's end. From them each device's time splits
+// into four parts that add up to its window (the measured steps and the gaps between them):
+//   input:     the step's input staged and copied onto the device;
+//   compute:   forward, backward, the loss all-reduce and the optimizer, including any wait for
+//              the host to enqueue them;
+//   comm wait: after backward, waiting for the gradients' sums: communication that backward
+//              did not hide, plus waiting for slower devices to reach the same all-reduce;
+//   idle:      between steps, nothing enqueued: the device waited for the next step (the next
+//              batch from the caller's loader, or the caller's own code between steps).
+// The least comm wait over the devices is what every device waits: the exposed communication;
+// a device's comm wait above it is time spent waiting for the slowest device.
+// The first steps are not measured (warm-up and the graph capture); evaluation and checkpoints
+// between steps are not counted as idle. Several processes: each process measures its own devices.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <lockstep/device.h>
+#include <lockstep/json.h>
+
+namespace ls {
+
+struct DeviceUse {
+  Device device;
+  int replica = 0;         // global replica number
+  int64_t steps = 0;       // steps measured
+  double window_ms = 0;    // input + compute + comm_wait + idle
+  double input_ms = 0;     // totals over the measured steps (milliseconds, the device's clock)
+  double compute_ms = 0;
+  double comm_wait_ms = 0;
+  double idle_ms = 0;
+  // A part's share of the window (0 when nothing was measured).
+  double share(double ms) const { return window_ms > 0 ? ms / window_ms : 0.0; }
+};
+
+struct UseVerdict {
+  enum class Finding {
+    kNotMeasured,        // no step measured (or a strategy that does not measure yet)
+    kAllUsed,            // every device busy; nothing below applies
+    kInputBound,         // devices wait for their input: between steps, or its copy in
+    kUnbalanced,         // devices wait for a slower one at the gradient all-reduce
+    kCommunicationBound  // every device waits for communication that backward did not hide
+  };
+  Finding finding = Finding::kNotMeasured;
+  std::vector<DeviceUse> devices;
+  double exposed_comm_share = 0;  // the least comm-wait share over the devices
+  int slowest = -1;               // index into devices of the one the others wait for (2+)
+  std::vector<int> named;         // indices into devices of those the sentence is about
+  std::string sentence;           // the verdict, with the numbers that support it
+};
+
+// The thresholds of the verdict: a device waiting this share of its steps for its input, for a
+// slower device, or for communication is a finding (checked in that order).
+inline constexpr double kVerdictThreshold = 0.20;
+
+// The verdict on measured devices (any order; their shares decide).
+UseVerdict judge_device_use(std::vector<DeviceUse> devices);
+const char* finding_name(UseVerdict::Finding finding);  // "all_used", "input_bound", ...
+// One line per device ("host:0  compute 93.1%  input 0.4%  comm wait 4.0%  idle 2.5%  (17
+// steps, 21.4 ms per step)") then "verdict: <sentence>".
+std::vector<std::string> use_verdict_lines(const UseVerdict& verdict);
+// {"finding": ..., "sentence": ..., "exposed_comm_share": ..., "slowest": ..., "devices": [{
+// "device", "replica", "steps", "window_ms", "input_ms", "compute_ms", "comm_wait_ms",
+// "idle_ms"}, ...]}: as the next value of `json`, or as a document of its own.
+void write_use_verdict(JsonWriter& json, const UseVerdict& verdict);
+std::string use_verdict_json(const UseVerdict& verdict);
+
+}  // namespace ls

@@ -1,0 +1,58 @@
+#include "parallel/observability/device_use_meter.h"
+
+#include <lockstep/error.h>
+
+namespace ls {
+namespace {
+
+double ms_between(int64_t from_ns, int64_t to_ns) {
+  return to_ns > from_ns ? static_cast<double>(to_ns - from_ns) * 1e-6 : 0.0;
+}
+
+void add_step(DeviceUse& use, const StepMarks& m, double gap_ms) {
+  const int64_t* t = m.ns;
+  const double input = ms_between(t[kStepBegin], t[kInputReady]);
+  const double compute = ms_between(t[kInputReady], t[kBackwardEnd]) +
+                         ms_between(t[kGradientsReduced], t[kStepEnd]);
+  const double wait = ms_between(t[kBackwardEnd], t[kGradientsReduced]);
+  ++use.steps;
+  use.input_ms += input;
+  use.compute_ms += compute;
+  use.comm_wait_ms += wait;
+  use.idle_ms += gap_ms;
+  use.window_ms += input + compute + wait + gap_ms;
+}
+
+}  // namespace
+
+DeviceUseMeter::DeviceUseMeter(std::vector<Device> devices, int first_replica,
+                               int64_t unmeasured_steps)
+    : last_end_ns_(devices.size(), 0), unmeasured_steps_(unmeasured_steps) {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    DeviceUse use;
+    use.device = devices[i];
+    use.replica = first_replica + static_cast<int>(i);
+    warm_.push_back(use);
+    all_.push_back(use);
+  }
+}
+
+void DeviceUseMeter::add(int64_t step, const std::vector<StepMarks>& marks) {
+  LS_ASSERT(marks.size() == warm_.size(), "marks of ", marks.size(), " devices for ",
+            warm_.size());
+  const bool continuous = continuous_ && step == last_step_ + 1;
+  for (size_t i = 0; i < marks.size(); ++i) {
+    const double gap = continuous ? ms_between(last_end_ns_[i], marks[i].ns[kStepBegin]) : 0.0;
+    if (step > 1) add_step(all_[i], marks[i], gap);
+    if (step > unmeasured_steps_) add_step(warm_[i], marks[i], gap);
+    last_end_ns_[i] = marks[i].ns[kStepEnd];
+  }
+  last_step_ = step;
+  continuous_ = true;
+}
+
+std::vector<DeviceUse> DeviceUseMeter::devices() const {
+  return !warm_.empty() && warm_[0].steps > 0 ? warm_ : all_;
+}
+
+}  // namespace ls

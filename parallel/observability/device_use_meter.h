@@ -1,0 +1,41 @@
+// DeviceUseMeter: sums each device's step marks (step_marks.h) into the parts of
+// lockstep/device_use.h, as the steps' outcomes arrive in order. The marks of one device are on
+// one clock, so each device's parts are exact differences of its own stamps; no clock is compared
+// with another device's.
+// Thread-safety: the caller's thread only (DataParallel harvests outcomes there).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <lockstep/device.h>
+#include <lockstep/device_use.h>
+#include "parallel/observability/step_marks.h"
+
+namespace ls {
+
+class DeviceUseMeter {
+ public:
+  // The first `unmeasured_steps` steps are warm-up (allocator sizing, the graph's capture).
+  DeviceUseMeter(std::vector<Device> devices, int first_replica, int64_t unmeasured_steps = 3);
+
+  // Step `step`'s (1-based) marks of every local device, in order; steps arrive in order.
+  void add(int64_t step, const std::vector<StepMarks>& marks);
+  // Work other than steps ran (evaluation, a checkpoint): the gap before the next step is not
+  // idle time of the devices.
+  void interrupt() { continuous_ = false; }
+
+  // Each device's parts over the measured steps; with no step past the warm-up yet, over every
+  // step after the first.
+  std::vector<DeviceUse> devices() const;
+  UseVerdict verdict() const { return judge_device_use(devices()); }
+
+ private:
+  std::vector<DeviceUse> warm_, all_;  // past the warm-up; every step after the first
+  std::vector<int64_t> last_end_ns_;
+  int64_t unmeasured_steps_;
+  int64_t last_step_ = 0;
+  bool continuous_ = false;  // the previous step ran right before this one
+};
+
+}  // namespace ls
