@@ -49,6 +49,22 @@ struct NamedParameter {
   std::vector<float> values;
 };
 
+// A Chrome trace-event file of some steps (issue 25): Perfetto (ui.perfetto.dev: Open trace
+// file) and chrome://tracing open it. One track per device stream and one for the caller's
+// thread, every device on the host's clock: each step's input, forward + backward, wait for the
+// gradient sums and loss + optimizer on the compute stream, each gradient bucket's all-reduce
+// launch (its bytes, and which buckets went out together) on the communication stream, the
+// caller's step enqueues and result waits, and each device's memory in use as a counter.
+// Format and tracks: parallel/observability/step_trace.h. Written by DataParallel (Pipeline's
+// stages not yet) once the last traced step's result has arrived, or when the trainer is
+// destroyed with part of the range traced. Several processes: process p > 0 writes PATH.process-p
+// (scripts/merge-traces joins them into one file).
+struct TraceOptions {
+  std::string path;         // empty: no trace
+  int64_t first_step = 4;   // 1-based; the default skips the warm-up (and the graph's capture)
+  int64_t last_step = 8;
+};
+
 // What a run tells while it runs, the same for every strategy (DataParallelOptions and
 // PipelineOptions are both MonitorOptions).
 struct MonitorOptions {
@@ -68,6 +84,8 @@ struct MonitorOptions {
   // analyses (format: parallel/observability/flight_dump.h). Empty: the system's temporary
   // directory. Written by DataParallel (Pipeline's stages not yet).
   std::string flight_recorder_dir;
+  // A trace of some steps (off unless trace.path is set).
+  TraceOptions trace;
 };
 
 class Trainer {

@@ -154,6 +154,7 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
   parameter_count_ = replica(0).store().parameter_count();
   group_->start_telemetry(devices_);
   meter_ = std::make_unique<DeviceUseMeter>(devices_, first_replica_);
+  start_trace();
 }
 
 // Note [Graphs with several GPUs in one process]
@@ -258,6 +259,13 @@ DataParallel::Impl::~Impl() {
     try {
       finish_queued();
     } catch (...) {  // the run failed: every replica was aborted, the drain below ends
+    }
+  }
+  if (trace_) {  // a run that ended inside the traced range: what it traced
+    try {
+      trace_->finish();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "lockstep: the trace was not written: %s\n", e.what());
     }
   }
 }  // group_ then destroys the replicas, each on its own thread
@@ -375,6 +383,8 @@ int64_t DataParallel::Impl::step_async(const data::Batch& batch) {
            "), so it has no loss to train on; drop such batches");
   while (static_cast<int>(queued_.size()) >= options_.steps_in_flight) harvest_oldest();
   group_->set_telemetry_step(steps_ + 1);
+  const bool traced = trace_ && trace_->traces(steps_ + 1);
+  const int64_t enqueue_start = traced ? StepTrace::now_ns() : 0;
   run_on_all(
       [&](Replica& replica) {
         const int r = replica.rank();  // global
@@ -386,6 +396,10 @@ int64_t DataParallel::Impl::step_async(const data::Batch& batch) {
       },
       "step");
   queued_.push_back({++steps_, global_labels});
+  if (traced) {
+    trace_->caller_span("step " + std::to_string(steps_) + " enqueued", steps_, enqueue_start,
+                        StepTrace::now_ns());
+  }
   return steps_;
 }
 
@@ -405,6 +419,32 @@ StepResult DataParallel::Impl::result(int64_t step) {
   return out;
 }
 
+void DataParallel::Impl::trace_step(int64_t step, const std::vector<StepOutcome>& outcomes,
+                                    int64_t wait_start_ns) {
+  trace_->caller_span("step " + std::to_string(step) + " result (waiting)", step, wait_start_ns,
+                      StepTrace::now_ns());
+  std::vector<StepTrace::DeviceStep> devices;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    devices.push_back({outcomes[i].marks, outcomes[i].launch_ns,
+                       device_runtime(devices_[i]).allocator().stats().bytes_in_use});
+  }
+  trace_->add_step(step, devices);
+}
+
+void DataParallel::Impl::start_trace() {
+  if (options_.trace.path.empty()) return;
+  std::vector<StepTrace::DeviceTrack> tracks;
+  const int64_t element = options_.buckets.reduce_dtype == DType::kBF16 ? 2 : 4;
+  for (size_t r = 0; r < devices_.size(); ++r) {
+    StepTrace::DeviceTrack track{devices_[r], first_replica_ + static_cast<int>(r),
+                                 replica(r).clock_offset_ns(), {}};
+    for (const Bucket& b : buckets_) track.bucket_bytes.push_back(b.count * element);
+    tracks.push_back(std::move(track));
+  }
+  trace_ = std::make_unique<StepTrace>(options_.trace, world_ != nullptr ? world_->rank() : 0,
+                                       std::move(tracks));
+}
+
 void DataParallel::Impl::finish_queued() {
   while (!queued_.empty()) harvest_oldest();
   meter_->interrupt();  // what comes next is not a step: its time is not the devices' idle time
@@ -415,6 +455,8 @@ void DataParallel::Impl::harvest_oldest() {
   const QueuedStep queued = queued_.front();
   std::vector<StepOutcome> outcomes(devices_.size());
   harvesting_ = queued.step;  // errors and reports name this step, not the newest
+  const bool traced = trace_ && trace_->traces(queued.step);
+  const int64_t wait_start = traced ? StepTrace::now_ns() : 0;
   try {
     run_on_all(
         [&](Replica& replica) {
@@ -431,6 +473,7 @@ void DataParallel::Impl::harvest_oldest() {
   std::vector<StepMarks> marks;
   for (const StepOutcome& o : outcomes) marks.push_back(o.marks);
   meter_->add(queued.step, marks);
+  if (traced) trace_step(queued.step, outcomes, wait_start);
   const StepOutcome& outcome = outcomes[0];  // bitwise the same on every replica and process
   StepResult result{
       static_cast<float>(outcome.global_loss_sum / static_cast<double>(queued.global_labels)),

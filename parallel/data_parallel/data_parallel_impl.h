@@ -23,6 +23,7 @@
 #include "parallel/data_parallel/replica.h"
 #include "parallel/runtime/step_common.h"
 #include "parallel/observability/device_use_meter.h"
+#include "parallel/observability/step_trace.h"
 #include "parallel/observability/telemetry.h"
 #include "parallel/observability/watchdog.h"
 #include "parallel/runtime/worker_group.h"
@@ -107,6 +108,9 @@ class DataParallel::Impl {
 
   // Waits for the oldest queued step on every replica and accounts its result.
   void harvest_oldest();
+  void start_trace();  // options_.trace (parallel/observability/step_trace.h)
+  // A traced step's result arrived (waited for since wait_start_ns): its spans.
+  void trace_step(int64_t step, const std::vector<StepOutcome>& outcomes, int64_t wait_start_ns);
   void check_usable(const char* what) const { group_->check_usable(what); }
   std::vector<int64_t> shard_rows(int64_t global_rows) const;
   std::vector<ReplicaProgress> progress();
@@ -122,6 +126,7 @@ class DataParallel::Impl {
   int64_t parameter_count_ = 0;
   std::string flight_note_;  // the flight recorder's sentence this run_on_all wrote, if any
   std::unique_ptr<DeviceUseMeter> meter_;  // every harvested step's marks
+  std::unique_ptr<StepTrace> trace_;       // options_.trace, when a path is given
   int64_t steps_ = 0;
   int64_t skipped_total_ = 0;
   int consecutive_skips_ = 0;

@@ -1,6 +1,8 @@
 // Reducer (see parallel/data_parallel/reducer.h).
 #include "parallel/data_parallel/reducer.h"
 
+#include "ops/step_control.h"
+
 #include <algorithm>
 
 #include <lockstep/error.h>
@@ -132,6 +134,8 @@ void Reducer::make_events() {
   }
   backward_end_ = runtime.create_event();
   all_reduced_ = runtime.create_sync_event();
+  launch_marks_ = Tensor::empty({4 * static_cast<int64_t>(buckets_.size())}, DType::kI32,
+                                compute_.device());
   pending_.resize(buckets_.size());
   launch_of_.resize(buckets_.size());
 }
@@ -200,6 +204,10 @@ void Reducer::launch(size_t first, size_t end) {
   compute_.record(*grads_ready_[first]);  // one event and one wait for the whole launch
   comm_stream_.wait(*grads_ready_[first]);
   comm_stream_.record(*start_[first]);
+  // The device's clock at the launch's start and end, for every bucket it carries (the trace).
+  for (size_t b = first; b < end; ++b) {
+    stamp_device_clock(launch_marks_, static_cast<int32_t>(2 * b), comm_stream_);
+  }
   if (sharded()) {
     comm_.group_start();  // one group per launch, however many buckets it fuses
     for (size_t b = first; b < end; ++b) reduce_to_owners(b);
@@ -212,6 +220,7 @@ void Reducer::launch(size_t first, size_t end) {
   for (size_t b = first; b < end; ++b) {
     if (b > first) comm_stream_.record(*start_[b]);
     comm_stream_.record(*end_[b]);
+    stamp_device_clock(launch_marks_, static_cast<int32_t>(2 * b + 1), comm_stream_);
     launch_of_[b] = launches_;
   }
   ++launches_;

@@ -76,6 +76,11 @@ class Reducer {
   // on the compute stream, e.g. at the start of the step) to each point of the last step.
   using Timeline = BucketTimeline;
   Timeline timeline(const Event& reference) const;
+  // i32 [4 * buckets]: per bucket, the device's clock (two words each) when the launch carrying
+  // it started and ended on the comm stream in the last reduction (stamp_device_clock), complete
+  // once the compute stream has passed finish(); in graphs too. Buckets launched together share
+  // their start and end.
+  const Tensor& launch_marks() const { return launch_marks_; }
 
  private:
   void make_events();
@@ -110,6 +115,7 @@ class Reducer {
   std::vector<std::unique_ptr<Event>> start_, end_;  // per bucket, on comm
   std::unique_ptr<Event> backward_end_;
   std::unique_ptr<Event> all_reduced_;
+  Tensor launch_marks_;
 };
 
 }  // namespace ls

@@ -1,6 +1,7 @@
 // Replica (see parallel/data_parallel/replica.h).
 #include "parallel/data_parallel/replica.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 
@@ -62,8 +63,7 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
       device_(bound_to_this_thread(device)),
       step_options_(std::move(step_options)),
       recorder_(recorder),
-      staging_(device),
-      outcomes_(device) {
+      staging_(device) {
   auto graph_comm = std::make_unique<GraphAwareCommunicator>(std::move(comm));
   graph_comm_ = graph_comm.get();
   comm_ = std::move(graph_comm);
@@ -103,6 +103,8 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   loss_sum_ = Tensor::empty({2}, DType::kF32, device);
   control_ = Tensor::empty({kStepControlWords}, DType::kI32, device);
   marks_ = Tensor::empty({kStepMarkWords}, DType::kI32, device);
+  outcomes_ = std::make_unique<StepOutcomes>(device, reducer_->launch_marks().numel());
+  calibrate_clock();
   // Only f16 scales the loss (lockstep/precision.h): its gradients underflow without it.
   const bool f16 = step_options_.precision == Precision::kF16;
   if (f16) check_loss_scale_config(step_options_.loss_scale);
@@ -186,6 +188,21 @@ int64_t Shard::counted_labels() const {
   int64_t n = 0;
   for (int64_t i = 0; i < rows * label_width; ++i) n += labels[i] != kIgnoreLabel ? 1 : 0;
   return n;
+}
+
+// The device's clock against the host's steady clock, once (issue 25's trace lays every device
+// on one time line): a stamp, waited for, read right after the wait returns, so the offset is
+// exact to within the wait's latency (microseconds). Host devices stamp the steady clock itself.
+void Replica::calibrate_clock() {
+  if (device_.is_host()) return;
+  stamp_device_clock(marks_, kStepBegin, *compute_);
+  int64_t stamped = 0;
+  marks_.view(0, {2}).copy_to_host_async(&stamped, sizeof stamped, *compute_);
+  compute_->synchronize();
+  const int64_t host_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now().time_since_epoch())
+                              .count();
+  clock_offset_ns_ = host_ns - stamped;
 }
 
 void Replica::upload(const Shard& shard) {  // evaluation: the caller's memory, then a sync
@@ -459,14 +476,15 @@ void Replica::enqueue_step(const Shard& shard, int64_t global_rows, int64_t glob
   run_body(shape, shard, accumulate, context);
   last_step_graph_ = graph_launches_ != launches;
   graph_step_[step_index % StepOutcomes::kSlots] = last_step_graph_;
-  outcomes_.export_outcome(step_index, loss_sum_, control_, marks_, stream);
+  outcomes_->export_outcome(step_index, loss_sum_, control_, marks_, reducer_->launch_marks(),
+                            stream);
   phase_ = Phase::kIdle;
 }
 
 StepOutcome Replica::outcome(int64_t step_index) {
   phase_ = Phase::kDevice;
   const ExportedOutcome out =
-      outcomes_.wait(step_index, step_options_.outcome_deadline,
+      outcomes_->wait(step_index, step_options_.outcome_deadline,
                      "replica " + std::to_string(rank_) + " on " + device_.str());
   StepOutcome outcome;
   outcome.global_loss_sum = out.loss_sum;
@@ -477,6 +495,7 @@ StepOutcome Replica::outcome(int64_t step_index) {
   outcome.optimizer_steps = out.control.optimizer_steps;
   outcome.graph = graph_step_[step_index % StepOutcomes::kSlots];
   outcome.marks = out.marks;
+  outcome.launch_ns = outcomes_->launch_marks(step_index);
   phase_ = Phase::kIdle;
   // A gated optimizer's steps are counted on the device; any other counts its own.
   if (optimizer_->gated()) optimizer_->set_steps_taken(out.control.optimizer_steps);

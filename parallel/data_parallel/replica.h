@@ -92,6 +92,7 @@ struct StepOutcome {
   int64_t optimizer_steps = 0;  // steps the optimizer has taken after this one
   bool graph = false;           // the step ran as a graph launch
   StepMarks marks;              // the step's timeline on this replica's device clock
+  std::vector<int64_t> launch_ns;  // per bucket: its launch's start and end (Reducer::launch_marks)
 };
 
 // How every replica runs its steps (from DataParallelOptions).
@@ -171,6 +172,9 @@ class Replica final : public GroupMember {
   optim::Optimizer& optimizer() { return *optimizer_; }
   RecordingCommunicator& communicator() { return recorder_; }
   const Reducer& reducer() const { return *reducer_; }
+  // Host steady clock minus this device's clock, in nanoseconds (0 on host devices): what turns
+  // its step marks into host time.
+  int64_t clock_offset_ns() const { return clock_offset_ns_; }
   Stream& compute_stream() { return *compute_; }
   // The last step's timeline, relative to its start (valid after step() returned).
   // A CUDA graph does not record the events the timeline reads: steps run as graphs have none.
@@ -189,6 +193,7 @@ class Replica final : public GroupMember {
 
  private:
   void upload(const Shard& shard);
+  void calibrate_clock();
   // The step's device work after the upload: what a graph captures.
   void step_body(const Shard& shard, int accumulate, const ForwardContext& context);
   // Forward and backward of the shard's micro-batches; adds each one's loss sum to loss_sum_.
@@ -226,7 +231,8 @@ class Replica final : public GroupMember {
   Tensor control_;          // i32 [kStepControlWords]: the StepControl
   StepControl control_host_;  // read_control / restore_control's host side of the copies
   StepInputs staging_;
-  StepOutcomes outcomes_;
+  std::unique_ptr<StepOutcomes> outcomes_;
+  int64_t clock_offset_ns_ = 0;  // host steady clock - device clock (calibrate_clock)
   // Graphs: the captured step and the shape it was captured for (its inputs are the tensors it
   // was captured reading; a step of another shape runs eagerly with its own).
   std::unique_ptr<StreamGraph> graph_;

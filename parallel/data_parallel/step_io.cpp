@@ -89,10 +89,15 @@ bool StepInputs::upload(const Shard& shard, float global_labels, Tensor& inputs,
   return inputs.data() != before;
 }
 
-StepOutcomes::StepOutcomes(Device device) : device_(device) {
+StepOutcomes::StepOutcomes(Device device, int64_t launch_mark_words)
+    : device_(device), launch_mark_words_(launch_mark_words) {
   for (Slot& slot : slots_) {
     slot.host = static_cast<ExportedOutcome*>(
         device_runtime(device).allocate_pinned(sizeof(ExportedOutcome)));
+    if (launch_mark_words > 0) {
+      slot.launch_marks = static_cast<int64_t*>(device_runtime(device).allocate_pinned(
+          static_cast<size_t>(launch_mark_words) * sizeof(int32_t)));
+    }
     slot.copied = device_runtime(device).create_sync_event();
   }
 }
@@ -104,16 +109,22 @@ StepOutcomes::~StepOutcomes() {
     } catch (...) {  // reported by the step that failed
     }
     device_runtime(device_).free_pinned(slot.host);
+    if (slot.launch_marks != nullptr) device_runtime(device_).free_pinned(slot.launch_marks);
   }
 }
 
 void StepOutcomes::export_outcome(int64_t step, const Tensor& loss_and_count, const Tensor& control,
-                                  const Tensor& marks, Stream& stream) {
+                                  const Tensor& marks, const Tensor& launch_marks,
+                                  Stream& stream) {
   Slot& slot = slots_[step % kSlots];
   slot.step = step;
   loss_and_count.copy_to_host_async(&slot.host->loss_sum, 2 * sizeof(float), stream);
   control.copy_to_host_async(&slot.host->control, sizeof(StepControl), stream);
   marks.copy_to_host_async(&slot.host->marks, sizeof(StepMarks), stream);
+  if (slot.launch_marks != nullptr) {
+    LS_ASSERT(launch_marks.numel() == launch_mark_words_);
+    launch_marks.copy_to_host_async(slot.launch_marks, launch_marks.nbytes(), stream);
+  }
   stream.record(*slot.copied);
 }
 
@@ -129,6 +140,13 @@ ExportedOutcome StepOutcomes::wait(int64_t step, std::chrono::milliseconds deadl
               "run with --no-graphs to find the stuck collective, or raise the collective timeout");
   slot.copied->synchronize();  // complete: re-throws an error of the work before it
   return *slot.host;
+}
+
+std::vector<int64_t> StepOutcomes::launch_marks(int64_t step) const {
+  const Slot& slot = slots_[step % kSlots];
+  LS_ASSERT(slot.step == step && slot.copied->query());
+  if (slot.launch_marks == nullptr) return {};
+  return {slot.launch_marks, slot.launch_marks + launch_mark_words_ / 2};
 }
 
 }  // namespace ls

@@ -1,5 +1,7 @@
 #include "programs/common/flags.h"
 
+#include <exception>
+#include <string>
 #include <utility>
 
 #include "programs/common/cli.h"
@@ -173,6 +175,40 @@ CLI::Option* add_device_memory(CLI::App& app, double& gb) {
 CLI::Option* add_json(CLI::App& app, std::string& path) {
   return app.add_option("--json", path, "write the results as JSON")
       ->type_name("PATH")
+      ->group(kOutputGroup);
+}
+
+void add_trace(CLI::App& app, TraceOptions& trace) {
+  app.add_option("--trace", trace.path,
+                 "write a Chrome trace of the --trace-steps steps to FILE: every device's compute "
+                 "and communication stream and the caller's thread on one time line (open it in "
+                 "ui.perfetto.dev or chrome://tracing)")
+      ->type_name("FILE")
+      ->group(kOutputGroup);
+  app.add_option_function<std::string>(
+         "--trace-steps",
+         [&trace](const std::string& text) {
+           // FIRST:LAST, both whole numbers, 1 <= FIRST <= LAST.
+           const size_t colon = text.find(':');
+           size_t used_first = 0, used_last = 0;
+           int64_t first = 0, last = 0;
+           try {
+             first = std::stoll(text.substr(0, colon), &used_first);
+             last = colon == std::string::npos ? 0 : std::stoll(text.substr(colon + 1), &used_last);
+           } catch (const std::exception&) {
+             used_first = 0;
+           }
+           if (colon == std::string::npos || used_first != colon || used_first == 0 ||
+               used_last != text.size() - colon - 1 || first < 1 || last < first) {
+             throw CLI::ValidationError("--trace-steps",
+                                        "'" + text + "' is not FIRST:LAST with 1 <= FIRST <= LAST "
+                                        "(e.g. 4:8)");
+           }
+           trace.first_step = first;
+           trace.last_step = last;
+         },
+         "the steps the trace covers, FIRST:LAST (default 4:8: after the warm-up)")
+      ->type_name("A:B")
       ->group(kOutputGroup);
 }
 

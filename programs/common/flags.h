@@ -70,4 +70,8 @@ CLI::Option* add_device_memory(CLI::App& app, double& gb);
 // --json PATH: the program's results as JSON.
 CLI::Option* add_json(CLI::App& app, std::string& path);
 
+// --trace FILE and --trace-steps FIRST:LAST (1-based, inclusive): a Chrome trace of those steps
+// (lockstep/trainer.h's TraceOptions), bound to `trace`.
+void add_trace(CLI::App& app, TraceOptions& trace);
+
 }  // namespace ls::cli

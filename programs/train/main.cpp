@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -82,6 +83,7 @@ ls::MonitorOptions monitor_options(const TrainOptions& o) {
       std::chrono::milliseconds(static_cast<int64_t>(o.heartbeat_s * 1000));
   options.telemetry_path = o.telemetry_path;
   options.flight_recorder_dir = o.flight_dir;
+  options.trace = o.trace;
   options.telemetry_interval = std::chrono::milliseconds(
       std::max<int64_t>(1, static_cast<int64_t>(o.telemetry_interval_s * 1000)));
   options.heartbeat = [](const std::string& line) {
@@ -461,6 +463,21 @@ int main(int argc, char** argv) {
       std::printf("device use over the measured steps (each device's own clock):\n");
       for (const std::string& line : ls::use_verdict_lines(summary.use)) {
         std::printf("%s\n", line.c_str());
+      }
+    }
+    if (!options.trace.path.empty() && (*world)->rank() == 0) {
+      if (std::filesystem::exists(options.trace.path)) {
+        std::printf("trace of steps %lld-%lld written to %s (open it in ui.perfetto.dev)\n",
+                    static_cast<long long>(options.trace.first_step),
+                    static_cast<long long>(std::min(options.trace.last_step, summary.steps)),
+                    options.trace.path.c_str());
+      } else if (summary.bubble) {
+        std::printf("no trace written: the planner chose a pipeline, which does not trace yet\n");
+      } else {
+        std::printf("no trace written: the run's %lld steps do not reach --trace-steps %lld:%lld\n",
+                    static_cast<long long>(summary.steps),
+                    static_cast<long long>(options.trace.first_step),
+                    static_cast<long long>(options.trace.last_step));
       }
     }
     if (!options.json_path.empty() && (*world)->rank() == 0) {

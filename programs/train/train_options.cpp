@@ -117,6 +117,7 @@ void add_output_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--log-every", o.log_every, "print progress every N steps (0: only the summary)")
       ->capture_default_str()->check(ls::cli::non_negative())->group(group);
   ls::cli::add_json(app, o.json_path);
+  ls::cli::add_trace(app, o.trace);
   app.add_option("--export-hf", o.export_hf,
                  "after training, write the model as a Hugging Face checkpoint")
       ->type_name("DIR")->group(group);
@@ -165,6 +166,9 @@ void check_combinations(const CLI::App& app, const TrainOptions& o) {
                          " yet (pipelines run in f32 and eagerly; "
                          "--micro-batches replaces --accumulate); drop it");
     }
+    if (given("--trace") || given("--trace-steps"))
+      throw UsageError("--pipeline does not write a trace yet (its stages do not stamp their "
+                       "steps); drop --trace, or trace the model with data parallelism");
   } else if (o.strategy == "manual") {  // auto may choose a pipeline: then they apply
     for (const char* flag : {"--schedule", "--micro-batches"}) {
       if (given(flag)) throw UsageError(std::string(flag) + " is for --pipeline P; drop it");
@@ -174,6 +178,8 @@ void check_combinations(const CLI::App& app, const TrainOptions& o) {
     throw UsageError("--device-memory-gb is for --strategy auto; drop it");
   if (given("--telemetry-interval-s") && o.telemetry_path.empty())
     throw UsageError("--telemetry-interval-s needs --telemetry FILE");
+  if (given("--trace-steps") && o.trace.path.empty())
+    throw UsageError("--trace-steps needs --trace FILE");
   if (given("--pooling") && o.model != "classifier")
     throw UsageError("--pooling is for --model classifier");
 }

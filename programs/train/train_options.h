@@ -40,6 +40,7 @@ struct TrainOptions : ls::cli::ModelShapeFlags,
   std::string telemetry_path;  // empty: no telemetry
   double telemetry_interval_s = 1;
   std::string flight_dir;  // where a hang or desync writes its flight recorder (empty: temp dir)
+  ls::TraceOptions trace;  // --trace, --trace-steps
   int64_t log_every = 100;
   std::string json_path;
   std::string checkpoint_dir;

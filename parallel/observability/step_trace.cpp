@@ -1,0 +1,158 @@
+#include "parallel/observability/step_trace.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <utility>
+
+#include <lockstep/error.h>
+#include <lockstep/json.h>
+
+namespace ls {
+namespace {
+
+constexpr int kCallerTid = 1;
+int compute_tid(size_t device) { return 10 + 2 * static_cast<int>(device); }
+int comm_tid(size_t device) { return 11 + 2 * static_cast<int>(device); }
+
+}  // namespace
+
+void check_trace_options(const TraceOptions& options) {
+  LS_CHECK_AS(ErrorKind::kUsage, options.first_step >= 1 && options.first_step <= options.last_step,
+              "trace steps ", options.first_step, ":", options.last_step,
+              " are not a range of steps; give FIRST:LAST with 1 <= FIRST <= LAST (e.g. 4:8)");
+}
+
+int64_t StepTrace::now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+StepTrace::StepTrace(TraceOptions options, int process, std::vector<DeviceTrack> devices)
+    : options_(std::move(options)), process_(process), devices_(std::move(devices)) {
+  LS_ASSERT(!options_.path.empty());
+  check_trace_options(options_);
+  path_ = process_ == 0 ? options_.path : options_.path + ".process-" + std::to_string(process_);
+  // Said now, not after the traced steps have run.
+  const std::filesystem::path folder =
+      std::filesystem::absolute(std::filesystem::path(path_)).parent_path();
+  LS_CHECK_AS(ErrorKind::kIo, ::access(folder.c_str(), W_OK) == 0, "cannot write the trace into '",
+              folder.string(), "' (", std::strerror(errno),
+              "); give --trace a file in a folder that exists and is writable");
+}
+
+void StepTrace::caller_span(std::string name, int64_t step, int64_t begin_ns, int64_t end_ns) {
+  spans_.push_back({kCallerTid, std::move(name), begin_ns, end_ns, step});
+}
+
+void StepTrace::add_step(int64_t step, const std::vector<DeviceStep>& devices) {
+  LS_ASSERT(devices.size() == devices_.size());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const int64_t offset = devices_[i].clock_offset_ns;
+    const int64_t* t = devices[i].marks.ns;
+    auto host = [offset](int64_t device_ns) { return device_ns + offset; };
+    const int tid = compute_tid(i);
+    spans_.push_back({tid, "input", host(t[kStepBegin]), host(t[kInputReady]), step});
+    spans_.push_back({tid, "forward + backward", host(t[kInputReady]), host(t[kBackwardEnd]), step});
+    spans_.push_back(
+        {tid, "waiting for gradient sums", host(t[kBackwardEnd]), host(t[kGradientsReduced]), step});
+    spans_.push_back({tid, "loss + optimizer", host(t[kGradientsReduced]), host(t[kStepEnd]), step});
+    // Buckets launched together share their marks: one span per launch.
+    const std::vector<int64_t>& launch = devices[i].launch_ns;
+    const size_t buckets = launch.size() / 2;
+    for (size_t b = 0; b < buckets;) {
+      size_t e = b + 1;
+      int64_t bytes = devices_[i].bucket_bytes[b];
+      while (e < buckets && launch[2 * e] == launch[2 * b] && launch[2 * e + 1] == launch[2 * b + 1]) {
+        bytes += devices_[i].bucket_bytes[e++];
+      }
+      const std::string which =
+          e - b == 1 ? std::to_string(b) : std::to_string(b) + "-" + std::to_string(e - 1);
+      Span span{comm_tid(i), (e - b == 1 ? "bucket " : "buckets ") + which + " all-reduce",
+                host(launch[2 * b]), host(launch[2 * b + 1]), step, bytes, which};
+      spans_.push_back(std::move(span));
+      b = e;
+    }
+    counters_.push_back({tid, host(t[kStepEnd]),
+                         static_cast<double>(devices[i].memory_in_use) / (1024.0 * 1024.0)});
+  }
+  if (step >= options_.last_step) write();
+}
+
+void StepTrace::finish() {
+  if (!written_ && !spans_.empty()) write();
+}
+
+void StepTrace::write() {
+  written_ = true;
+  int64_t origin = std::numeric_limits<int64_t>::max();
+  for (const Span& s : spans_) origin = std::min(origin, s.begin_ns);
+  auto us = [origin](int64_t ns) { return static_cast<double>(ns - origin) * 1e-3; };
+  // Every track's spans in time order (Perfetto does not need it; readers of the file may).
+  std::stable_sort(spans_.begin(), spans_.end(), [](const Span& a, const Span& b) {
+    return a.tid != b.tid ? a.tid < b.tid : a.begin_ns < b.begin_ns;
+  });
+
+  JsonWriter json;
+  json.begin_object().key("traceEvents").begin_array();
+  auto metadata = [&](const char* what, int tid, const std::string& name, int sort) {
+    json.begin_object().field("ph", "M").field("name", what).field("pid", process_);
+    if (tid >= 0) json.field("tid", tid);
+    json.key("args").begin_object().field("name", name).end_object().end_object();
+    if (tid >= 0) {
+      json.begin_object().field("ph", "M").field("name", "thread_sort_index").field("pid", process_)
+          .field("tid", tid).key("args").begin_object().field("sort_index", sort).end_object()
+          .end_object();
+    }
+  };
+  metadata("process_name", -1, "lockstep process " + std::to_string(process_), 0);
+  metadata("thread_name", kCallerTid, "caller thread (steps enqueued, results awaited)", 0);
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const std::string who = devices_[i].device.str() + " (replica " +
+                            std::to_string(devices_[i].replica) + ")";
+    metadata("thread_name", compute_tid(i), who + " compute stream", compute_tid(i));
+    metadata("thread_name", comm_tid(i), who + " communication stream", comm_tid(i));
+  }
+  for (const Span& s : spans_) {
+    json.begin_object()
+        .field("ph", "X")
+        .field("name", s.name)
+        .field("cat", s.tid == kCallerTid ? "host" : s.bytes >= 0 ? "communication" : "compute")
+        .field("pid", process_)
+        .field("tid", s.tid)
+        .field("ts", us(s.begin_ns))
+        .field("dur", std::max(0.0, static_cast<double>(s.end_ns - s.begin_ns) * 1e-3));
+    json.key("args").begin_object().field("step", s.step);
+    if (s.bytes >= 0) json.field("bytes", s.bytes).field("buckets", s.buckets);
+    json.end_object().end_object();
+  }
+  for (const Counter& c : counters_) {
+    const std::string device = devices_[static_cast<size_t>((c.tid - 10) / 2)].device.str();
+    json.begin_object()
+        .field("ph", "C")
+        .field("name", device + " memory in use")
+        .field("pid", process_)
+        .field("tid", c.tid)
+        .field("ts", us(c.at_ns));
+    json.key("args").begin_object().field("MiB", c.mib).end_object().end_object();
+  }
+  json.end_array();
+  json.field("displayTimeUnit", "ms");
+  json.key("otherData").begin_object()
+      .field("producer", "lockstep")
+      .field("format", "Chrome trace events; open in ui.perfetto.dev or chrome://tracing")
+      .field("process", process_)
+      .field("first_step", options_.first_step)
+      .field("last_step", options_.last_step)
+      .end_object();
+  json.end_object();
+  json.write_file(path_);
+}
+
+}  // namespace ls

@@ -1,0 +1,93 @@
+// StepTrace: the Chrome trace-event file of lockstep/trainer.h's TraceOptions (issue 25).
+//
+// Built from what every step measures anyway: the step marks each device stamps on its own
+// clock (step_marks.h), the reducer's launch marks on the communication stream
+// (Reducer::launch_marks), and the caller's thread timing its own calls. Device clocks become
+// the host's steady clock through each device's offset (Replica::clock_offset_ns; 0 on host
+// devices, which stamp that clock), so all devices share one time line, and so do processes on
+// one machine (the steady clock is the machine's).
+//
+// The file is {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}, with:
+//   "M" metadata events naming the process ("lockstep process P") and every track;
+//   "X" complete events (ts and dur in microseconds from the first traced step's start):
+//     tid 1, the caller's thread: "step N enqueued", "step N result (waiting)";
+//     tid 10 + 2i, device i's compute stream: "input", "forward + backward", "waiting for
+//       gradient sums", "loss + optimizer", each with args {step};
+//     tid 11 + 2i, device i's communication stream: one span per all-reduce launch, "buckets
+//       A-B all-reduce" with args {step, bytes, buckets};
+//   "C" counter events "<device> memory in use" (args {MiB}) at each traced step's end.
+// Spans of one track never overlap: a track is a stream (or one thread), which runs in order.
+// Thread-safety: the caller's thread only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <lockstep/device.h>
+#include <lockstep/trainer.h>
+#include "parallel/observability/step_marks.h"
+
+namespace ls {
+
+class StepTrace {
+ public:
+  struct DeviceTrack {
+    Device device;
+    int replica = 0;               // global
+    int64_t clock_offset_ns = 0;   // host steady clock - device clock
+    std::vector<int64_t> bucket_bytes;  // what each gradient bucket's all-reduce carries
+  };
+  // What one device did in one traced step.
+  struct DeviceStep {
+    StepMarks marks;
+    std::vector<int64_t> launch_ns;  // per bucket: launch start, end (device clock)
+    int64_t memory_in_use = 0;       // bytes, when the step's result arrived
+  };
+
+  // `options.path` must not be empty; checks the step range (a usage error names it).
+  StepTrace(TraceOptions options, int process, std::vector<DeviceTrack> devices);
+
+  bool traces(int64_t step) const {
+    return step >= options_.first_step && step <= options_.last_step && !written_;
+  }
+  // A span of the caller's thread (host steady clock, nanoseconds).
+  void caller_span(std::string name, int64_t step, int64_t begin_ns, int64_t end_ns);
+  // Every local device's part of a traced step (in device order); writes the file after the
+  // last traced step.
+  void add_step(int64_t step, const std::vector<DeviceStep>& devices);
+  // Writes what was traced, if anything and not written yet (the trainer's end).
+  void finish();
+  const std::string& path() const { return path_; }
+
+  static int64_t now_ns();
+
+ private:
+  struct Span {
+    int tid;
+    std::string name;
+    int64_t begin_ns, end_ns;  // host steady clock
+    int64_t step;
+    int64_t bytes = -1;    // launches: bytes carried
+    std::string buckets;   // launches: "0-2"
+  };
+  struct Counter {
+    int tid;
+    int64_t at_ns;
+    double mib;
+  };
+  void write();
+
+  TraceOptions options_;
+  int process_;
+  std::string path_;
+  std::vector<DeviceTrack> devices_;
+  std::vector<Span> spans_;
+  std::vector<Counter> counters_;
+  bool written_ = false;
+};
+
+// Checks a trace step range: 1 <= first <= last (a usage error otherwise).
+void check_trace_options(const TraceOptions& options);
+
+}  // namespace ls

@@ -1,0 +1,204 @@
+// The Chrome trace of lockstep/trainer.h's TraceOptions (parallel/observability/step_trace.h):
+// a real two-device run's file checked against the trace-event format's rules (every event of
+// a known phase with its fields, spans in time order and never overlapping on a track), against
+// what the run did (four phases per device per traced step, every gradient byte in a launch,
+// the caller's enqueues and waits), and against the caller's own clock (the devices' busy time
+// within 5% of the steps' wall time); and bad trace options.
+#include "parallel/observability/step_trace.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/core/json_reader.h"
+#include <lockstep/data_parallel.h>
+#include "parallel/random_batch.h"
+
+namespace ls {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_trace(const std::string& name) {
+  return (fs::temp_directory_path() /
+          ("lockstep-trace-" + std::to_string(::getpid()) + "-" + name + ".json"))
+      .string();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct Traced {
+  JsonValue file;
+  double caller_wall_us = 0;  // the caller's own clock around the traced steps
+  int64_t gradient_bytes = 0;   // what the buckets all-reduce, padding included
+};
+
+// Trains 6 steps on two host devices, tracing steps 4-6, each step() timed by the caller.
+Traced run_traced(const std::string& path) {
+  DataParallelOptions options;
+  options.trace.path = path;
+  options.trace.first_step = 4;
+  options.trace.last_step = 6;
+  DataParallel dp({Device{DeviceKind::kHost, 0}, Device{DeviceKind::kHost, 1}},
+                  mlp_factory({256, 1024, 1024, 10}), make_optimizer_factory({"sgd", 0.01f}),
+                  options);
+  // Steps of about 0.25 s here, so the host's part between steps (a few thread hand-offs, each
+  // up to a scheduler tick on a busy machine) stays small beside them.
+  const data::Batch batch = testing::random_batch(4096, 256, 5);
+  Traced out;
+  for (const Bucket& b : dp.buckets()) out.gradient_bytes += b.count * 4;
+  for (int64_t step = 1; step <= 6; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    dp.step(batch);
+    if (step >= 4) {
+      out.caller_wall_us +=
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count();
+    }
+  }
+  out.file = parse_json(read_text(path), path);
+  return out;
+}
+
+struct Span {
+  std::string name;
+  double ts, dur;
+  int64_t step;
+  const JsonValue* event;
+};
+
+TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
+  const std::string path = temp_trace("run");
+  fs::remove(path);
+  const Traced traced = run_traced(path);
+  const auto& events = traced.file.find("traceEvents")->items();
+  EXPECT_EQ(traced.file.find("displayTimeUnit")->as_string(), "ms");
+
+  std::map<int64_t, std::string> track_names;
+  std::map<int64_t, std::vector<Span>> tracks;
+  int counters = 0;
+  for (const JsonValue& e : events) {
+    const std::string ph = e.find("ph")->as_string();
+    ASSERT_TRUE(ph == "M" || ph == "X" || ph == "C") << ph;
+    EXPECT_EQ(e.find("pid")->as_int64(), 0);
+    ASSERT_NE(e.find("name"), nullptr);
+    if (ph == "M") {
+      if (e.find("name")->as_string() == "thread_name") {
+        track_names[e.find("tid")->as_int64()] = e.find("args")->find("name")->as_string();
+      }
+      continue;
+    }
+    const double ts = e.find("ts")->as_double();
+    EXPECT_GE(ts, 0.0);
+    if (ph == "C") {
+      ++counters;
+      EXPECT_GT(e.find("args")->find("MiB")->as_double(), 0.0);
+      continue;
+    }
+    const double dur = e.find("dur")->as_double();
+    EXPECT_GE(dur, 0.0);
+    tracks[e.find("tid")->as_int64()].push_back(
+        {e.find("name")->as_string(), ts, dur, e.find("args")->find("step")->as_int64(), &e});
+  }
+  EXPECT_EQ(track_names[1], "caller thread (steps enqueued, results awaited)");
+  EXPECT_EQ(track_names[10], "host:0 (replica 0) compute stream");
+  EXPECT_EQ(track_names[13], "host:1 (replica 1) communication stream");
+  EXPECT_EQ(counters, 2 * 3);  // each device's memory at each traced step's end
+
+  // A track is a stream or one thread: its spans are in time order and never overlap (the
+  // file rounds to nanoseconds).
+  for (const auto& [tid, spans] : tracks) {
+    ASSERT_TRUE(track_names.count(tid)) << "track " << tid << " has no name";
+    for (size_t i = 1; i < spans.size(); ++i) {
+      EXPECT_GE(spans[i].ts, spans[i - 1].ts + spans[i - 1].dur - 1e-3)
+          << track_names[tid] << ": '" << spans[i].name << "' of step " << spans[i].step
+          << " starts before '" << spans[i - 1].name << "' ends";
+    }
+  }
+
+  // The caller enqueued and awaited each traced step.
+  std::set<std::string> caller;
+  for (const Span& s : tracks[1]) caller.insert(s.name);
+  for (int step = 4; step <= 6; ++step) {
+    EXPECT_TRUE(caller.count("step " + std::to_string(step) + " enqueued")) << step;
+    EXPECT_TRUE(caller.count("step " + std::to_string(step) + " result (waiting)")) << step;
+  }
+
+  const std::vector<std::string> phases = {"input", "forward + backward",
+                                           "waiting for gradient sums", "loss + optimizer"};
+  for (int device = 0; device < 2; ++device) {
+    SCOPED_TRACE("device " + std::to_string(device));
+    const std::vector<Span>& compute = tracks[10 + 2 * device];
+    ASSERT_EQ(compute.size(), 3 * phases.size());
+    double busy_us = 0;
+    for (size_t i = 0; i < compute.size(); ++i) {
+      EXPECT_EQ(compute[i].name, phases[i % 4]);
+      EXPECT_EQ(compute[i].step, 4 + static_cast<int64_t>(i / 4));
+      // A step's four phases tile it: each starts where the one before ended.
+      if (i % 4 > 0) EXPECT_NEAR(compute[i].ts, compute[i - 1].ts + compute[i - 1].dur, 2e-3);
+      busy_us += compute[i].dur;
+    }
+    // Every gradient byte travels in some launch of every traced step.
+    std::map<int64_t, int64_t> bytes_per_step;
+    for (const Span& launch : tracks[11 + 2 * device]) {
+      bytes_per_step[launch.step] += launch.event->find("args")->find("bytes")->as_int64();
+    }
+    ASSERT_EQ(bytes_per_step.size(), 3u);
+    for (const auto& [step, bytes] : bytes_per_step) EXPECT_EQ(bytes, traced.gradient_bytes) << step;
+    // The device's time in the traced steps is the steps' wall time on the caller's clock, but
+    // for the host's work between them (its result read, the next step enqueued).
+    EXPECT_LE(busy_us, traced.caller_wall_us);
+    EXPECT_GE(busy_us, 0.95 * traced.caller_wall_us)
+        << "busy " << busy_us << " us of " << traced.caller_wall_us << " us";
+  }
+  fs::remove(path);
+}
+
+TEST(StepTrace, BadOptionsAreRefusedUpFront) {
+  TraceOptions bad;
+  bad.path = temp_trace("bad");
+  bad.first_step = 0;
+  EXPECT_THROW(check_trace_options(bad), Error);
+  bad.first_step = 5;
+  bad.last_step = 4;
+  try {
+    StepTrace trace(bad, 0, {});
+    FAIL() << "a reversed range was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(e.message().find("trace steps 5:4"), std::string::npos) << e.message();
+  }
+  TraceOptions unwritable;
+  unwritable.path = "/nonexistent-lockstep-dir/trace.json";
+  try {
+    StepTrace trace(unwritable, 0, {});
+    FAIL() << "a trace into a missing folder was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    EXPECT_NE(e.message().find("/nonexistent-lockstep-dir"), std::string::npos) << e.message();
+  }
+}
+
+TEST(StepTrace, ProcessesOtherThanTheFirstWriteTheirOwnFile) {
+  TraceOptions options;
+  options.path = temp_trace("processes");
+  StepTrace trace(options, 2, {});
+  EXPECT_EQ(trace.path(), options.path + ".process-2");
+}
+
+}  // namespace
+}  // namespace ls
