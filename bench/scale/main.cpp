@@ -126,13 +126,17 @@ int run(const ScaleOptions& o, const DevicePlan& plan, const ls::WorldScope& wor
   std::vector<ScalePoint> points;
   for (int p : processes) {
     for (int n : plan.counts) {
+      ScaleOptions run_options = o;  // each run traces into its own file
+      if (!o.trace.path.empty()) {
+        run_options.trace.path = trace_path_for(o.trace.path, n, plan.counts.size());
+      }
       std::optional<ScalePoint> point;
       if (p == 1 && world->size() > 1) {
-        point = run_alone(o, work, plan, n, *world, progress, stop);
+        point = run_alone(run_options, work, plan, n, *world, progress, stop);
       } else {
         const std::unique_ptr<ls::World> span =
             world->with_local_devices(plan.first(n));
-        point = run_scale_point(o, work, plan.first(n),
+        point = run_scale_point(run_options, work, plan.first(n),
                                 world->size() > 1 ? span.get() : nullptr, progress, stop);
       }
       if (!point) {  // every replica thread of that run is joined by now

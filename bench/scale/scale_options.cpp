@@ -64,6 +64,8 @@ void add_scale_flags(CLI::App& app, ScaleOptions& o) {
 
 // The flags that only make sense together (or apart), checked after parsing.
 void check_combination(const CLI::App& app, const ScaleOptions& o) {
+  if (app.count("--trace-steps") > 0 && o.trace.path.empty())
+    throw UsageError("--trace-steps needs --trace FILE");
   if (o.mode == ScaleMode::kWeak && app.count("--global-batch") > 0)
     throw UsageError("--global-batch is for --mode strong; weak scaling takes --per-device-batch");
   if (o.mode == ScaleMode::kStrong && app.count("--per-device-batch") > 0)
@@ -108,8 +110,13 @@ std::variant<ScaleOptions, int> parse_scale_options(int argc, char** argv) {
   ls::cli::add_data_parallel(app, o);
   add_scale_flags(app, o);
   ls::cli::add_json(app, o.json_path);
+  ls::cli::add_trace(app, o.trace);
   if (const std::optional<int> exit_code = ls::cli::parse(app, argc, argv)) return *exit_code;
   apply_model_defaults(o, app.count("--warmup") > 0);
+  if (app.count("--trace-steps") == 0) {  // the first timed steps
+    o.trace.first_step = o.warmup + 1;
+    o.trace.last_step = std::min(o.steps, o.warmup + 5);
+  }
   try {
     check_combination(app, o);
   } catch (const UsageError& e) {
@@ -159,4 +166,13 @@ DevicePlan resolve_device_counts(const ScaleOptions& o) {
 
 int64_t global_batch_for(const ScaleOptions& o, int devices) {
   return o.mode == ScaleMode::kWeak ? o.per_device_batch * devices : o.global_batch;
+}
+
+std::string trace_path_for(const std::string& path, int devices, size_t counts) {
+  if (counts <= 1) return path;
+  const std::string tag = "-" + std::to_string(devices) + "dev";
+  const size_t dot = path.rfind('.');
+  const size_t slash = path.rfind('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + tag;
+  return path.substr(0, dot) + tag + path.substr(dot);
 }

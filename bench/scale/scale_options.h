@@ -40,7 +40,13 @@ struct ScaleOptions : ls::cli::ModelShapeFlags, ls::cli::OptimizerFlags, ls::cli
   std::vector<int> processes;
   std::string json_path;
   std::string plot_path;
+  // --trace FILE: a Chrome trace of each device count's run (FILE-<N>dev.json when several);
+  // --trace-steps defaults to the first timed steps (at most 5).
+  ls::TraceOptions trace;
 };
+
+// The trace file of the run on `devices` devices (one of `counts` counts).
+std::string trace_path_for(const std::string& path, int devices, size_t counts);
 
 // The options, or the exit code to return at once (0 after --help, 2 after a usage error).
 std::variant<ScaleOptions, int> parse_scale_options(int argc, char** argv);

@@ -65,6 +65,15 @@ void print_table(const ScaleOptions& o, const std::string& description,
     std::printf("%d device(s):\n", p.devices);
     for (const std::string& line : ls::use_verdict_lines(p.use)) std::printf("%s\n", line.c_str());
   }
+  if (!o.trace.path.empty()) {
+    std::printf("traces of steps %lld-%lld: ", static_cast<long long>(o.trace.first_step),
+                static_cast<long long>(o.trace.last_step));
+    for (size_t i = 0; i < points.size(); ++i) {
+      std::printf("%s%s", i > 0 ? ", " : "",
+                  trace_path_for(o.trace.path, points[i].devices, points.size()).c_str());
+    }
+    std::printf(" (open them in ui.perfetto.dev)\n");
+  }
   std::fflush(stdout);
 }
 

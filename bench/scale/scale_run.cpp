@@ -78,6 +78,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   options.shard = o.shard;
   options.precision = o.precision;
   options.graphs = o.graphs;
+  options.trace = o.trace;
   const ls::OptimizerFactory optimizer =
       ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay});
   ls::DataParallel trainer = world != nullptr

@@ -78,6 +78,11 @@ void Tape::backward(const Var& root, const Tensor& root_grad) {
     root->grad_written = true;
   }
   for (auto node = nodes_.rbegin(); node != nodes_.rend(); ++node) {
+    if (node->output == nullptr) {  // a layer's mark (begin_layer, end_layer)
+      node->backward(Tensor());
+      node->backward = nullptr;
+      continue;
+    }
     // Nothing flowed into this output (it does not reach the root): skip its backward, but
     // still count the parameter uses so that every parameter's hook fires exactly once.
     if (node->output == root || node->output->grad.defined()) node->backward(node->output->grad);
@@ -93,6 +98,27 @@ void Tape::backward(const Var& root, const Tensor& root_grad) {
     node->backward = nullptr;  // frees what the closure held as soon as it has run
   }
   nodes_.clear();
+}
+
+void Tape::begin_layer(const std::string& name) {
+  if (layer_clock_ == nullptr || !record_) return;
+  layer_clock_->stamp(name, LayerPoint::kForwardBegin, stream_);
+  // Backward runs the nodes in reverse: this one after every node of the layer.
+  LayerClock* clock = layer_clock_;
+  Stream* stream = &stream_;
+  nodes_.push_back({nullptr, {}, [clock, stream, name](const Tensor&) {
+                      clock->stamp(name, LayerPoint::kBackwardEnd, *stream);
+                    }});
+}
+
+void Tape::end_layer(const std::string& name) {
+  if (layer_clock_ == nullptr || !record_) return;
+  layer_clock_->stamp(name, LayerPoint::kForwardEnd, stream_);
+  LayerClock* clock = layer_clock_;
+  Stream* stream = &stream_;
+  nodes_.push_back({nullptr, {}, [clock, stream, name](const Tensor&) {
+                      clock->stamp(name, LayerPoint::kBackwardBegin, *stream);
+                    }});
 }
 
 void Tape::clear() {

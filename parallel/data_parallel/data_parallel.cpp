@@ -246,6 +246,7 @@ void DataParallel::Impl::build_replicas(const ModelFactory& model,
     if (hooks.wrap_communicator) comm = hooks.wrap_communicator(std::move(comm), rank);
     StepOptions step = step_options();
     step.before_upload = hooks.before_upload;
+    step.trace_layers = !options_.trace.path.empty();
     return std::make_unique<Replica>(rank, devices_[r], model, optimizer, std::move(comm),
                                      recorder_ref, options_.buckets, options_.seed, options_.shard,
                                      std::move(step));
@@ -426,7 +427,8 @@ void DataParallel::Impl::trace_step(int64_t step, const std::vector<StepOutcome>
   std::vector<StepTrace::DeviceStep> devices;
   for (size_t i = 0; i < outcomes.size(); ++i) {
     devices.push_back({outcomes[i].marks, outcomes[i].launch_ns,
-                       device_runtime(devices_[i]).allocator().stats().bytes_in_use});
+                       device_runtime(devices_[i]).allocator().stats().bytes_in_use,
+                       outcomes[i].layer_ns, outcomes[i].layer_points});
   }
   trace_->add_step(step, devices);
 }

@@ -103,7 +103,10 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   loss_sum_ = Tensor::empty({2}, DType::kF32, device);
   control_ = Tensor::empty({kStepControlWords}, DType::kI32, device);
   marks_ = Tensor::empty({kStepMarkWords}, DType::kI32, device);
-  outcomes_ = std::make_unique<StepOutcomes>(device, reducer_->launch_marks().numel());
+  if (step_options_.trace_layers) layer_clock_ = std::make_unique<DeviceLayerClock>(device);
+  outcomes_ = std::make_unique<StepOutcomes>(
+      device, reducer_->launch_marks().numel(),
+      layer_clock_ ? layer_clock_->marks().numel() : int64_t{0});
   calibrate_clock();
   // Only f16 scales the loss (lockstep/precision.h): its gradients underflow without it.
   const bool f16 = step_options_.precision == Precision::kF16;
@@ -236,6 +239,7 @@ void Replica::forward_backward(const Shard& shard, int accumulate, const Forward
     Tensor y = labels_.view(begin * shard.label_width, {(end - begin) * shard.label_width});
     phase_ = Phase::kForward;
     Tape tape(stream);
+    tape.set_layer_clock(layer_clock_.get());
     ForwardContext micro = context;
     micro.first_row += begin;
     tape.set_context(micro);
@@ -327,6 +331,7 @@ void Replica::check_loss_contract(const Shard& shard, const ForwardContext& cont
 
 void Replica::step_body(const Shard& shard, int accumulate, const ForwardContext& context) {
   Stream& stream = *compute_;
+  if (layer_clock_) layer_clock_->begin_step();
   store_->zero_grad(stream);
   fill(loss_sum_, 0.0f, stream);
   step_begin(control_, stream);
@@ -476,8 +481,14 @@ void Replica::enqueue_step(const Shard& shard, int64_t global_rows, int64_t glob
   run_body(shape, shard, accumulate, context);
   last_step_graph_ = graph_launches_ != launches;
   graph_step_[step_index % StepOutcomes::kSlots] = last_step_graph_;
+  Tensor layer_marks;
+  if (layer_clock_) {
+    const int64_t stamps = static_cast<int64_t>(layer_clock_->points()->size());
+    if (stamps > 0) layer_marks = layer_clock_->marks().view(0, {2 * stamps});
+    slot_layer_points_[step_index % StepOutcomes::kSlots] = layer_clock_->points();
+  }
   outcomes_->export_outcome(step_index, loss_sum_, control_, marks_, reducer_->launch_marks(),
-                            stream);
+                            layer_marks, stream);
   phase_ = Phase::kIdle;
 }
 
@@ -496,6 +507,10 @@ StepOutcome Replica::outcome(int64_t step_index) {
   outcome.graph = graph_step_[step_index % StepOutcomes::kSlots];
   outcome.marks = out.marks;
   outcome.launch_ns = outcomes_->launch_marks(step_index);
+  if (layer_clock_) {
+    outcome.layer_ns = outcomes_->layer_marks(step_index);
+    outcome.layer_points = slot_layer_points_[step_index % StepOutcomes::kSlots];
+  }
   phase_ = Phase::kIdle;
   // A gated optimizer's steps are counted on the device; any other counts its own.
   if (optimizer_->gated()) optimizer_->set_steps_taken(out.control.optimizer_steps);

@@ -35,6 +35,7 @@
 #include "parallel/comm/communicator.h"
 #include <lockstep/data_parallel.h>
 #include "parallel/observability/flight_recorder.h"
+#include "parallel/observability/layer_clock.h"
 #include "parallel/comm/graph_communicator.h"
 #include "parallel/data_parallel/reducer.h"
 #include "parallel/data_parallel/step_io.h"
@@ -93,6 +94,9 @@ struct StepOutcome {
   bool graph = false;           // the step ran as a graph launch
   StepMarks marks;              // the step's timeline on this replica's device clock
   std::vector<int64_t> launch_ns;  // per bucket: its launch's start and end (Reducer::launch_marks)
+  // Traced runs: each layer's stamps and what they are (DeviceLayerClock).
+  std::vector<int64_t> layer_ns;
+  std::shared_ptr<const LayerStamps> layer_points;
 };
 
 // How every replica runs its steps (from DataParallelOptions).
@@ -110,6 +114,8 @@ struct StepOptions {
   // Tests (EngineHooks::before_upload): called on the replica's thread with its global rank just
   // before it stages a step's input, e.g. to stall one replica's input path.
   std::function<void(int rank)> before_upload;
+  // Stamp every layer's forward and backward (DeviceLayerClock) for the trace.
+  bool trace_layers = false;
 };
 
 struct EvalCounts {
@@ -232,6 +238,9 @@ class Replica final : public GroupMember {
   StepControl control_host_;  // read_control / restore_control's host side of the copies
   StepInputs staging_;
   std::unique_ptr<StepOutcomes> outcomes_;
+  std::unique_ptr<DeviceLayerClock> layer_clock_;  // traced runs only
+  // Per outcome slot: the layer stamps its step exported (a graph launch: the capture's).
+  std::shared_ptr<const LayerStamps> slot_layer_points_[StepOutcomes::kSlots];
   int64_t clock_offset_ns_ = 0;  // host steady clock - device clock (calibrate_clock)
   // Graphs: the captured step and the shape it was captured for (its inputs are the tensors it
   // was captured reading; a step of another shape runs eagerly with its own).

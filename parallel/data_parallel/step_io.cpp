@@ -89,14 +89,18 @@ bool StepInputs::upload(const Shard& shard, float global_labels, Tensor& inputs,
   return inputs.data() != before;
 }
 
-StepOutcomes::StepOutcomes(Device device, int64_t launch_mark_words)
-    : device_(device), launch_mark_words_(launch_mark_words) {
+StepOutcomes::StepOutcomes(Device device, int64_t launch_mark_words, int64_t layer_mark_words)
+    : device_(device), launch_mark_words_(launch_mark_words), layer_mark_words_(layer_mark_words) {
   for (Slot& slot : slots_) {
     slot.host = static_cast<ExportedOutcome*>(
         device_runtime(device).allocate_pinned(sizeof(ExportedOutcome)));
     if (launch_mark_words > 0) {
       slot.launch_marks = static_cast<int64_t*>(device_runtime(device).allocate_pinned(
           static_cast<size_t>(launch_mark_words) * sizeof(int32_t)));
+    }
+    if (layer_mark_words > 0) {
+      slot.layer_marks = static_cast<int64_t*>(device_runtime(device).allocate_pinned(
+          static_cast<size_t>(layer_mark_words) * sizeof(int32_t)));
     }
     slot.copied = device_runtime(device).create_sync_event();
   }
@@ -110,12 +114,13 @@ StepOutcomes::~StepOutcomes() {
     }
     device_runtime(device_).free_pinned(slot.host);
     if (slot.launch_marks != nullptr) device_runtime(device_).free_pinned(slot.launch_marks);
+    if (slot.layer_marks != nullptr) device_runtime(device_).free_pinned(slot.layer_marks);
   }
 }
 
 void StepOutcomes::export_outcome(int64_t step, const Tensor& loss_and_count, const Tensor& control,
                                   const Tensor& marks, const Tensor& launch_marks,
-                                  Stream& stream) {
+                                  const Tensor& layer_marks, Stream& stream) {
   Slot& slot = slots_[step % kSlots];
   slot.step = step;
   loss_and_count.copy_to_host_async(&slot.host->loss_sum, 2 * sizeof(float), stream);
@@ -124,6 +129,12 @@ void StepOutcomes::export_outcome(int64_t step, const Tensor& loss_and_count, co
   if (slot.launch_marks != nullptr) {
     LS_ASSERT(launch_marks.numel() == launch_mark_words_);
     launch_marks.copy_to_host_async(slot.launch_marks, launch_marks.nbytes(), stream);
+  }
+  slot.layer_words = 0;
+  if (slot.layer_marks != nullptr && layer_marks.defined() && layer_marks.numel() > 0) {
+    LS_ASSERT(layer_marks.numel() <= layer_mark_words_);
+    slot.layer_words = layer_marks.numel();
+    layer_marks.copy_to_host_async(slot.layer_marks, layer_marks.nbytes(), stream);
   }
   stream.record(*slot.copied);
 }
@@ -140,6 +151,12 @@ ExportedOutcome StepOutcomes::wait(int64_t step, std::chrono::milliseconds deadl
               "run with --no-graphs to find the stuck collective, or raise the collective timeout");
   slot.copied->synchronize();  // complete: re-throws an error of the work before it
   return *slot.host;
+}
+
+std::vector<int64_t> StepOutcomes::layer_marks(int64_t step) const {
+  const Slot& slot = slots_[step % kSlots];
+  LS_ASSERT(slot.step == step && slot.copied->query());
+  return {slot.layer_marks, slot.layer_marks + slot.layer_words / 2};
 }
 
 std::vector<int64_t> StepOutcomes::launch_marks(int64_t step) const {

@@ -65,31 +65,39 @@ struct ExportedOutcome {
 class StepOutcomes {
  public:
   static constexpr int kSlots = 4;  // more than DataParallel ever keeps in flight
-  // launch_mark_words: the size of the reducer's launch marks (i32 words) exported with each step.
-  explicit StepOutcomes(Device device, int64_t launch_mark_words = 0);
+  // launch_mark_words: the size of the reducer's launch marks (i32 words) exported with each step;
+  // layer_mark_words: the most words of layer marks (DeviceLayerClock) a step exports.
+  explicit StepOutcomes(Device device, int64_t launch_mark_words = 0, int64_t layer_mark_words = 0);
   ~StepOutcomes();
   StepOutcomes(const StepOutcomes&) = delete;
   StepOutcomes& operator=(const StepOutcomes&) = delete;
 
   // Enqueues the copies of step `step`'s loss_and_count (f32 [2]), control, marks (i32
   // [2 * kStepMarks]) and the reducer's launch marks into its slot.
+  // And `layer_marks` (i32, at most layer_mark_words), when defined.
   void export_outcome(int64_t step, const Tensor& loss_and_count, const Tensor& control,
-                      const Tensor& marks, const Tensor& launch_marks, Stream& stream);
+                      const Tensor& marks, const Tensor& launch_marks, const Tensor& layer_marks,
+                      Stream& stream);
   // Waits until step `step`'s copies have run and returns them; re-throws an error the stream
   // raised before them; throws a timeout error naming `who` after `deadline`.
   ExportedOutcome wait(int64_t step, std::chrono::milliseconds deadline, const std::string& who);
-  // After wait(step): its launch marks (Reducer::launch_marks, as int64 nanoseconds).
+  // After wait(step): its launch marks (Reducer::launch_marks) and layer marks, as int64
+  // nanoseconds.
   std::vector<int64_t> launch_marks(int64_t step) const;
+  std::vector<int64_t> layer_marks(int64_t step) const;
 
  private:
   struct Slot {
     ExportedOutcome* host = nullptr;  // page-locked on CUDA
     int64_t* launch_marks = nullptr;  // likewise, launch_mark_words_ / 2 of them
+    int64_t* layer_marks = nullptr;   // likewise, up to layer_mark_words_ / 2
+    int64_t layer_words = 0;          // exported this step
     int64_t step = -1;
     std::unique_ptr<Event> copied;
   };
   Device device_;
   int64_t launch_mark_words_ = 0;
+  int64_t layer_mark_words_ = 0;
   Slot slots_[kSlots];
 };
 

@@ -63,6 +63,7 @@ void StepTrace::add_step(int64_t step, const std::vector<DeviceStep>& devices) {
     spans_.push_back(
         {tid, "waiting for gradient sums", host(t[kBackwardEnd]), host(t[kGradientsReduced]), step});
     spans_.push_back({tid, "loss + optimizer", host(t[kGradientsReduced]), host(t[kStepEnd]), step});
+    add_layer_spans(tid, step, devices[i], host);
     // Buckets launched together share their marks: one span per launch.
     const std::vector<int64_t>& launch = devices[i].launch_ns;
     const size_t buckets = launch.size() / 2;
@@ -85,6 +86,29 @@ void StepTrace::add_step(int64_t step, const std::vector<DeviceStep>& devices) {
   if (step >= options_.last_step) write();
 }
 
+template <typename ToHost>
+void StepTrace::add_layer_spans(int tid, int64_t step, const DeviceStep& device, ToHost host) {
+  if (!device.layer_points) return;
+  // A begin opens a span and the end of the same layer closes it: layers nest, in forward and
+  // (reversed) in backward. A stamp that does not pair (a model that ends a layer it did not
+  // begin) is left out.
+  const LayerStamps& points = *device.layer_points;
+  const size_t n = std::min(points.size(), device.layer_ns.size());
+  std::vector<size_t> open;
+  for (size_t k = 0; k < n; ++k) {
+    const LayerStamp& p = points[k];
+    if (p.point == LayerPoint::kForwardBegin || p.point == LayerPoint::kBackwardBegin) {
+      open.push_back(k);
+      continue;
+    }
+    if (open.empty() || points[open.back()].layer != p.layer) continue;
+    const bool forward = p.point == LayerPoint::kForwardEnd;
+    spans_.push_back({tid, p.layer + (forward ? " forward" : " backward"),
+                      host(device.layer_ns[open.back()]), host(device.layer_ns[k]), step});
+    open.pop_back();
+  }
+}
+
 void StepTrace::finish() {
   if (!written_ && !spans_.empty()) write();
 }
@@ -94,9 +118,12 @@ void StepTrace::write() {
   int64_t origin = std::numeric_limits<int64_t>::max();
   for (const Span& s : spans_) origin = std::min(origin, s.begin_ns);
   auto us = [origin](int64_t ns) { return static_cast<double>(ns - origin) * 1e-3; };
-  // Every track's spans in time order (Perfetto does not need it; readers of the file may).
+  // Every track's spans in time order, an enclosing span before those it holds (Perfetto does
+  // not need it; readers of the file may).
   std::stable_sort(spans_.begin(), spans_.end(), [](const Span& a, const Span& b) {
-    return a.tid != b.tid ? a.tid < b.tid : a.begin_ns < b.begin_ns;
+    if (a.tid != b.tid) return a.tid < b.tid;
+    if (a.begin_ns != b.begin_ns) return a.begin_ns < b.begin_ns;
+    return a.end_ns > b.end_ns;
   });
 
   JsonWriter json;
@@ -148,6 +175,7 @@ void StepTrace::write() {
       .field("producer", "lockstep")
       .field("format", "Chrome trace events; open in ui.perfetto.dev or chrome://tracing")
       .field("process", process_)
+      .field("origin_ns", origin)  // the host's steady clock at ts 0 (scripts/merge-traces)
       .field("first_step", options_.first_step)
       .field("last_step", options_.last_step)
       .end_object();

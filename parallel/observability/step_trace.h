@@ -7,16 +7,21 @@
 // devices, which stamp that clock), so all devices share one time line, and so do processes on
 // one machine (the steady clock is the machine's).
 //
-// The file is {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}, with:
+// The file is {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {"producer":
+// "lockstep", "process", "first_step", "last_step", "origin_ns": the steady clock at ts 0}}, with:
 //   "M" metadata events naming the process ("lockstep process P") and every track;
 //   "X" complete events (ts and dur in microseconds from the first traced step's start):
 //     tid 1, the caller's thread: "step N enqueued", "step N result (waiting)";
 //     tid 10 + 2i, device i's compute stream: "input", "forward + backward", "waiting for
-//       gradient sums", "loss + optimizer", each with args {step};
+//       gradient sums", "loss + optimizer", each with args {step}; within forward + backward,
+//       "<layer> forward" and "<layer> backward" for every layer the model marks (Tape::
+//       begin_layer: Sequential's children "0", "1", ...; a transformer's "embeddings", "h.N",
+//       "head"), nested as the layers are;
 //     tid 11 + 2i, device i's communication stream: one span per all-reduce launch, "buckets
 //       A-B all-reduce" with args {step, bytes, buckets};
 //   "C" counter events "<device> memory in use" (args {MiB}) at each traced step's end.
-// Spans of one track never overlap: a track is a stream (or one thread), which runs in order.
+// Spans of one track nest or follow one another: a track is a stream (or one thread), which
+// runs in order.
 // Thread-safety: the caller's thread only.
 #pragma once
 
@@ -26,6 +31,7 @@
 
 #include <lockstep/device.h>
 #include <lockstep/trainer.h>
+#include "parallel/observability/layer_clock.h"
 #include "parallel/observability/step_marks.h"
 
 namespace ls {
@@ -43,6 +49,8 @@ class StepTrace {
     StepMarks marks;
     std::vector<int64_t> launch_ns;  // per bucket: launch start, end (device clock)
     int64_t memory_in_use = 0;       // bytes, when the step's result arrived
+    std::vector<int64_t> layer_ns;   // the layers' stamps (device clock), as layer_points says
+    std::shared_ptr<const LayerStamps> layer_points;
   };
 
   // `options.path` must not be empty; checks the step range (a usage error names it).
@@ -77,6 +85,8 @@ class StepTrace {
     double mib;
   };
   void write();
+  template <typename ToHost>
+  void add_layer_spans(int tid, int64_t step, const DeviceStep& device, ToHost host);
 
   TraceOptions options_;
   int process_;

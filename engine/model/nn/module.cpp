@@ -134,7 +134,12 @@ Sequential& Sequential::add(std::unique_ptr<Module> module) {
 
 Var Sequential::forward(Tape& tape, const Var& input) {
   Var x = input;
-  for (Module* layer : layers_) x = layer->forward(tape, x);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const std::string name = std::to_string(i);
+    tape.begin_layer(name);
+    x = layers_[i]->forward(tape, x);
+    tape.end_layer(name);
+  }
   return x;
 }
 

@@ -230,7 +230,11 @@ Var Transformer::block(Tape& tape, size_t index, const Var& x, const Tensor& tok
   // model masks padding keys. (GPT-2 files often make the pad id the end-of-text id, which packed
   // language-model data uses as a separator: it must stay visible.)
   const Tensor key_valid = config_.causal ? Tensor() : valid;
-  return blocks_[index]->forward(tape, x, key_valid, shape);
+  const std::string name = "h." + std::to_string(index);
+  tape.begin_layer(name);
+  Var out = blocks_[index]->forward(tape, x, key_valid, shape);
+  tape.end_layer(name);
+  return out;
 }
 
 Var Transformer::encode(Tape& tape, const Tensor& tokens, const Tensor& valid) {
@@ -266,9 +270,14 @@ Var Transformer::hidden_states(Tape& tape, const Var& tokens) {
 Var Transformer::forward(Tape& tape, const Var& tokens) {
   const Tensor ids = check_tokens(tokens, config_);
   const Tensor valid = valid_mask(tape, ids);
+  tape.begin_layer("embeddings");
   Var x = embed(tape, ids);
+  tape.end_layer("embeddings");
   for (size_t i = 0; i < blocks_.size(); ++i) x = block(tape, i, x, ids, valid);
-  return head(tape, x, ids, valid);
+  tape.begin_layer("head");
+  x = head(tape, x, ids, valid);
+  tape.end_layer("head");
+  return x;
 }
 
 Var Transformer::head(Tape& tape, Var x, const Tensor& tokens, const Tensor& valid) {

@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -39,6 +40,17 @@ struct VarNode {
   const std::function<Tensor(Parameter&)>* grad_storage = nullptr;
 };
 using Var = std::shared_ptr<VarNode>;
+
+// Where a layer's forward and backward begin and end, for the engine's trace of a step
+// (lockstep/trainer.h's TraceOptions).
+enum class LayerPoint { kForwardBegin, kForwardEnd, kBackwardBegin, kBackwardEnd };
+// Set on a tape by the engine while it traces: stamps the device's clock at `point` of layer
+// `name`, in stream order.
+class LayerClock {
+ public:
+  virtual ~LayerClock() = default;
+  virtual void stamp(const std::string& name, LayerPoint point, Stream& stream) = 0;
+};
 
 // What a forward pass needs to know beyond its inputs: whether it trains (dropout is on only
 // then) and where its rows sit in the global batch, so that a dropout mask is a function of
@@ -68,6 +80,14 @@ class Tape {
   // replayed as a graph (engine/core/graph.h).
   void note_step_dependent() { step_dependent_ = true; }
   bool step_dependent() const { return step_dependent_; }
+  // A model's layers, for the trace: begin_layer("h.3") before a layer's forward, end_layer
+  // with the same name after it (Sequential and the built-in transformers do it for theirs).
+  // They stamp the layer's forward, and record where backward enters and leaves the layer.
+  // Without a LayerClock (the engine is not tracing) or on a tape that does not record, they
+  // do nothing.
+  void begin_layer(const std::string& name);
+  void end_layer(const std::string& name);
+  void set_layer_clock(LayerClock* clock) { layer_clock_ = clock; }
 
   // A Var that needs no gradient (inputs, labels).
   Var constant(Tensor value) const;
@@ -120,6 +140,7 @@ class Tape {
   std::unordered_map<Parameter*, Var> parameter_vars_;
   GradReadyHook grad_ready_hook_;
   GradStorage grad_storage_;
+  LayerClock* layer_clock_ = nullptr;
 };
 
 }  // namespace ls
