@@ -29,10 +29,10 @@ namespace ls {
 
 struct DeviceUse {
   Device device;
-  int replica = 0;         // global replica number
-  int64_t steps = 0;       // steps measured
-  double window_ms = 0;    // input + compute + comm_wait + idle
-  double input_ms = 0;     // totals over the measured steps (milliseconds, the device's clock)
+  int replica = 0;       // global replica number
+  int64_t steps = 0;     // steps measured
+  double window_ms = 0;  // input + compute + comm_wait + idle
+  double input_ms = 0;   // totals over the measured steps (milliseconds, the device's clock)
   double compute_ms = 0;
   double comm_wait_ms = 0;
   double idle_ms = 0;

@@ -69,19 +69,22 @@ void say_input_bound(UseVerdict& v) {
                           : all               ? "the device"
                                               : "device " + device_names(d, v.named);
   if (idle >= input) {
-    v.sentence = who + " idle " + joined(d, v.named, [](const DeviceUse& u) {
-                   return percent(u.share(u.idle_ms));
-                 }) + " of each step between steps, waiting for the next batch: the input "
-                 "pipeline (data loading, or the caller's code between steps) is the "
-                 "bottleneck; raise the loader's prefetch depth or make batches ready sooner";
+    v.sentence =
+        who + " idle " +
+        joined(d, v.named, [](const DeviceUse& u) { return percent(u.share(u.idle_ms)); }) +
+        " of each step between steps, waiting for the next batch: the input "
+        "pipeline (data loading, or the caller's code between steps) is the "
+        "bottleneck; raise the loader's prefetch depth or make batches ready sooner";
   } else {
-    v.sentence = who + " spend" + (v.named.size() == 1 && !all ? "s " : " ") +
-                 joined(d, v.named, [](const DeviceUse& u) { return percent(u.share(u.input_ms)); }) +
-                 " of each step receiving the step's input (staged and copied in, " +
-                 joined(d, v.named, [](const DeviceUse& u) {
-                   return milliseconds(per_step(u, u.input_ms));
-                 }) + " per step)" + (all ? "" : " while the others wait for it") +
-                 ": its input path is the bottleneck";
+    v.sentence =
+        who + " spend" + (v.named.size() == 1 && !all ? "s " : " ") +
+        joined(d, v.named, [](const DeviceUse& u) { return percent(u.share(u.input_ms)); }) +
+        " of each step receiving the step's input (staged and copied in, " +
+        joined(d, v.named,
+               [](const DeviceUse& u) { return milliseconds(per_step(u, u.input_ms)); }) +
+        " per step)" +
+        (all ? ": copying the input in" : " while the others wait for it: its input path") +
+        " is the bottleneck";
   }
 }
 
@@ -89,15 +92,17 @@ void say_unbalanced(UseVerdict& v, const std::vector<int>& waiting) {
   const auto& d = v.devices;
   const DeviceUse& slow = d[static_cast<size_t>(v.slowest)];
   const double exposed = v.exposed_comm_share;
-  v.sentence = "device " + device_names(d, waiting) + " wait" + (waiting.size() == 1 ? "s " : " ") +
-               joined(d, waiting, [exposed](const DeviceUse& u) {
-                 return percent(u.share(u.comm_wait_ms) - exposed);
-               }) + " of each step for " + slow.device.str() + ", the slowest (compute " +
-               milliseconds(per_step(slow, slow.compute_ms + slow.input_ms)) + " per step against " +
-               joined(d, waiting, [](const DeviceUse& u) {
-                 return milliseconds(per_step(u, u.compute_ms + u.input_ms));
-               }) + "): the devices are unbalanced; look for what slows " + slow.device.str() +
-               " (another job on it, a slower device, a larger shard)";
+  v.sentence =
+      "device " + device_names(d, waiting) + " wait" + (waiting.size() == 1 ? "s " : " ") +
+      joined(d, waiting,
+             [exposed](const DeviceUse& u) { return percent(u.share(u.comm_wait_ms) - exposed); }) +
+      " of each step for " + slow.device.str() + ", the slowest (compute " +
+      milliseconds(per_step(slow, slow.compute_ms + slow.input_ms)) + " per step against " +
+      joined(
+          d, waiting,
+          [](const DeviceUse& u) { return milliseconds(per_step(u, u.compute_ms + u.input_ms)); }) +
+      "): the devices are unbalanced; look for what slows " + slow.device.str() +
+      " (another job on it, a slower device, a larger shard)";
 }
 
 void say_communication_bound(UseVerdict& v) {
@@ -109,13 +114,15 @@ void say_communication_bound(UseVerdict& v) {
 
 void say_all_used(UseVerdict& v) {
   const auto& d = v.devices;
-  const std::string count = d.size() == 1 ? "the device is" : "all " + std::to_string(d.size()) + " devices are";
-  v.sentence = count + " busy " +
-               joined(d, v.named, [](const DeviceUse& u) { return percent(u.share(u.compute_ms)); }) +
-               " of each step computing";
+  const std::string count =
+      d.size() == 1 ? "the device is" : "all " + std::to_string(d.size()) + " devices are";
+  v.sentence =
+      count + " busy " +
+      joined(d, v.named, [](const DeviceUse& u) { return percent(u.share(u.compute_ms)); }) +
+      " of each step computing";
   if (d.size() > 1) {
-    v.sentence += ", communication " + percent(v.exposed_comm_share) + " exposed: " +
-                  (d.size() == 2 ? "both are used" : "all are used");
+    v.sentence += ", communication " + percent(v.exposed_comm_share) +
+                  " exposed: " + (d.size() == 2 ? "both are used" : "all are used");
   } else {
     v.sentence += ": it is used";
   }
@@ -125,11 +132,16 @@ void say_all_used(UseVerdict& v) {
 
 const char* finding_name(UseVerdict::Finding finding) {
   switch (finding) {
-    case UseVerdict::Finding::kNotMeasured: return "not_measured";
-    case UseVerdict::Finding::kAllUsed: return "all_used";
-    case UseVerdict::Finding::kInputBound: return "input_bound";
-    case UseVerdict::Finding::kUnbalanced: return "unbalanced";
-    case UseVerdict::Finding::kCommunicationBound: return "communication_bound";
+    case UseVerdict::Finding::kNotMeasured:
+      return "not_measured";
+    case UseVerdict::Finding::kAllUsed:
+      return "all_used";
+    case UseVerdict::Finding::kInputBound:
+      return "input_bound";
+    case UseVerdict::Finding::kUnbalanced:
+      return "unbalanced";
+    case UseVerdict::Finding::kCommunicationBound:
+      return "communication_bound";
   }
   return "?";
 }
@@ -146,7 +158,8 @@ UseVerdict judge_device_use(std::vector<DeviceUse> devices) {
     return v;
   }
   v.exposed_comm_share = 1.0;
-  for (const DeviceUse& u : d) v.exposed_comm_share = std::min(v.exposed_comm_share, u.share(u.comm_wait_ms));
+  for (const DeviceUse& u : d)
+    v.exposed_comm_share = std::min(v.exposed_comm_share, u.share(u.comm_wait_ms));
   if (d.size() > 1) {  // the one the others wait for: the most time on its own work
     v.slowest = 0;
     for (size_t i = 1; i < d.size(); ++i) {
@@ -157,7 +170,8 @@ UseVerdict judge_device_use(std::vector<DeviceUse> devices) {
     }
   }
   for (size_t i = 0; i < d.size(); ++i) {
-    if (d[i].share(d[i].idle_ms + d[i].input_ms) >= kVerdictThreshold) v.named.push_back(static_cast<int>(i));
+    if (d[i].share(d[i].idle_ms + d[i].input_ms) >= kVerdictThreshold)
+      v.named.push_back(static_cast<int>(i));
   }
   if (!v.named.empty()) {
     v.finding = UseVerdict::Finding::kInputBound;

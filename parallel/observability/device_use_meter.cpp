@@ -12,8 +12,8 @@ double ms_between(int64_t from_ns, int64_t to_ns) {
 void add_step(DeviceUse& use, const StepMarks& m, double gap_ms) {
   const int64_t* t = m.ns;
   const double input = ms_between(t[kStepBegin], t[kInputReady]);
-  const double compute = ms_between(t[kInputReady], t[kBackwardEnd]) +
-                         ms_between(t[kGradientsReduced], t[kStepEnd]);
+  const double compute =
+      ms_between(t[kInputReady], t[kBackwardEnd]) + ms_between(t[kGradientsReduced], t[kStepEnd]);
   const double wait = ms_between(t[kBackwardEnd], t[kGradientsReduced]);
   ++use.steps;
   use.input_ms += input;
@@ -38,8 +38,7 @@ DeviceUseMeter::DeviceUseMeter(std::vector<Device> devices, int first_replica,
 }
 
 void DeviceUseMeter::add(int64_t step, const std::vector<StepMarks>& marks) {
-  LS_ASSERT(marks.size() == warm_.size(), "marks of ", marks.size(), " devices for ",
-            warm_.size());
+  LS_ASSERT(marks.size() == warm_.size(), "marks of ", marks.size(), " devices for ", warm_.size());
   const bool continuous = continuous_ && step == last_step_ + 1;
   for (size_t i = 0; i < marks.size(); ++i) {
     const double gap = continuous ? ms_between(last_end_ns_[i], marks[i].ns[kStepBegin]) : 0.0;

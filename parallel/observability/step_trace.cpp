@@ -48,7 +48,7 @@ StepTrace::StepTrace(TraceOptions options, int process, std::vector<DeviceTrack>
 }
 
 void StepTrace::caller_span(std::string name, int64_t step, int64_t begin_ns, int64_t end_ns) {
-  spans_.push_back({kCallerTid, std::move(name), begin_ns, end_ns, step});
+  spans_.push_back({kCallerTid, std::move(name), begin_ns, end_ns, step, -1, {}});
 }
 
 void StepTrace::add_step(int64_t step, const std::vector<DeviceStep>& devices) {
@@ -58,11 +58,18 @@ void StepTrace::add_step(int64_t step, const std::vector<DeviceStep>& devices) {
     const int64_t* t = devices[i].marks.ns;
     auto host = [offset](int64_t device_ns) { return device_ns + offset; };
     const int tid = compute_tid(i);
-    spans_.push_back({tid, "input", host(t[kStepBegin]), host(t[kInputReady]), step});
-    spans_.push_back({tid, "forward + backward", host(t[kInputReady]), host(t[kBackwardEnd]), step});
+    spans_.push_back({tid, "input", host(t[kStepBegin]), host(t[kInputReady]), step, -1, {}});
     spans_.push_back(
-        {tid, "waiting for gradient sums", host(t[kBackwardEnd]), host(t[kGradientsReduced]), step});
-    spans_.push_back({tid, "loss + optimizer", host(t[kGradientsReduced]), host(t[kStepEnd]), step});
+        {tid, "forward + backward", host(t[kInputReady]), host(t[kBackwardEnd]), step, -1, {}});
+    spans_.push_back({tid,
+                      "waiting for gradient sums",
+                      host(t[kBackwardEnd]),
+                      host(t[kGradientsReduced]),
+                      step,
+                      -1,
+                      {}});
+    spans_.push_back(
+        {tid, "loss + optimizer", host(t[kGradientsReduced]), host(t[kStepEnd]), step, -1, {}});
     add_layer_spans(tid, step, devices[i], host);
     // Buckets launched together share their marks: one span per launch.
     const std::vector<int64_t>& launch = devices[i].launch_ns;
@@ -70,13 +77,19 @@ void StepTrace::add_step(int64_t step, const std::vector<DeviceStep>& devices) {
     for (size_t b = 0; b < buckets;) {
       size_t e = b + 1;
       int64_t bytes = devices_[i].bucket_bytes[b];
-      while (e < buckets && launch[2 * e] == launch[2 * b] && launch[2 * e + 1] == launch[2 * b + 1]) {
+      while (e < buckets && launch[2 * e] == launch[2 * b] &&
+             launch[2 * e + 1] == launch[2 * b + 1]) {
         bytes += devices_[i].bucket_bytes[e++];
       }
       const std::string which =
           e - b == 1 ? std::to_string(b) : std::to_string(b) + "-" + std::to_string(e - 1);
-      Span span{comm_tid(i), (e - b == 1 ? "bucket " : "buckets ") + which + " all-reduce",
-                host(launch[2 * b]), host(launch[2 * b + 1]), step, bytes, which};
+      Span span{comm_tid(i),
+                (e - b == 1 ? "bucket " : "buckets ") + which + " all-reduce",
+                host(launch[2 * b]),
+                host(launch[2 * b + 1]),
+                step,
+                bytes,
+                which};
       spans_.push_back(std::move(span));
       b = e;
     }
@@ -103,8 +116,13 @@ void StepTrace::add_layer_spans(int tid, int64_t step, const DeviceStep& device,
     }
     if (open.empty() || points[open.back()].layer != p.layer) continue;
     const bool forward = p.point == LayerPoint::kForwardEnd;
-    spans_.push_back({tid, p.layer + (forward ? " forward" : " backward"),
-                      host(device.layer_ns[open.back()]), host(device.layer_ns[k]), step});
+    spans_.push_back({tid,
+                      p.layer + (forward ? " forward" : " backward"),
+                      host(device.layer_ns[open.back()]),
+                      host(device.layer_ns[k]),
+                      step,
+                      -1,
+                      {}});
     open.pop_back();
   }
 }
@@ -133,16 +151,23 @@ void StepTrace::write() {
     if (tid >= 0) json.field("tid", tid);
     json.key("args").begin_object().field("name", name).end_object().end_object();
     if (tid >= 0) {
-      json.begin_object().field("ph", "M").field("name", "thread_sort_index").field("pid", process_)
-          .field("tid", tid).key("args").begin_object().field("sort_index", sort).end_object()
+      json.begin_object()
+          .field("ph", "M")
+          .field("name", "thread_sort_index")
+          .field("pid", process_)
+          .field("tid", tid)
+          .key("args")
+          .begin_object()
+          .field("sort_index", sort)
+          .end_object()
           .end_object();
     }
   };
   metadata("process_name", -1, "lockstep process " + std::to_string(process_), 0);
   metadata("thread_name", kCallerTid, "caller thread (steps enqueued, results awaited)", 0);
   for (size_t i = 0; i < devices_.size(); ++i) {
-    const std::string who = devices_[i].device.str() + " (replica " +
-                            std::to_string(devices_[i].replica) + ")";
+    const std::string who =
+        devices_[i].device.str() + " (replica " + std::to_string(devices_[i].replica) + ")";
     metadata("thread_name", compute_tid(i), who + " compute stream", compute_tid(i));
     metadata("thread_name", comm_tid(i), who + " communication stream", comm_tid(i));
   }
@@ -150,7 +175,9 @@ void StepTrace::write() {
     json.begin_object()
         .field("ph", "X")
         .field("name", s.name)
-        .field("cat", s.tid == kCallerTid ? "host" : s.bytes >= 0 ? "communication" : "compute")
+        .field("cat", s.tid == kCallerTid ? "host"
+                      : s.bytes >= 0      ? "communication"
+                                          : "compute")
         .field("pid", process_)
         .field("tid", s.tid)
         .field("ts", us(s.begin_ns))
@@ -171,7 +198,8 @@ void StepTrace::write() {
   }
   json.end_array();
   json.field("displayTimeUnit", "ms");
-  json.key("otherData").begin_object()
+  json.key("otherData")
+      .begin_object()
       .field("producer", "lockstep")
       .field("format", "Chrome trace events; open in ui.perfetto.dev or chrome://tracing")
       .field("process", process_)

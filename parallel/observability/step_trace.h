@@ -40,8 +40,8 @@ class StepTrace {
  public:
   struct DeviceTrack {
     Device device;
-    int replica = 0;               // global
-    int64_t clock_offset_ns = 0;   // host steady clock - device clock
+    int replica = 0;                    // global
+    int64_t clock_offset_ns = 0;        // host steady clock - device clock
     std::vector<int64_t> bucket_bytes;  // what each gradient bucket's all-reduce carries
   };
   // What one device did in one traced step.
@@ -76,8 +76,8 @@ class StepTrace {
     std::string name;
     int64_t begin_ns, end_ns;  // host steady clock
     int64_t step;
-    int64_t bytes = -1;    // launches: bytes carried
-    std::string buckets;   // launches: "0-2"
+    int64_t bytes = -1;   // launches: bytes carried
+    std::string buckets;  // launches: "0-2"
   };
   struct Counter {
     int tid;

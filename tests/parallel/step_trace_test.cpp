@@ -44,8 +44,8 @@ std::string read_text(const std::string& path) {
 
 struct Traced {
   JsonValue file;
-  double caller_wall_us = 0;  // the caller's own clock around the traced steps
-  int64_t gradient_bytes = 0;   // what the buckets all-reduce, padding included
+  double caller_wall_us = 0;   // the caller's own clock around the traced steps
+  int64_t gradient_bytes = 0;  // what the buckets all-reduce, padding included
 };
 
 // Trains 6 steps on two host devices, tracing steps 4-6, each step() timed by the caller.
@@ -129,11 +129,11 @@ TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
     for (const Span& s : spans) {
       while (!open.empty() && s.ts >= open.back()->ts + open.back()->dur - 1e-3) open.pop_back();
       if (!open.empty()) {
+        EXPECT_GE(s.ts, open.back()->ts);
         EXPECT_LE(s.ts + s.dur, open.back()->ts + open.back()->dur + 1e-3)
             << track_names[tid] << ": '" << s.name << "' of step " << s.step << " overlaps '"
             << open.back()->name << "' without lying inside it";
       }
-      if (!open.empty()) EXPECT_GE(s.ts, open.back()->ts);
       open.push_back(&s);
     }
   }
@@ -159,18 +159,25 @@ TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
       if (phase) compute.push_back(s);
       if (!phase) ++layer_spans[s.name];
     }
-    EXPECT_EQ(layer_spans, (std::map<std::string, int>{{"0 forward", 3}, {"1 forward", 3},
-                                                       {"2 forward", 3}, {"3 forward", 3},
-                                                       {"4 forward", 3}, {"0 backward", 3},
-                                                       {"1 backward", 3}, {"2 backward", 3},
-                                                       {"3 backward", 3}, {"4 backward", 3}}));
+    EXPECT_EQ(layer_spans, (std::map<std::string, int>{{"0 forward", 3},
+                                                       {"1 forward", 3},
+                                                       {"2 forward", 3},
+                                                       {"3 forward", 3},
+                                                       {"4 forward", 3},
+                                                       {"0 backward", 3},
+                                                       {"1 backward", 3},
+                                                       {"2 backward", 3},
+                                                       {"3 backward", 3},
+                                                       {"4 backward", 3}}));
     ASSERT_EQ(compute.size(), 3 * phases.size());
     double busy_us = 0;
     for (size_t i = 0; i < compute.size(); ++i) {
       EXPECT_EQ(compute[i].name, phases[i % 4]);
       EXPECT_EQ(compute[i].step, 4 + static_cast<int64_t>(i / 4));
       // A step's four phases tile it: each starts where the one before ended.
-      if (i % 4 > 0) EXPECT_NEAR(compute[i].ts, compute[i - 1].ts + compute[i - 1].dur, 2e-3);
+      if (i % 4 > 0) {
+        EXPECT_NEAR(compute[i].ts, compute[i - 1].ts + compute[i - 1].dur, 2e-3);
+      }
       busy_us += compute[i].dur;
     }
     // Every gradient byte travels in some launch of every traced step.
@@ -179,7 +186,8 @@ TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
       bytes_per_step[launch.step] += launch.event->find("args")->find("bytes")->as_int64();
     }
     ASSERT_EQ(bytes_per_step.size(), 3u);
-    for (const auto& [step, bytes] : bytes_per_step) EXPECT_EQ(bytes, traced.gradient_bytes) << step;
+    for (const auto& [step, bytes] : bytes_per_step)
+      EXPECT_EQ(bytes, traced.gradient_bytes) << step;
     // The device's time in the traced steps is the steps' wall time on the caller's clock, but
     // for the host's work between them (its result read, the next step enqueued).
     EXPECT_LE(busy_us, traced.caller_wall_us);
