@@ -94,6 +94,10 @@ class Pipeline final : public Trainer {
   bool graphs() const override { return false; }  // pipelines run every step eagerly
   // "pipeline of P stages x N".
   std::string layout() const override;
+  // Every local stage's input, compute (its actions and optimizer), bubble (waiting for its
+  // neighbours), comm wait (the all-reduce across pipelines, tied sums) and idle, and the verdict
+  // (lockstep/device_use.h), against the schedule's own bubble.
+  UseVerdict device_use() const override;
   // The layers of each stage, by name ("h.0"), for logs.
   std::vector<std::vector<std::string>> stage_layers() const;
   PipelineStepStats last_step_stats() const;

@@ -438,8 +438,9 @@ void DataParallel::Impl::start_trace() {
   std::vector<StepTrace::DeviceTrack> tracks;
   const int64_t element = options_.buckets.reduce_dtype == DType::kBF16 ? 2 : 4;
   for (size_t r = 0; r < devices_.size(); ++r) {
-    StepTrace::DeviceTrack track{devices_[r], first_replica_ + static_cast<int>(r),
-                                 replica(r).clock_offset_ns(), {}};
+    StepTrace::DeviceTrack track{
+        devices_[r], "replica " + std::to_string(first_replica_ + static_cast<int>(r)),
+        replica(r).clock_offset_ns(), {}};
     for (const Bucket& b : buckets_) track.bucket_bytes.push_back(b.count * element);
     tracks.push_back(std::move(track));
   }

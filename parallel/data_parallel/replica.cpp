@@ -11,6 +11,7 @@
 #include "ops/elementwise.h"
 #include "ops/softmax_xent.h"
 #include "ops/step_control.h"
+#include "parallel/observability/device_clock.h"
 #include "parallel/runtime/step_common.h"
 
 namespace ls {
@@ -107,7 +108,7 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   outcomes_ = std::make_unique<StepOutcomes>(
       device, reducer_->launch_marks().numel(),
       layer_clock_ ? layer_clock_->marks().numel() : int64_t{0});
-  calibrate_clock();
+  clock_offset_ns_ = device_clock_offset_ns(device, *compute_);  // the trace's one time line
   // Only f16 scales the loss (lockstep/precision.h): its gradients underflow without it.
   const bool f16 = step_options_.precision == Precision::kF16;
   if (f16) check_loss_scale_config(step_options_.loss_scale);
@@ -191,21 +192,6 @@ int64_t Shard::counted_labels() const {
   int64_t n = 0;
   for (int64_t i = 0; i < rows * label_width; ++i) n += labels[i] != kIgnoreLabel ? 1 : 0;
   return n;
-}
-
-// The device's clock against the host's steady clock, once (issue 25's trace lays every device
-// on one time line): a stamp, waited for, read right after the wait returns, so the offset is
-// exact to within the wait's latency (microseconds). Host devices stamp the steady clock itself.
-void Replica::calibrate_clock() {
-  if (device_.is_host()) return;
-  stamp_device_clock(marks_, kStepBegin, *compute_);
-  int64_t stamped = 0;
-  marks_.view(0, {2}).copy_to_host_async(&stamped, sizeof stamped, *compute_);
-  compute_->synchronize();
-  const int64_t host_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now().time_since_epoch())
-                              .count();
-  clock_offset_ns_ = host_ns - stamped;
 }
 
 void Replica::upload(const Shard& shard) {  // evaluation: the caller's memory, then a sync

@@ -199,7 +199,6 @@ class Replica final : public GroupMember {
 
  private:
   void upload(const Shard& shard);
-  void calibrate_clock();
   // The step's device work after the upload: what a graph captures.
   void step_body(const Shard& shard, int accumulate, const ForwardContext& context);
   // Forward and backward of the shard's micro-batches; adds each one's loss sum to loss_sum_.
@@ -241,7 +240,7 @@ class Replica final : public GroupMember {
   std::unique_ptr<DeviceLayerClock> layer_clock_;  // traced runs only
   // Per outcome slot: the layer stamps its step exported (a graph launch: the capture's).
   std::shared_ptr<const LayerStamps> slot_layer_points_[StepOutcomes::kSlots];
-  int64_t clock_offset_ns_ = 0;  // host steady clock - device clock (calibrate_clock)
+  int64_t clock_offset_ns_ = 0;  // host steady clock - device clock (device_clock_offset_ns)
   // Graphs: the captured step and the shape it was captured for (its inputs are the tensors it
   // was captured reading; a step of another shape runs eagerly with its own).
   std::unique_ptr<StreamGraph> graph_;

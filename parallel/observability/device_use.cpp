@@ -105,6 +105,43 @@ void say_unbalanced(UseVerdict& v, const std::vector<int>& waiting) {
       " (another job on it, a slower device, a larger shard)";
 }
 
+// Stages waiting for their neighbours: the schedule's own bubble (more micro-batches shrink it),
+// or, when the wait is well past it, stages of unequal work (the layers are split unevenly).
+void say_pipeline_bubble(UseVerdict& v) {
+  const auto& d = v.devices;
+  const bool one = v.named.size() == 1;
+  const std::string who =
+      "pipeline stage" + std::string(one ? " " : "s ") + device_names(d, v.named) + " wait" +
+      (one ? "s " : " ") +
+      joined(d, v.named, [](const DeviceUse& u) { return percent(u.share(u.bubble_ms)); }) +
+      " of each step for " + (one ? "its" : "their") + " neighbours";
+  double worst = 0;
+  for (int i : v.named) {
+    const DeviceUse& u = d[static_cast<size_t>(i)];
+    worst = std::max(worst, u.share(u.bubble_ms));
+  }
+  if (v.pipeline_theory >= 0 && worst > v.pipeline_theory + 0.10) {
+    size_t busiest = 0;
+    for (size_t i = 1; i < d.size(); ++i) {
+      if (per_step(d[i], d[i].compute_ms) > per_step(d[busiest], d[busiest].compute_ms))
+        busiest = i;
+    }
+    std::vector<int> all = all_of(d);
+    v.sentence =
+        who + ", far more than the schedule's own bubble (" + percent(v.pipeline_theory) +
+        "): the stages' work is unequal (compute " +
+        joined(d, all, [](const DeviceUse& u) { return milliseconds(per_step(u, u.compute_ms)); }) +
+        " per step on " + device_names(d, all) + "); move layers from " + d[busiest].device.str() +
+        "'s stage to the others";
+    return;
+  }
+  std::string theory;
+  if (v.pipeline_theory >= 0)
+    theory = " (the schedule's own bubble is " + percent(v.pipeline_theory) + ")";
+  v.sentence = who + "' activations and gradients" + theory +
+               ": more micro-batches per step (--micro-batches) shrink the bubble";
+}
+
 void say_communication_bound(UseVerdict& v) {
   v.sentence = "communication is exposed " + percent(v.exposed_comm_share) +
                " of each step on every device (backward ends, then the gradient all-reduce "
@@ -138,6 +175,8 @@ const char* finding_name(UseVerdict::Finding finding) {
       return "all_used";
     case UseVerdict::Finding::kInputBound:
       return "input_bound";
+    case UseVerdict::Finding::kPipelineBubble:
+      return "pipeline_bubble";
     case UseVerdict::Finding::kUnbalanced:
       return "unbalanced";
     case UseVerdict::Finding::kCommunicationBound:
@@ -146,9 +185,10 @@ const char* finding_name(UseVerdict::Finding finding) {
   return "?";
 }
 
-UseVerdict judge_device_use(std::vector<DeviceUse> devices) {
+UseVerdict judge_device_use(std::vector<DeviceUse> devices, double pipeline_theory) {
   UseVerdict v;
   v.devices = std::move(devices);
+  v.pipeline_theory = pipeline_theory;
   const auto& d = v.devices;
   const bool measured = !d.empty() && std::all_of(d.begin(), d.end(), [](const DeviceUse& u) {
     return u.steps > 0 && u.window_ms > 0;
@@ -169,13 +209,27 @@ UseVerdict judge_device_use(std::vector<DeviceUse> devices) {
       }
     }
   }
+  // Waiting for input and (pipelines) waiting for neighbours: the larger one is the finding.
+  std::vector<int> input_bound, bubble_bound;
+  double input_worst = 0, bubble_worst = 0;
   for (size_t i = 0; i < d.size(); ++i) {
-    if (d[i].share(d[i].idle_ms + d[i].input_ms) >= kVerdictThreshold)
-      v.named.push_back(static_cast<int>(i));
+    const double input = d[i].share(d[i].idle_ms + d[i].input_ms);
+    const double bubble = d[i].share(d[i].bubble_ms);
+    if (input >= kVerdictThreshold) input_bound.push_back(static_cast<int>(i));
+    if (bubble >= kVerdictThreshold) bubble_bound.push_back(static_cast<int>(i));
+    input_worst = std::max(input_worst, input);
+    bubble_worst = std::max(bubble_worst, bubble);
   }
-  if (!v.named.empty()) {
+  if (!input_bound.empty() && input_worst >= bubble_worst) {
     v.finding = UseVerdict::Finding::kInputBound;
+    v.named = input_bound;
     say_input_bound(v);
+    return v;
+  }
+  if (!bubble_bound.empty()) {
+    v.finding = UseVerdict::Finding::kPipelineBubble;
+    v.named = bubble_bound;
+    say_pipeline_bubble(v);
     return v;
   }
   std::vector<int> waiting;
@@ -205,12 +259,16 @@ UseVerdict judge_device_use(std::vector<DeviceUse> devices) {
 std::vector<std::string> use_verdict_lines(const UseVerdict& verdict) {
   std::vector<std::string> lines;
   for (const DeviceUse& u : verdict.devices) {
+    char bubble[32] = "";
+    if (verdict.pipeline_theory >= 0) {
+      std::snprintf(bubble, sizeof bubble, "  bubble %5.1f%%", 100 * u.share(u.bubble_ms));
+    }
     char line[256];
     std::snprintf(line, sizeof line,
-                  "  %-8s compute %5.1f%%  input %5.1f%%  comm wait %5.1f%%  idle %5.1f%%  (%lld "
+                  "  %-8s compute %5.1f%%  input %5.1f%%  comm wait %5.1f%%  idle %5.1f%%%s  (%lld "
                   "steps, %s per step)",
                   u.device.str().c_str(), 100 * u.share(u.compute_ms), 100 * u.share(u.input_ms),
-                  100 * u.share(u.comm_wait_ms), 100 * u.share(u.idle_ms),
+                  100 * u.share(u.comm_wait_ms), 100 * u.share(u.idle_ms), bubble,
                   static_cast<long long>(u.steps), milliseconds(per_step(u, u.window_ms)).c_str());
     lines.emplace_back(line);
   }
@@ -229,6 +287,7 @@ void write_use_verdict(JsonWriter& json, const UseVerdict& verdict) {
       .field("finding", finding_name(verdict.finding))
       .field("sentence", verdict.sentence)
       .field("exposed_comm_share", verdict.exposed_comm_share)
+      .field("pipeline_theory", verdict.pipeline_theory)
       .field("slowest", verdict.slowest >= 0
                             ? verdict.devices[static_cast<size_t>(verdict.slowest)].device.str()
                             : std::string());
@@ -243,6 +302,7 @@ void write_use_verdict(JsonWriter& json, const UseVerdict& verdict) {
         .field("compute_ms", u.compute_ms)
         .field("comm_wait_ms", u.comm_wait_ms)
         .field("idle_ms", u.idle_ms)
+        .field("bubble_ms", u.bubble_ms)
         .end_object();
   }
   json.end_array().end_object();

@@ -1,5 +1,7 @@
 #include "parallel/observability/device_use_meter.h"
 
+#include <algorithm>
+
 #include <lockstep/error.h>
 
 namespace ls {
@@ -45,6 +47,40 @@ void DeviceUseMeter::add(int64_t step, const std::vector<StepMarks>& marks) {
     if (step > 1) add_step(all_[i], marks[i], gap);
     if (step > unmeasured_steps_) add_step(warm_[i], marks[i], gap);
     last_end_ns_[i] = marks[i].ns[kStepEnd];
+  }
+  last_step_ = step;
+  continuous_ = true;
+}
+
+void DeviceUseMeter::add_pipeline(int64_t step, const std::vector<StageStep>& stages) {
+  LS_ASSERT(stages.size() == warm_.size(), "timelines of ", stages.size(), " stages for ",
+            warm_.size());
+  const bool continuous = continuous_ && step == last_step_ + 1;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const StageStep& s = stages[i];
+    DeviceUse part;
+    part.input_ms = ms_between(s.begin_ns, s.input_ns);
+    part.compute_ms = s.busy_ms + ms_between(s.optimizer_begin_ns, s.end_ns);
+    // Between its actions, and from its own end to the optimizer (enqueued once every stage is
+    // done): waiting for the other stages.
+    part.bubble_ms = std::max(0.0, ms_between(s.input_ns, s.last_action_end_ns) - s.busy_ms) +
+                     ms_between(s.actions_end_ns, s.optimizer_begin_ns);
+    part.comm_wait_ms = ms_between(s.last_action_end_ns, s.actions_end_ns);
+    part.idle_ms = continuous ? ms_between(last_end_ns_[i], s.begin_ns) : 0.0;
+    part.window_ms =
+        part.input_ms + part.compute_ms + part.bubble_ms + part.comm_wait_ms + part.idle_ms;
+    for (DeviceUse* use :
+         {step > 1 ? &all_[i] : nullptr, step > unmeasured_steps_ ? &warm_[i] : nullptr}) {
+      if (use == nullptr) continue;
+      ++use->steps;
+      use->input_ms += part.input_ms;
+      use->compute_ms += part.compute_ms;
+      use->bubble_ms += part.bubble_ms;
+      use->comm_wait_ms += part.comm_wait_ms;
+      use->idle_ms += part.idle_ms;
+      use->window_ms += part.window_ms;
+    }
+    last_end_ns_[i] = s.end_ns;
   }
   last_step_ = step;
   continuous_ = true;

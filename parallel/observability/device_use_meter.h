@@ -21,6 +21,13 @@ class DeviceUseMeter {
 
   // Step `step`'s (1-based) marks of every local device, in order; steps arrive in order.
   void add(int64_t step, const std::vector<StepMarks>& marks);
+  // A pipeline's step: every local stage's timeline (its device's clock), in device order.
+  struct StageStep {
+    int64_t begin_ns = 0, input_ns = 0, last_action_end_ns = 0, actions_end_ns = 0;
+    int64_t optimizer_begin_ns = 0, end_ns = 0;  // the optimizer, once every stage is done
+    double busy_ms = 0;                          // the actions' own time
+  };
+  void add_pipeline(int64_t step, const std::vector<StageStep>& stages);
   // Work other than steps ran (evaluation, a checkpoint): the gap before the next step is not
   // idle time of the devices.
   void interrupt() { continuous_ = false; }
@@ -28,7 +35,9 @@ class DeviceUseMeter {
   // Each device's parts over the measured steps; with no step past the warm-up yet, over every
   // step after the first.
   std::vector<DeviceUse> devices() const;
-  UseVerdict verdict() const { return judge_device_use(devices()); }
+  UseVerdict verdict(double pipeline_theory = -1) const {
+    return judge_device_use(devices(), pipeline_theory);
+  }
 
  private:
   std::vector<DeviceUse> warm_, all_;  // past the warm-up; every step after the first

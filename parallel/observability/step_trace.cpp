@@ -127,6 +127,35 @@ void StepTrace::add_layer_spans(int tid, int64_t step, const DeviceStep& device,
   }
 }
 
+void StepTrace::add_pipeline_step(int64_t step, const std::vector<StageStep>& stages) {
+  LS_ASSERT(stages.size() == devices_.size());
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const int64_t offset = devices_[i].clock_offset_ns;
+    auto host = [offset](int64_t device_ns) { return device_ns + offset; };
+    const StageTimeline& t = stages[i].timeline;
+    const int tid = compute_tid(i);
+    spans_.push_back({tid, "input", host(t.begin_ns), host(t.input_ns), step, -1, {}});
+    int64_t last_end = t.input_ns;
+    for (const StageAction& a : t.actions) {
+      spans_.push_back({tid,
+                        std::string(a.forward ? "forward" : "backward") + " micro-batch " +
+                            std::to_string(a.micro_batch),
+                        host(a.start_ns),
+                        host(a.end_ns),
+                        step,
+                        -1,
+                        {}});
+      last_end = std::max(last_end, a.end_ns);
+    }
+    spans_.push_back(
+        {tid, "stage gradient sums", host(last_end), host(t.actions_end_ns), step, -1, {}});
+    const OptimizerSpan& optimizer = stages[i].optimizer;
+    spans_.push_back(
+        {tid, "optimizer", host(optimizer.begin_ns), host(optimizer.end_ns), step, -1, {}});
+  }
+  if (step >= options_.last_step) write();
+}
+
 void StepTrace::finish() {
   if (!written_ && !spans_.empty()) write();
 }
@@ -166,8 +195,7 @@ void StepTrace::write() {
   metadata("process_name", -1, "lockstep process " + std::to_string(process_), 0);
   metadata("thread_name", kCallerTid, "caller thread (steps enqueued, results awaited)", 0);
   for (size_t i = 0; i < devices_.size(); ++i) {
-    const std::string who =
-        devices_[i].device.str() + " (replica " + std::to_string(devices_[i].replica) + ")";
+    const std::string who = devices_[i].device.str() + " (" + devices_[i].role + ")";
     metadata("thread_name", compute_tid(i), who + " compute stream", compute_tid(i));
     metadata("thread_name", comm_tid(i), who + " communication stream", comm_tid(i));
   }

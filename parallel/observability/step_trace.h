@@ -19,6 +19,9 @@
 //       "head"), nested as the layers are;
 //     tid 11 + 2i, device i's communication stream: one span per all-reduce launch, "buckets
 //       A-B all-reduce" with args {step, bytes, buckets};
+//   a pipeline's stages (tid 10 + 2i, stage i's compute stream): per step "input", "forward
+//     micro-batch K" and "backward micro-batch K" for each action (from its input's arrival),
+//     "stage gradient sums" and "optimizer"; the caller's thread: "step N";
 //   "C" counter events "<device> memory in use" (args {MiB}) at each traced step's end.
 // Spans of one track nest or follow one another: a track is a stream (or one thread), which
 // runs in order.
@@ -33,6 +36,7 @@
 #include <lockstep/trainer.h>
 #include "parallel/observability/layer_clock.h"
 #include "parallel/observability/step_marks.h"
+#include "parallel/pipeline/stage_timeline.h"
 
 namespace ls {
 
@@ -40,7 +44,7 @@ class StepTrace {
  public:
   struct DeviceTrack {
     Device device;
-    int replica = 0;                    // global
+    std::string role;                   // "replica 0", "stage 1": names its tracks
     int64_t clock_offset_ns = 0;        // host steady clock - device clock
     std::vector<int64_t> bucket_bytes;  // what each gradient bucket's all-reduce carries
   };
@@ -64,6 +68,12 @@ class StepTrace {
   // Every local device's part of a traced step (in device order); writes the file after the
   // last traced step.
   void add_step(int64_t step, const std::vector<DeviceStep>& devices);
+  // A pipeline's step: every local stage's timeline and its optimizer's end (device clock).
+  struct StageStep {
+    StageTimeline timeline;
+    OptimizerSpan optimizer;
+  };
+  void add_pipeline_step(int64_t step, const std::vector<StageStep>& stages);
   // Writes what was traced, if anything and not written yet (the trainer's end).
   void finish();
   const std::string& path() const { return path_; }

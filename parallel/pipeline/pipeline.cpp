@@ -9,6 +9,8 @@
 #include "engine/core/runtime.h"
 #include "ops/softmax_xent.h"
 #include "parallel/pipeline/pipeline_impl.h"
+
+#include <cstdio>
 #include "parallel/runtime/step_common.h"
 #include "parallel/comm/world_communicators.h"
 
@@ -59,6 +61,8 @@ Pipeline::Impl::Impl(const World* world, std::vector<Device> devices, const Mode
   schedule_ = pipeline_schedule(options_.stages, options_.micro_batches, options_.schedule);
   build_stages(model, optimizer);
   group_->start_telemetry(devices_);
+  meter_ = std::make_unique<DeviceUseMeter>(devices_, first_pipeline_ * options_.stages);
+  start_trace();
 }
 
 void Pipeline::Impl::plan(const ModelFactory& model) {
@@ -280,6 +284,7 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   const int p = options_.stages;
   group_->set_telemetry_step(steps_ + 1);
   const auto started = std::chrono::steady_clock::now();
+  const int64_t started_ns = StepTrace::now_ns();
   run_on_stages(
       [&](size_t index, PipelineStage& stage) {
         const int64_t r = first_pipeline_ + static_cast<int64_t>(index) / p, rows = batch.size / n;
@@ -305,9 +310,13 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   nonfinite = sums[1] > 0;
   const float loss = static_cast<float>(loss_sum / static_cast<double>(global_labels));
   const bool skipped = nonfinite || !std::isfinite(loss);
-  run_on_stages([skipped](size_t, PipelineStage& stage) { stage.step(!skipped); },
+  std::vector<OptimizerSpan> optimizers(stage_count());
+  run_on_stages([skipped, &optimizers](size_t index, PipelineStage& stage) {
+                  optimizers[index] = stage.step(!skipped);
+                },
                 "optimizer step");
   ++steps_;
+  account_step(outcomes, optimizers, started_ns, StepTrace::now_ns());
   if (skipped) ++skipped_total_;
   stats_ = {};
   stats_.step_ms = step_ms;
@@ -321,7 +330,43 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   return {loss, skipped};
 }
 
+void Pipeline::Impl::start_trace() {
+  if (options_.trace.path.empty()) return;
+  std::vector<StepTrace::DeviceTrack> tracks;
+  for (size_t i = 0; i < stage_count(); ++i) {
+    const int p = options_.stages;
+    std::string role = "stage " + std::to_string(static_cast<int>(i) % p);
+    if (pipelines_total_ > 1) {
+      role += " of pipeline " + std::to_string(first_pipeline_ + static_cast<int>(i) / p);
+    }
+    tracks.push_back({devices_[i], role, stage(i).clock_offset_ns(), {}});
+  }
+  trace_ = std::make_unique<StepTrace>(options_.trace, world_ != nullptr ? world_->rank() : 0,
+                                       std::move(tracks));
+}
+
+void Pipeline::Impl::account_step(const std::vector<StageOutcome>& outcomes,
+                                  const std::vector<OptimizerSpan>& optimizers, int64_t start_ns,
+                                  int64_t end_ns) {
+  std::vector<DeviceUseMeter::StageStep> stages;
+  std::vector<StepTrace::StageStep> traced;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    const StageTimeline& t = outcomes[i].timeline;
+    int64_t last_action_end = t.input_ns;
+    for (const StageAction& a : t.actions) last_action_end = std::max(last_action_end, a.end_ns);
+    stages.push_back({t.begin_ns, t.input_ns, last_action_end, t.actions_end_ns,
+                      optimizers[i].begin_ns, optimizers[i].end_ns, outcomes[i].busy_ms});
+    traced.push_back({t, optimizers[i]});
+  }
+  meter_->add_pipeline(steps_, stages);
+  if (trace_ && trace_->traces(steps_)) {
+    trace_->caller_span("step " + std::to_string(steps_), steps_, start_ns, end_ns);
+    trace_->add_pipeline_step(steps_, traced);
+  }
+}
+
 EvalResult Pipeline::Impl::evaluate(const data::Dataset& dataset, int64_t batch_size) {
+  meter_->interrupt();  // not a step: the gap before the next one is not idle
   LS_CHECK(batch_size > 0, "evaluate: batch size must be positive, got ", batch_size);
   check_evaluable(*options_.loss);
   LS_CHECK(dataset.count > 0, "evaluate: the data set '", dataset.name, "' is empty");
@@ -388,6 +433,17 @@ Pipeline::Pipeline(const World& world, ModelFactory model, OptimizerFactory opti
                    PipelineOptions options)
     : impl_(std::make_unique<Impl>(&world, world.local_devices(), model, optimizer, options)) {}
 Pipeline::~Pipeline() = default;
+
+Pipeline::Impl::~Impl() {
+  if (!trace_) return;
+  try {  // a run that ended inside the traced range: what it traced
+    trace_->finish();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lockstep: the trace was not written: %s\n", e.what());
+  }
+}
+
+UseVerdict Pipeline::device_use() const { return impl_->device_use(); }
 StepResult Pipeline::step(const data::Batch& batch) { return impl_->step(batch); }
 int64_t Pipeline::step_async(const data::Batch& batch) {
   const StepResult done = impl_->step(batch);

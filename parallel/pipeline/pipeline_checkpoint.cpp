@@ -39,6 +39,7 @@ std::span<const std::byte> bytes_of(const std::vector<float>& v) {
 std::string Pipeline::Impl::save(const std::string& dir, const TrainingPosition& position,
                                  const CheckpointRetention& retention) {
   group_->check_usable("save");
+  meter_->interrupt();  // not a step: the gap before the next one is not idle
   // Process 0 writes (its first pipeline holds the whole model); every process returns its
   // result or raises its error.
   return processes().on_process_zero([&] { return commit(dir, position, retention); },
@@ -104,6 +105,7 @@ std::string Pipeline::Impl::commit(const std::string& dir, const TrainingPositio
 
 TrainingPosition Pipeline::Impl::load(const std::string& dir) {
   group_->check_usable("load");
+  meter_->interrupt();
   // Every process reads DIR itself; all load, or none.
   const checkpoint::LoadedCheckpoint loaded = processes().read_checkpoint(dir);
   std::string optimizer;

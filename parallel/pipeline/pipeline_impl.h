@@ -14,6 +14,8 @@
 #include <vector>
 
 #include <lockstep/pipeline.h>
+#include "parallel/observability/device_use_meter.h"
+#include "parallel/observability/step_trace.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/runtime/worker_group.h"
@@ -25,7 +27,7 @@ class Pipeline::Impl {
   // `world` null: one process driving `devices`; else world->local_devices() of every process.
   Impl(const World* world, std::vector<Device> devices, const ModelFactory& model,
        const OptimizerFactory& optimizer, PipelineOptions options);
-  ~Impl() = default;  // group_ destroys the stages, each on its own thread
+  ~Impl();  // writes a trace left short; group_ destroys the stages, each on its own thread
 
   StepResult step(const data::Batch& batch);
   EvalResult evaluate(const data::Dataset& dataset, int64_t batch_size);
@@ -44,8 +46,16 @@ class Pipeline::Impl {
   int64_t parameter_count() const { return parameter_count_; }
   std::vector<std::vector<std::string>> stage_layers() const { return stage_layer_names_; }
   PipelineStepStats last_step_stats() const { return stats_; }
+  UseVerdict device_use() const {
+    return meter_->verdict(theoretical_bubble(options_.stages, options_.micro_batches));
+  }
 
  private:
+  void start_trace();
+  // A step's stage timelines (and the optimizer's end on each): the meter, and the trace.
+  void account_step(const std::vector<StageOutcome>& outcomes,
+                    const std::vector<OptimizerSpan>& optimizers, int64_t start_ns,
+                    int64_t end_ns);
   void plan(const ModelFactory& model);
   // Writes the checkpoint from this process's first pipeline (process 0's save).
   std::string commit(const std::string& dir, const TrainingPosition& position,
@@ -75,6 +85,8 @@ class Pipeline::Impl {
   const World* world_ = nullptr;  // null: one process
   std::vector<Device> devices_;   // this process's
   PipelineOptions options_;
+  std::unique_ptr<DeviceUseMeter> meter_;  // every step's stage timelines
+  std::unique_ptr<StepTrace> trace_;       // options_.trace, when a path is given
   int first_pipeline_ = 0;   // global index of this process's first pipeline
   int pipelines_total_ = 0;  // over every process
   std::vector<std::pair<int, int>> ranges_;  // layers of each stage

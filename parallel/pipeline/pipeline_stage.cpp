@@ -9,6 +9,9 @@
 // gradient only after waiting on the event each peer recorded after copying it.
 #include "parallel/pipeline/pipeline_stage.h"
 
+#include "ops/step_control.h"
+#include "parallel/observability/device_clock.h"
+
 #include <cmath>
 
 #include <lockstep/error.h>
@@ -91,6 +94,9 @@ PipelineStage::PipelineStage(const StageConfig& config, Device device, const Mod
   loss_sum_ = Tensor::empty({1}, DType::kF32, device);
   nonfinite_ = Tensor::empty({1}, DType::kI32, device);
   loss_seed_ = Tensor::empty({1}, DType::kF32, device);
+  marks_ = Tensor::empty({10}, DType::kI32, device);
+  step_ref_ = runtime.create_event();  // timed
+  clock_offset_ns_ = device_clock_offset_ns(device, *compute_);
   compute_->synchronize();
   phase_ = StagePhase::kIdle;
 }
@@ -330,10 +336,13 @@ StageOutcome PipelineStage::run(const Shard& shard, int64_t global_labels,
   shard_ = shard;
   global_labels_ = global_labels;
   context_ = ForwardContext{true, dropout_seed, step, 0};
+  stamp_device_clock(marks_, 0, *compute_);
   upload(shard);
   store_->zero_grad(*compute_);
   fill(loss_sum_, 0.0f, *compute_);
   if (last()) fill(loss_seed_, 1.0f / static_cast<float>(global_labels), *compute_);
+  stamp_device_clock(marks_, 1, *compute_);
+  compute_->record(*step_ref_);
   micro_.clear();
   micro_.resize(static_cast<size_t>(m));
   for (int i = 0; i < m; ++i) {  // near-equal micro-batches: the later ones get the extra rows
@@ -357,13 +366,26 @@ StageOutcome PipelineStage::run(const Shard& shard, int64_t global_labels,
   reduce_data_parallel();
   sum_tied_gradients();
   count_nonfinite(store_->grads(), nonfinite_, *compute_);
+  stamp_device_clock(marks_, 2, *compute_);
+  marks_.view(0, {6}).copy_to_host_async(marks_host_, 3 * sizeof(int64_t), *compute_);
   loss_sum_.copy_to_host_async(&loss_sum_host_, sizeof loss_sum_host_, *compute_);
   nonfinite_.copy_to_host_async(&nonfinite_host_, sizeof nonfinite_host_, *compute_);
   set_phase(StagePhase::kSynchronize, -1);
   compute_->synchronize();
-  StageOutcome outcome{last() ? loss_sum_host_ : 0.0, nonfinite_host_, 0.0};
+  StageOutcome outcome{last() ? loss_sum_host_ : 0.0, nonfinite_host_, 0.0, {}};
+  StageTimeline& timeline = outcome.timeline;
+  timeline.begin_ns = marks_host_[0];
+  timeline.input_ns = marks_host_[1];
+  timeline.actions_end_ns = marks_host_[2];
+  // The actions' events, timed from step_ref_ (recorded with the input stamp).
+  auto at = [&](const Event& e) {
+    return timeline.input_ns + static_cast<int64_t>(e.elapsed_ms_since(*step_ref_) * 1e6);
+  };
   for (size_t k = 0; k < actions.size(); ++k) {
     outcome.busy_ms += action_end_[k]->elapsed_ms_since(*action_start_[k]);
+    timeline.actions.push_back({actions[k].kind == PipelineAction::Kind::kForward,
+                                actions[k].micro_batch, at(*action_start_[k]),
+                                at(*action_end_[k])});
   }
   set_phase(StagePhase::kIdle, -1);
   return outcome;
@@ -435,14 +457,18 @@ EvalCounts PipelineStage::evaluate(const Shard& rows, int64_t batch_size) {
   return counts;
 }
 
-void PipelineStage::step(bool apply) {
+OptimizerSpan PipelineStage::step(bool apply) {
+  stamp_device_clock(marks_, 3, *compute_);
   if (apply) {
     set_phase(StagePhase::kOptimizer, -1);
     optimizer_->step(store_->values(), store_->grads(), *compute_);
   }
+  stamp_device_clock(marks_, 4, *compute_);
+  marks_.view(6, {4}).copy_to_host_async(&marks_host_[3], 2 * sizeof(int64_t), *compute_);
   compute_->synchronize();
   keep_alive_.clear();  // every stage's run() has synchronized: every copy has run
   set_phase(StagePhase::kIdle, -1);
+  return {marks_host_[3], marks_host_[4]};
 }
 
 }  // namespace ls

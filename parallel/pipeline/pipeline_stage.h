@@ -26,6 +26,7 @@
 #include <lockstep/pipeline_schedule.h>
 #include "parallel/data_parallel/replica.h"
 #include "parallel/pipeline/stage_inbox.h"
+#include "parallel/pipeline/stage_timeline.h"
 
 namespace ls {
 
@@ -69,6 +70,7 @@ struct StageOutcome {
   double loss_sum = 0;  // last stage: sum of the per-label loss over this pipeline's rows
   int32_t nonfinite = 0;
   double busy_ms = 0;  // time the stream spent on forward and backward actions
+  StageTimeline timeline;
 };
 
 class PipelineStage final : public GroupMember {
@@ -89,7 +91,10 @@ class PipelineStage final : public GroupMember {
   StageOutcome run(const Shard& shard, int64_t global_labels,
                    const std::vector<PipelineAction>& actions, int64_t step, uint64_t dropout_seed);
   // The optimizer step (synchronizes); then drops the tensors kept for the neighbours' copies.
-  void step(bool apply);
+  // Returns when the optimizer began and ended on the device's clock.
+  OptimizerSpan step(bool apply);
+  // Host steady clock minus this device's clock (device_clock_offset_ns).
+  int64_t clock_offset_ns() const { return clock_offset_ns_; }
   // Forward only over `rows` (this pipeline's part of a data set) in chunks of batch_size, the
   // activations passed stage to stage; the last stage returns the counts (the others, zeros).
   // Each chunk's input is needed on every stage (padding masks, pooling), so each uploads it.
@@ -169,6 +174,13 @@ class PipelineStage final : public GroupMember {
   ForwardContext context_;
   float loss_sum_host_ = 0;
   int32_t nonfinite_host_ = 0;
+  // The step's stamps (i32 [10]: begin, input, actions end, optimizer begin and end) and their
+  // host copy;
+  // step_ref_ is recorded with the input stamp, the origin of the actions' events.
+  Tensor marks_;
+  int64_t marks_host_[5] = {};
+  std::unique_ptr<Event> step_ref_;
+  int64_t clock_offset_ns_ = 0;
 };
 
 }  // namespace ls

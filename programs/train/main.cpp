@@ -471,8 +471,6 @@ int main(int argc, char** argv) {
                     static_cast<long long>(options.trace.first_step),
                     static_cast<long long>(std::min(options.trace.last_step, summary.steps)),
                     options.trace.path.c_str());
-      } else if (summary.bubble) {
-        std::printf("no trace written: the planner chose a pipeline, which does not trace yet\n");
       } else {
         std::printf("no trace written: the run's %lld steps do not reach --trace-steps %lld:%lld\n",
                     static_cast<long long>(summary.steps),

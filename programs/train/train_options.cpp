@@ -166,9 +166,6 @@ void check_combinations(const CLI::App& app, const TrainOptions& o) {
                          " yet (pipelines run in f32 and eagerly; "
                          "--micro-batches replaces --accumulate); drop it");
     }
-    if (given("--trace") || given("--trace-steps"))
-      throw UsageError("--pipeline does not write a trace yet (its stages do not stamp their "
-                       "steps); drop --trace, or trace the model with data parallelism");
   } else if (o.strategy == "manual") {  // auto may choose a pipeline: then they apply
     for (const char* flag : {"--schedule", "--micro-batches"}) {
       if (given(flag)) throw UsageError(std::string(flag) + " is for --pipeline P; drop it");

@@ -15,6 +15,7 @@
 #include "engine/core/json_reader.h"
 #include <lockstep/data_parallel.h>
 #include <lockstep/nn/module.h>
+#include <lockstep/pipeline.h>
 #include "parallel/data_parallel/engine_hooks.h"
 #include "parallel/observability/device_use_meter.h"
 #include "parallel/random_batch.h"
@@ -282,6 +283,61 @@ TEST(DeviceUseRun, ABalancedRunBlamesNoDevice) {
     EXPECT_LT((d.comm_wait_ms + d.idle_ms + d.input_ms) / static_cast<double>(d.steps), 15.0)
         << d.device.str() << ": " << v.sentence;
   }
+}
+
+// ---- pipelines -----------------------------------------------------------------------------
+
+TEST(DeviceUseVerdict, APipelineBubbleNamesTheStagesAndTheSchedulesOwn) {
+  DeviceUse stage0 = use(0, 1, 60, 2, 1), stage1 = use(1, 1, 55, 2, 1);
+  stage0.bubble_ms = 36;
+  stage1.bubble_ms = 41;
+  stage0.window_ms += 36;
+  stage1.window_ms += 41;
+  const UseVerdict v = judge_device_use({stage0, stage1}, 1.0 / 3.0);
+  EXPECT_EQ(v.finding, Finding::kPipelineBubble);
+  EXPECT_EQ(v.sentence,
+            "pipeline stages host:0 and host:1 wait 36% / 41% of each step for their neighbours' "
+            "activations and gradients (the schedule's own bubble is 33%): more micro-batches per "
+            "step (--micro-batches) shrink the bubble");
+  EXPECT_TRUE(contains(use_verdict_lines(v)[0], "bubble  36.0%")) << use_verdict_lines(v)[0];
+}
+
+TEST(DeviceUseVerdict, ABubbleFarPastTheSchedulesIsUnequalStages) {
+  // host:1 computes a fifth of what host:0 does and waits 70% of each step for it.
+  DeviceUse stage0 = use(0, 1, 90, 2, 1), stage1 = use(1, 1, 18, 2, 9);
+  stage1.bubble_ms = 70;
+  stage1.window_ms += 70;
+  const UseVerdict v = judge_device_use({stage0, stage1}, 1.0 / 9.0);
+  EXPECT_EQ(v.finding, Finding::kPipelineBubble);
+  EXPECT_EQ(v.named, (std::vector<int>{1}));
+  EXPECT_EQ(v.sentence,
+            "pipeline stage host:1 waits 70% of each step for its neighbours, far more than the "
+            "schedule's own bubble (11%): the stages' work is unequal (compute 9.00 ms / 1.80 ms "
+            "per step on host:0 and host:1); move layers from host:0's stage to the others");
+}
+
+// A pipeline of 2 stages and 2 micro-batches idles a third of each step by its schedule
+// ((p - 1) / (m + p - 1)); its verdict says so, with the parts adding up per stage.
+TEST(DeviceUseRun, APipelineOfTwoMicroBatchesIsBubbleBound) {
+  PipelineOptions options;
+  options.stages = 2;
+  options.micro_batches = 2;
+  Pipeline pipe({host(0), host(1)}, mlp_factory({kFeatures, 1024, 1024, 10}),
+                make_optimizer_factory({"sgd", 0.01f}), options);
+  const data::Batch batch = testing::random_batch(256, kFeatures, 3);
+  for (int i = 0; i < kSteps; ++i) pipe.step(batch);
+  const UseVerdict v = pipe.device_use();
+  ASSERT_EQ(v.devices.size(), 2u);
+  for (const DeviceUse& d : v.devices) {
+    EXPECT_EQ(d.steps, kSteps - 3);
+    EXPECT_GT(d.compute_ms, 0.0);
+    EXPECT_NEAR(d.input_ms + d.compute_ms + d.comm_wait_ms + d.idle_ms + d.bubble_ms, d.window_ms,
+                1e-9);
+  }
+  EXPECT_NEAR(v.pipeline_theory, 1.0 / 3.0, 1e-12);
+  EXPECT_EQ(v.finding, Finding::kPipelineBubble) << v.sentence;
+  EXPECT_TRUE(contains(v.sentence, "schedule's own bubble")) << v.sentence;
+  EXPECT_TRUE(contains(v.sentence, "33%")) << v.sentence;
 }
 
 }  // namespace

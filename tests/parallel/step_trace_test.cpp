@@ -22,6 +22,7 @@
 
 #include "engine/core/json_reader.h"
 #include <lockstep/data_parallel.h>
+#include <lockstep/pipeline.h>
 #include "parallel/random_batch.h"
 
 namespace ls {
@@ -82,21 +83,30 @@ struct Span {
   const JsonValue* event;
 };
 
-TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
-  const std::string path = temp_trace("run");
-  fs::remove(path);
-  const Traced traced = run_traced(path);
-  const auto& events = traced.file.find("traceEvents")->items();
-  EXPECT_EQ(traced.file.find("displayTimeUnit")->as_string(), "ms");
-
+struct ParsedTrace {
   std::map<int64_t, std::string> track_names;
   std::map<int64_t, std::vector<Span>> tracks;
   int counters = 0;
+};
+
+// Reads a trace's events and checks them against the trace-event format's rules: known phases
+// with their fields, every track named, and on every track spans in time order that nest or
+// follow one another.
+ParsedTrace read_checked(const JsonValue& file) {
+  ParsedTrace parsed;
+  auto& track_names = parsed.track_names;
+  auto& tracks = parsed.tracks;
+  auto& counters = parsed.counters;
+  const auto& events = file.find("traceEvents")->items();
+  EXPECT_EQ(file.find("displayTimeUnit")->as_string(), "ms");
   for (const JsonValue& e : events) {
     const std::string ph = e.find("ph")->as_string();
-    ASSERT_TRUE(ph == "M" || ph == "X" || ph == "C") << ph;
+    EXPECT_TRUE(ph == "M" || ph == "X" || ph == "C") << ph;
     EXPECT_EQ(e.find("pid")->as_int64(), 0);
-    ASSERT_NE(e.find("name"), nullptr);
+    if (e.find("name") == nullptr) {
+      ADD_FAILURE() << "an event without a name";
+      continue;
+    }
     if (ph == "M") {
       if (e.find("name")->as_string() == "thread_name") {
         track_names[e.find("tid")->as_int64()] = e.find("args")->find("name")->as_string();
@@ -115,16 +125,11 @@ TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
     tracks[e.find("tid")->as_int64()].push_back(
         {e.find("name")->as_string(), ts, dur, e.find("args")->find("step")->as_int64(), &e});
   }
-  EXPECT_EQ(track_names[1], "caller thread (steps enqueued, results awaited)");
-  EXPECT_EQ(track_names[10], "host:0 (replica 0) compute stream");
-  EXPECT_EQ(track_names[13], "host:1 (replica 1) communication stream");
-  EXPECT_EQ(counters, 2 * 3);  // each device's memory at each traced step's end
-
   // A track is a stream or one thread: its spans are in time order, and each one either lies
   // inside the span still open before it (a layer inside forward + backward) or starts after
   // it has ended (the file rounds to nanoseconds).
   for (const auto& [tid, spans] : tracks) {
-    ASSERT_TRUE(track_names.count(tid)) << "track " << tid << " has no name";
+    EXPECT_TRUE(track_names.count(tid)) << "track " << tid << " has no name";
     std::vector<const Span*> open;
     for (const Span& s : spans) {
       while (!open.empty() && s.ts >= open.back()->ts + open.back()->dur - 1e-3) open.pop_back();
@@ -137,6 +142,22 @@ TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
       open.push_back(&s);
     }
   }
+
+  return parsed;
+}
+
+TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
+  const std::string path = temp_trace("run");
+  fs::remove(path);
+  const Traced traced = run_traced(path);
+  ParsedTrace parsed = read_checked(traced.file);
+  auto& track_names = parsed.track_names;
+  auto& tracks = parsed.tracks;
+  const int counters = parsed.counters;
+  EXPECT_EQ(track_names[1], "caller thread (steps enqueued, results awaited)");
+  EXPECT_EQ(track_names[10], "host:0 (replica 0) compute stream");
+  EXPECT_EQ(track_names[13], "host:1 (replica 1) communication stream");
+  EXPECT_EQ(counters, 2 * 3);  // each device's memory at each traced step's end
 
   // The caller enqueued and awaited each traced step.
   std::set<std::string> caller;
@@ -193,6 +214,49 @@ TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
     EXPECT_LE(busy_us, traced.caller_wall_us);
     EXPECT_GE(busy_us, 0.95 * traced.caller_wall_us)
         << "busy " << busy_us << " us of " << traced.caller_wall_us << " us";
+  }
+  fs::remove(path);
+}
+
+// A pipeline's stages: each traced step holds, on each stage's compute stream, every
+// micro-batch's forward and backward (each from its input's arrival), then the stage's gradient
+// sums and its optimizer, and the caller's thread holds the step.
+TEST(StepTrace, APipelinesStagesShowEveryMicroBatch) {
+  const std::string path = temp_trace("pipeline");
+  fs::remove(path);
+  {
+    PipelineOptions options;
+    options.stages = 2;
+    options.micro_batches = 3;
+    options.trace.path = path;
+    options.trace.first_step = 2;
+    options.trace.last_step = 3;
+    Pipeline pipe({Device{DeviceKind::kHost, 0}, Device{DeviceKind::kHost, 1}},
+                  mlp_factory({64, 128, 128, 10}), make_optimizer_factory({"sgd", 0.01f}), options);
+    const data::Batch batch = testing::random_batch(48, 64, 7);
+    for (int step = 1; step <= 4; ++step) pipe.step(batch);
+  }
+  const JsonValue file = parse_json(read_text(path), path);
+  ParsedTrace parsed = read_checked(file);
+  EXPECT_EQ(parsed.track_names[10], "host:0 (stage 0) compute stream");
+  EXPECT_EQ(parsed.track_names[12], "host:1 (stage 1) compute stream");
+  std::set<std::string> caller;
+  for (const Span& s : parsed.tracks[1]) caller.insert(s.name);
+  EXPECT_EQ(caller, (std::set<std::string>{"step 2", "step 3"}));
+  for (int tid : {10, 12}) {
+    std::map<int64_t, std::multiset<std::string>> per_step;
+    for (const Span& s : parsed.tracks[tid]) per_step[s.step].insert(s.name);
+    const std::multiset<std::string> want = {"input",
+                                             "forward micro-batch 0",
+                                             "forward micro-batch 1",
+                                             "forward micro-batch 2",
+                                             "backward micro-batch 0",
+                                             "backward micro-batch 1",
+                                             "backward micro-batch 2",
+                                             "stage gradient sums",
+                                             "optimizer"};
+    EXPECT_EQ(per_step, (std::map<int64_t, std::multiset<std::string>>{{2, want}, {3, want}}))
+        << parsed.track_names[tid];
   }
   fs::remove(path);
 }
