@@ -155,6 +155,15 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
   group_->start_telemetry(devices_);
   meter_ = std::make_unique<DeviceUseMeter>(devices_, first_replica_);
   start_trace();
+  fatal_dump_ = std::make_unique<FatalSignalDump>([this] {
+    FlightRecord record{.reason = "fatal signal",
+                        .report = "the process died of a fatal signal",
+                        .process = world_ != nullptr ? world_->rank() : 0,
+                        .processes = world_ != nullptr ? world_->size() : 1,
+                        .replicas = progress(),
+                        .now = std::chrono::steady_clock::now()};
+    return write_flight_record(options_.flight_recorder_dir, record);
+  });
 }
 
 // Note [Graphs with several GPUs in one process]
@@ -254,6 +263,7 @@ void DataParallel::Impl::build_replicas(const ModelFactory& model,
 }
 
 DataParallel::Impl::~Impl() {
+  fatal_dump_.reset();  // nothing to dump from a trainer going away
   // Steps still queued are waited for under the watchdog (bounded), not by the replicas' drain,
   // which would wait for a collective whose peer is gone without limit.
   if (group_ && !queued_.empty() && !group_->failure().failed()) {

@@ -23,6 +23,7 @@
 #include "parallel/data_parallel/replica.h"
 #include "parallel/runtime/step_common.h"
 #include "parallel/observability/device_use_meter.h"
+#include "parallel/observability/fatal_signal_dump.h"
 #include "parallel/observability/step_trace.h"
 #include "parallel/observability/telemetry.h"
 #include "parallel/observability/watchdog.h"
@@ -127,6 +128,8 @@ class DataParallel::Impl {
   std::string flight_note_;  // the flight recorder's sentence this run_on_all wrote, if any
   std::unique_ptr<DeviceUseMeter> meter_;  // every harvested step's marks
   std::unique_ptr<StepTrace> trace_;       // options_.trace, when a path is given
+  // Writes the flight recorder if the process dies of a fatal signal (reset first on the way out).
+  std::unique_ptr<FatalSignalDump> fatal_dump_;
   int64_t steps_ = 0;
   int64_t skipped_total_ = 0;
   int consecutive_skips_ = 0;
