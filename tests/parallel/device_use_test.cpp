@@ -278,10 +278,11 @@ TEST(DeviceUseRun, ABalancedRunBlamesNoDevice) {
   expect_consistent(v);
   EXPECT_EQ(v.finding, Finding::kAllUsed) << v.sentence;
   EXPECT_TRUE(contains(v.sentence, "both are used")) << v.sentence;
-  // Neither device waits anywhere near the 40 ms the unbalanced runs show.
+  // Each device's nap is its own step's work (the stream waits for the host to enqueue it),
+  // on both devices alike: neither is idle or waiting for its input.
   for (const DeviceUse& d : v.devices) {
-    EXPECT_LT((d.comm_wait_ms + d.idle_ms + d.input_ms) / static_cast<double>(d.steps), 15.0)
-        << d.device.str() << ": " << v.sentence;
+    EXPECT_GE(d.compute_ms / static_cast<double>(d.steps), 40.0) << d.device.str();
+    EXPECT_LT(d.share(d.idle_ms + d.input_ms), kVerdictThreshold) << d.device.str();
   }
 }
 
