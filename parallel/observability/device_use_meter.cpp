@@ -11,18 +11,41 @@ double ms_between(int64_t from_ns, int64_t to_ns) {
   return to_ns > from_ns ? static_cast<double>(to_ns - from_ns) * 1e-6 : 0.0;
 }
 
-void add_step(DeviceUse& use, const StepMarks& m, double gap_ms) {
+// One data-parallel step's parts on one device.
+DeviceUse step_parts(const StepMarks& m, double gap_ms) {
   const int64_t* t = m.ns;
-  const double input = ms_between(t[kStepBegin], t[kInputReady]);
-  const double compute =
+  DeviceUse part;
+  part.input_ms = ms_between(t[kStepBegin], t[kInputReady]);
+  part.compute_ms =
       ms_between(t[kInputReady], t[kBackwardEnd]) + ms_between(t[kGradientsReduced], t[kStepEnd]);
-  const double wait = ms_between(t[kBackwardEnd], t[kGradientsReduced]);
-  ++use.steps;
-  use.input_ms += input;
-  use.compute_ms += compute;
-  use.comm_wait_ms += wait;
-  use.idle_ms += gap_ms;
-  use.window_ms += input + compute + wait + gap_ms;
+  part.comm_wait_ms = ms_between(t[kBackwardEnd], t[kGradientsReduced]);
+  part.idle_ms = gap_ms;
+  return part;
+}
+
+// One pipeline step's parts on one stage.
+DeviceUse stage_parts(const DeviceUseMeter::StageStep& s, double gap_ms) {
+  DeviceUse part;
+  part.input_ms = ms_between(s.begin_ns, s.input_ns);
+  part.compute_ms = s.busy_ms + ms_between(s.optimizer_begin_ns, s.end_ns);
+  // Between its actions, and from its own end to the optimizer (enqueued once every stage is
+  // done): waiting for the other stages.
+  part.bubble_ms = std::max(0.0, ms_between(s.input_ns, s.last_action_end_ns) - s.busy_ms) +
+                   ms_between(s.actions_end_ns, s.optimizer_begin_ns);
+  part.comm_wait_ms = ms_between(s.last_action_end_ns, s.actions_end_ns);
+  part.idle_ms = gap_ms;
+  return part;
+}
+
+void add_to(DeviceUse& total, const DeviceUse& part) {
+  ++total.steps;
+  total.input_ms += part.input_ms;
+  total.compute_ms += part.compute_ms;
+  total.comm_wait_ms += part.comm_wait_ms;
+  total.idle_ms += part.idle_ms;
+  total.bubble_ms += part.bubble_ms;
+  total.window_ms +=
+      part.input_ms + part.compute_ms + part.comm_wait_ms + part.idle_ms + part.bubble_ms;
 }
 
 }  // namespace
@@ -44,8 +67,7 @@ void DeviceUseMeter::add(int64_t step, const std::vector<StepMarks>& marks) {
   const bool continuous = continuous_ && step == last_step_ + 1;
   for (size_t i = 0; i < marks.size(); ++i) {
     const double gap = continuous ? ms_between(last_end_ns_[i], marks[i].ns[kStepBegin]) : 0.0;
-    if (step > 1) add_step(all_[i], marks[i], gap);
-    if (step > unmeasured_steps_) add_step(warm_[i], marks[i], gap);
+    record(step, i, step_parts(marks[i], gap));
     last_end_ns_[i] = marks[i].ns[kStepEnd];
   }
   last_step_ = step;
@@ -57,33 +79,17 @@ void DeviceUseMeter::add_pipeline(int64_t step, const std::vector<StageStep>& st
             warm_.size());
   const bool continuous = continuous_ && step == last_step_ + 1;
   for (size_t i = 0; i < stages.size(); ++i) {
-    const StageStep& s = stages[i];
-    DeviceUse part;
-    part.input_ms = ms_between(s.begin_ns, s.input_ns);
-    part.compute_ms = s.busy_ms + ms_between(s.optimizer_begin_ns, s.end_ns);
-    // Between its actions, and from its own end to the optimizer (enqueued once every stage is
-    // done): waiting for the other stages.
-    part.bubble_ms = std::max(0.0, ms_between(s.input_ns, s.last_action_end_ns) - s.busy_ms) +
-                     ms_between(s.actions_end_ns, s.optimizer_begin_ns);
-    part.comm_wait_ms = ms_between(s.last_action_end_ns, s.actions_end_ns);
-    part.idle_ms = continuous ? ms_between(last_end_ns_[i], s.begin_ns) : 0.0;
-    part.window_ms =
-        part.input_ms + part.compute_ms + part.bubble_ms + part.comm_wait_ms + part.idle_ms;
-    for (DeviceUse* use :
-         {step > 1 ? &all_[i] : nullptr, step > unmeasured_steps_ ? &warm_[i] : nullptr}) {
-      if (use == nullptr) continue;
-      ++use->steps;
-      use->input_ms += part.input_ms;
-      use->compute_ms += part.compute_ms;
-      use->bubble_ms += part.bubble_ms;
-      use->comm_wait_ms += part.comm_wait_ms;
-      use->idle_ms += part.idle_ms;
-      use->window_ms += part.window_ms;
-    }
-    last_end_ns_[i] = s.end_ns;
+    const double gap = continuous ? ms_between(last_end_ns_[i], stages[i].begin_ns) : 0.0;
+    record(step, i, stage_parts(stages[i], gap));
+    last_end_ns_[i] = stages[i].end_ns;
   }
   last_step_ = step;
   continuous_ = true;
+}
+
+void DeviceUseMeter::record(int64_t step, size_t device, const DeviceUse& part) {
+  if (step > 1) add_to(all_[device], part);
+  if (step > unmeasured_steps_) add_to(warm_[device], part);
 }
 
 std::vector<DeviceUse> DeviceUseMeter::devices() const {

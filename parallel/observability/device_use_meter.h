@@ -40,6 +40,9 @@ class DeviceUseMeter {
   }
 
  private:
+  // Adds one step's parts of local device `device` to the totals that count step `step`.
+  void record(int64_t step, size_t device, const DeviceUse& part);
+
   std::vector<DeviceUse> warm_, all_;  // past the warm-up; every step after the first
   std::vector<int64_t> last_end_ns_;
   int64_t unmeasured_steps_;
