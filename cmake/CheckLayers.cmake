@@ -7,7 +7,7 @@
 # an include is checked whether it is quoted ("engine/core/...") or public (<lockstep/...>).
 cmake_minimum_required(VERSION 3.25)  # IN_LIST, when run as a script
 set(layers engine/core ops engine/model parallel)
-set(public_engine/core allocator.h device.h dtype.h error.h json.h precision.h stream.h tensor.h)
+set(public_engine/core allocator.h clock.h device.h dtype.h error.h json.h precision.h stream.h tensor.h)
 set(public_ops)
 set(public_engine/model checkpoint_retention.h data/dataset.h data/named_input.h data/prefetch.h
     data/sampler.h data/text_corpus.h data/tokenizer.h data/wordnet.h hf_transformer.h

@@ -8,11 +8,12 @@
 #include <limits>
 #include <numeric>
 
-#include <lockstep/error.h>
-#include "engine/core/runtime.h"
 #include <lockstep/data/prefetch.h>
 #include <lockstep/data/sampler.h>
 #include <lockstep/data_parallel.h>
+#include <lockstep/error.h>
+#include "engine/core/runtime.h"
+#include "programs/common/traced_batches.h"
 
 namespace {
 
@@ -36,11 +37,6 @@ CommTimes comm_times(const ls::BucketTimeline& t) {
   for (size_t b = 0; b < t.bucket_end_ms.size(); ++b)
     c.total_ms += t.bucket_end_ms[b] - t.bucket_start_ms[b];
   return c;
-}
-
-// Fills `batch` with the next prefetched batch, wrapping to the next epoch at the end of one.
-void next_batch(ls::data::Prefetcher& batches, ls::data::Batch& batch) {
-  if (!batches.next(batch)) batches.next(batch);
 }
 
 std::string format_rate(double samples_per_s) {
@@ -95,7 +91,8 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   point.state_bytes = trainer.state_bytes(0);
 
   ls::data::Sampler sampler(train.count, o.seed);
-  ls::data::Prefetcher batches(train, sampler, point.global_batch);
+  ls::data::Prefetcher batches(train, sampler, point.global_batch, /*drop_last=*/true,
+                               ls::programs::traced_prefetch(trainer));
   LS_CHECK(batches.batches_per_epoch() > 0, "global batch ", point.global_batch,
            " is larger than the ", train.count, " training examples; use a smaller batch");
   ls::data::Batch batch;
@@ -117,7 +114,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   progress.begin(label, o.steps);
   for (int64_t step = 1; step <= o.warmup; ++step) {
     if (stop_now()) return std::nullopt;
-    next_batch(batches, batch);
+    ls::programs::next_batch(batches, batch, trainer);
     record_loss(trainer.step(batch).loss);
     progress.update(step, "warm-up", step == o.warmup);
   }
@@ -131,7 +128,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
     for (int64_t s = 0; s < window_steps; ++s) {
       if (stop_now()) return std::nullopt;  // not timed: the agreement is the harness's
       const Clock::time_point t0 = Clock::now();
-      next_batch(batches, batch);
+      ls::programs::next_batch(batches, batch, trainer);
       const float loss = trainer.step(batch).loss;
       const double ms = ms_between(t0, Clock::now());
       window_ms += ms;

@@ -95,6 +95,18 @@ JsonWriter& JsonWriter::value(double number) {
   return *this;
 }
 
+JsonWriter& JsonWriter::value_fixed(double number, int decimals) {
+  before_value();
+  if (!std::isfinite(number)) {
+    out_ += "null";
+  } else {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, number);
+    out_ += buf;
+  }
+  return *this;
+}
+
 JsonWriter& JsonWriter::value(int64_t number) {
   before_value();
   out_ += std::to_string(number);

@@ -101,23 +101,22 @@ void Tape::backward(const Var& root, const Tensor& root_grad) {
 }
 
 void Tape::begin_layer(const std::string& name) {
-  if (layer_clock_ == nullptr || !record_) return;
-  layer_clock_->stamp(name, LayerPoint::kForwardBegin, stream_);
-  // Backward runs the nodes in reverse: this one after every node of the layer.
-  LayerClock* clock = layer_clock_;
-  Stream* stream = &stream_;
-  nodes_.push_back({nullptr, {}, [clock, stream, name](const Tensor&) {
-                      clock->stamp(name, LayerPoint::kBackwardEnd, *stream);
-                    }});
+  mark_layer(name, LayerPoint::kForwardBegin, LayerPoint::kBackwardEnd);
 }
 
 void Tape::end_layer(const std::string& name) {
+  mark_layer(name, LayerPoint::kForwardEnd, LayerPoint::kBackwardBegin);
+}
+
+void Tape::mark_layer(const std::string& name, LayerPoint forward, LayerPoint backward) {
   if (layer_clock_ == nullptr || !record_) return;
-  layer_clock_->stamp(name, LayerPoint::kForwardEnd, stream_);
+  layer_clock_->stamp(name, forward, stream_);
+  // Backward runs the nodes in reverse: a layer's begin mark runs after every node of the layer
+  // (where its backward ends), its end mark before them (where its backward begins).
   LayerClock* clock = layer_clock_;
   Stream* stream = &stream_;
-  nodes_.push_back({nullptr, {}, [clock, stream, name](const Tensor&) {
-                      clock->stamp(name, LayerPoint::kBackwardBegin, *stream);
+  nodes_.push_back({nullptr, {}, [clock, stream, name, backward](const Tensor&) {
+                      clock->stamp(name, backward, *stream);
                     }});
 }
 

@@ -225,6 +225,8 @@ class DataParallel final : public Trainer {
   // and the verdict (lockstep/device_use.h); measured on every step, at the cost of five clock
   // stamps per step and device.
   UseVerdict device_use() const override;
+  void trace_span(const std::string& thread, const std::string& name, int64_t begin_ns,
+                  int64_t end_ns) override;
   AllocatorStats allocator_stats(int replica) const;
   // Bytes replica r's allocator handed out for each part of the training state (measured around
   // their construction, padding included): what sharding divides.

@@ -23,6 +23,9 @@ class JsonWriter {
   JsonWriter& value(int64_t number);
   JsonWriter& value(int number) { return value(static_cast<int64_t>(number)); }
   JsonWriter& value(bool flag);
+  // A number with exactly `decimals` digits after the point, however large (value(double) keeps
+  // 9 significant digits: a trace's microsecond timestamps need more once a run is long).
+  JsonWriter& value_fixed(double number, int decimals);
   template <typename T>
   JsonWriter& field(std::string_view name, const T& v) {
     return key(name).value(v);

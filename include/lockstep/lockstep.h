@@ -19,10 +19,13 @@
 //   which strategy fits (the planner): <lockstep/planner.h>
 //   which checkpoints a directory keeps: <lockstep/checkpoint_retention.h>
 //   writing JSON reports:             <lockstep/json.h>
+//   how each device was used, the verdict: <lockstep/device_use.h>
+//   the clock of traces and trace spans (Trainer::trace_span): <lockstep/clock.h>
 //   processes under mpirun (rank, size, global replica numbers): <lockstep/world.h>
 #pragma once
 
 #include <lockstep/allocator.h>
+#include <lockstep/clock.h>
 #include <lockstep/device.h>
 #include <lockstep/dtype.h>
 #include <lockstep/error.h>

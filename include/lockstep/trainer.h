@@ -50,20 +50,29 @@ struct NamedParameter {
 };
 
 // A Chrome trace-event file of some steps (issue 25): Perfetto (ui.perfetto.dev: Open trace
-// file) and chrome://tracing open it. One track per device stream and one for the caller's
-// thread, every device on the host's clock: each step's input, forward + backward, wait for the
-// gradient sums and loss + optimizer on the compute stream, each gradient bucket's all-reduce
-// launch (its bytes, and which buckets went out together) on the communication stream, the
-// caller's step enqueues and result waits, and each device's memory in use as a counter.
-// Format and tracks: parallel/observability/step_trace.h. Written by DataParallel (Pipeline's
-// stages not yet) once the last traced step's result has arrived, or when the trainer is
-// destroyed with part of the range traced. Several processes: process p > 0 writes PATH.process-p
-// (scripts/merge-traces joins them into one file).
+// file) and chrome://tracing open it. Every device on the host's clock, one track per device
+// stream and per host thread:
+//   - each device's compute stream: each step's input, forward + backward with every layer the
+//     model marks (Tape::begin_layer), the wait for the gradient sums, loss + optimizer (a
+//     pipeline stage: each micro-batch's forward and backward, its gradient sums, the optimizer);
+//   - each device's communication stream: each gradient bucket's all-reduce launch (its bytes,
+//     and which buckets went out together);
+//   - each device's host thread (the replica's or the stage's): issuing and collecting steps;
+//   - the caller's thread: step enqueues, result waits, checkpoint saves, and the application's
+//     own spans (Trainer::trace_span: lockstep-train's waits for the next batch);
+//   - the application's other threads (Trainer::trace_span: lockstep-train's data loader);
+//   - each device's memory in use, as a counter.
+// Format and tracks: parallel/observability/step_trace.h. Written once the last traced step's
+// result has arrived, or when the trainer is destroyed with part of the range traced. Several
+// processes: process p > 0 writes PATH.process-p (scripts/merge-traces joins them into one file).
 struct TraceOptions {
   std::string path;         // empty: no trace
   int64_t first_step = 4;   // 1-based; the default skips the warm-up (and the graph's capture)
   int64_t last_step = 8;
 };
+
+// Trainer::trace_span's name for the thread that calls step().
+inline constexpr const char* kCallerThread = "caller";
 
 // What a run tells while it runs, the same for every strategy (DataParallelOptions and
 // PipelineOptions are both MonitorOptions).
@@ -126,6 +135,15 @@ class Trainer {
     UseVerdict verdict;
     verdict.sentence = "this strategy does not measure its devices' use yet";
     return verdict;
+  }
+  // A span of one of the application's threads on the trace (TraceOptions): a data loader's
+  // work, a wait for data. `thread` names its track (kCallerThread: the thread that calls
+  // step()); begin_ns and end_ns are steady_now_ns() times (lockstep/clock.h). Kept when the run
+  // is traced and the span overlaps the traced steps, dropped otherwise at the cost of a branch.
+  // Any thread, while the trainer lives.
+  virtual void trace_span(const std::string& thread, const std::string& name, int64_t begin_ns,
+                          int64_t end_ns) {
+    (void)thread, (void)name, (void)begin_ns, (void)end_ns;
   }
 };
 

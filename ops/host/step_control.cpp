@@ -2,8 +2,7 @@
 // when the stream runs them (never when they are enqueued: a graph replays the same task).
 #include "ops/step_control.h"
 
-#include <chrono>
-
+#include <lockstep/clock.h>
 #include "engine/core/host/host_device.h"
 #include "ops/host/host_ops.h"
 
@@ -29,9 +28,7 @@ void update_loss_scale(StepControl* c, const LossScaleConfig& config, Stream& st
 
 void stamp_clock(int64_t* marks, int32_t index, Stream& stream) {
   host_enqueue(stream, [marks, index] {
-    marks[index] = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       std::chrono::steady_clock::now().time_since_epoch())
-                       .count();
+    marks[index] = steady_now_ns();
   });
 }
 

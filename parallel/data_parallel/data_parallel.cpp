@@ -5,7 +5,6 @@
 #include <lockstep/data_parallel.h>
 
 #include <algorithm>
-
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -14,8 +13,9 @@
 #include <numeric>
 #include <set>
 
-#include "engine/core/runtime.h"
+#include <lockstep/clock.h>
 #include <lockstep/nn/module.h>
+#include "engine/core/runtime.h"
 #include "engine/model/nn/transformer.h"
 #include "engine/model/optim/optimizer.h"
 #include "ops/host/onednn_matmul.h"
@@ -23,8 +23,8 @@
 #include "parallel/data_parallel/data_parallel_impl.h"
 #include "parallel/mpi/mpi_runtime.h"
 #include "parallel/observability/flight_dump.h"
-#include "parallel/runtime/step_common.h"
 #include "parallel/comm/world_communicators.h"
+#include "parallel/runtime/step_common.h"
 
 namespace ls {
 
@@ -84,7 +84,10 @@ std::string DataParallel::layout() const {
 std::vector<NamedParameter> DataParallel::model_parameters() { return named_parameters(0); }
 std::string DataParallel::save(const std::string& dir, const TrainingPosition& position,
                                const CheckpointRetention& retention) {
-  return impl_->save(dir, position, retention);
+  const int64_t begin = steady_now_ns();
+  std::string committed = impl_->save(dir, position, retention);
+  impl_->trace_span(kCallerThread, "checkpoint save", begin, steady_now_ns());
+  return committed;
 }
 TrainingPosition DataParallel::load(const std::string& dir) { return impl_->load(dir); }
 std::vector<float> DataParallel::parameters(int replica) { return impl_->parameters(replica); }
@@ -101,6 +104,10 @@ std::vector<DataParallel::NamedParameter> DataParallel::named_parameters(int rep
 }
 BucketTimeline DataParallel::last_timeline(int replica) { return impl_->last_timeline(replica); }
 UseVerdict DataParallel::device_use() const { return impl_->device_use(); }
+void DataParallel::trace_span(const std::string& thread, const std::string& name,
+                              int64_t begin_ns, int64_t end_ns) {
+  impl_->trace_span(thread, name, begin_ns, end_ns);
+}
 DataParallel::StateBytes DataParallel::state_bytes(int replica) {
   return impl_->state_bytes(replica);
 }
@@ -161,6 +168,7 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
                         .process = world_ != nullptr ? world_->rank() : 0,
                         .processes = world_ != nullptr ? world_->size() : 1,
                         .replicas = progress(),
+                        .stages = {},
                         .now = std::chrono::steady_clock::now()};
     return write_flight_record(options_.flight_recorder_dir, record);
   });
@@ -333,6 +341,7 @@ std::string DataParallel::Impl::flight_note(std::string reason,
                       .process = world_ != nullptr ? world_->rank() : 0,
                       .processes = world_ != nullptr ? world_->size() : 1,
                       .replicas = std::move(progress),
+                      .stages = {},
                       .now = now};
   flight_note_ = flight_record_note(options_.flight_recorder_dir, record);
   return flight_note_;
@@ -395,21 +404,27 @@ int64_t DataParallel::Impl::step_async(const data::Batch& batch) {
   while (static_cast<int>(queued_.size()) >= options_.steps_in_flight) harvest_oldest();
   group_->set_telemetry_step(steps_ + 1);
   const bool traced = trace_ && trace_->traces(steps_ + 1);
-  const int64_t enqueue_start = traced ? StepTrace::now_ns() : 0;
+  const int64_t enqueue_start = traced ? steady_now_ns() : 0;
   run_on_all(
       [&](Replica& replica) {
+        const int64_t issue_start = traced ? steady_now_ns() : 0;
         const int r = replica.rank();  // global
         const int64_t begin = std::accumulate(rows.begin(), rows.begin() + r, int64_t{0});
         const Shard shard =
             shard_of(batch, features, begin, begin + rows[static_cast<size_t>(r)]);
         replica.enqueue_step(shard, batch.size, global_labels, options_.accumulate, steps_,
                              options_.seed);
+        if (traced) {
+          trace_->device_thread_span(static_cast<size_t>(r - first_replica_),
+                                     "issue step " + std::to_string(steps_ + 1), steps_ + 1,
+                                     issue_start, steady_now_ns());
+        }
       },
       "step");
   queued_.push_back({++steps_, global_labels});
   if (traced) {
     trace_->caller_span("step " + std::to_string(steps_) + " enqueued", steps_, enqueue_start,
-                        StepTrace::now_ns());
+                        steady_now_ns());
   }
   return steps_;
 }
@@ -433,7 +448,7 @@ StepResult DataParallel::Impl::result(int64_t step) {
 void DataParallel::Impl::trace_step(int64_t step, const std::vector<StepOutcome>& outcomes,
                                     int64_t wait_start_ns) {
   trace_->caller_span("step " + std::to_string(step) + " result (waiting)", step, wait_start_ns,
-                      StepTrace::now_ns());
+                      steady_now_ns());
   std::vector<StepTrace::DeviceStep> devices;
   for (size_t i = 0; i < outcomes.size(); ++i) {
     devices.push_back({outcomes[i].marks, outcomes[i].launch_ns,
@@ -469,12 +484,17 @@ void DataParallel::Impl::harvest_oldest() {
   std::vector<StepOutcome> outcomes(devices_.size());
   harvesting_ = queued.step;  // errors and reports name this step, not the newest
   const bool traced = trace_ && trace_->traces(queued.step);
-  const int64_t wait_start = traced ? StepTrace::now_ns() : 0;
+  const int64_t wait_start = traced ? steady_now_ns() : 0;
   try {
     run_on_all(
         [&](Replica& replica) {
-          outcomes[static_cast<size_t>(replica.rank() - first_replica_)] =
-              replica.outcome(queued.step - 1);
+          const int64_t collect_start = traced ? steady_now_ns() : 0;
+          const size_t local = static_cast<size_t>(replica.rank() - first_replica_);
+          outcomes[local] = replica.outcome(queued.step - 1);
+          if (traced) {
+            trace_->device_thread_span(local, "collect step " + std::to_string(queued.step),
+                                       queued.step, collect_start, steady_now_ns());
+          }
         },
         "step");
   } catch (...) {

@@ -73,6 +73,12 @@ class DataParallel::Impl {
   }
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
+  // Trainer::trace_span.
+  void trace_span(const std::string& thread, const std::string& name, int64_t begin_ns,
+                  int64_t end_ns) {
+    if (trace_) trace_->thread_span(thread, name, begin_ns, end_ns);
+  }
+
  private:
   StepOptions step_options() const;
   void say_if_bf16_is_emulated() const;

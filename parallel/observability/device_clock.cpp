@@ -1,7 +1,6 @@
 #include "parallel/observability/device_clock.h"
 
-#include <chrono>
-
+#include <lockstep/clock.h>
 #include <lockstep/tensor.h>
 #include "ops/step_control.h"
 
@@ -14,10 +13,7 @@ int64_t device_clock_offset_ns(Device device, Stream& stream) {
   int64_t stamped = 0;
   mark.copy_to_host_async(&stamped, sizeof stamped, stream);
   stream.synchronize();
-  const int64_t host_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now().time_since_epoch())
-                              .count();
-  return host_ns - stamped;
+  return steady_now_ns() - stamped;
 }
 
 }  // namespace ls

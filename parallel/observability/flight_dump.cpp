@@ -82,7 +82,26 @@ std::string write_flight_record(const std::string& dir, const FlightRecord& reco
     for (const CollectiveRecord& c : r.records) write_collective(json, c, record.now);
     json.end_array().end_object();
   }
-  json.end_array().end_object();
+  json.end_array();
+  if (!record.stages.empty()) {
+    json.key("stages").begin_array();
+    for (const StageProgress& s : record.stages) {
+      json.begin_object()
+          .field("stage", s.stage)
+          .field("pipeline", s.pipeline)
+          .field("device", s.device.str())
+          .field("step", s.step)
+          .field("host", s.host)
+          .field("actions_done", s.actions_done)
+          .field("actions_enqueued", s.actions_enqueued)
+          .field("actions", s.actions)
+          .field("next_action", s.next_action)
+          .field("input_ready", s.input_ready)
+          .end_object();
+    }
+    json.end_array();
+  }
+  json.end_object();
   json.write_file(path.string());
   return path.string();
 }
@@ -90,8 +109,9 @@ std::string write_flight_record(const std::string& dir, const FlightRecord& reco
 std::string flight_record_note(const std::string& dir, const FlightRecord& record) {
   try {
     const std::string path = write_flight_record(dir, record);
-    return "; the last collectives of every replica are in " + path +
-           " (lockstep-doctor --flight " + path + ")";
+    const char* what = record.stages.empty() ? "the last collectives of every replica are in "
+                                             : "where every stage stood is in ";
+    return std::string("; ") + what + path + " (lockstep-doctor --flight " + path + ")";
   } catch (const Error& e) {
     return "; the flight recorder could not be written: " + e.message();
   }

@@ -13,6 +13,14 @@
 // Collectives are oldest first; state is "enqueued", "started" (waiting for peers or running),
 // "completed", or "refused" (the desync checker stopped it: it differs from another replica's
 // collective of that number); age_ms is how long ago it was enqueued.
+// A Pipeline's stall writes its stages instead ("replicas" is then empty), each with where its
+// host thread and its device are in the step's schedule:
+//   "stages": [{"stage": 1, "pipeline": 0, "device": "host:1", "step": 3,
+//               "host": "forward of micro-batch 2", "actions_done": 4, "actions_enqueued": 5,
+//               "actions": 8, "next_action": "forward of micro-batch 2", "input_ready": true}]
+// next_action is the first action the device has not finished ("" once all are), input_ready
+// whether its input (the neighbour's activations or gradient) has arrived: a stage whose next
+// action has its input is the one the others wait for.
 // Thread-safety: a pure function of its arguments (the snapshots are taken by the caller).
 #pragma once
 
@@ -24,11 +32,23 @@
 
 namespace ls {
 
+// Where one pipeline stage is in its step's schedule (a Pipeline's flight record).
+struct StageProgress {
+  int stage = 0, pipeline = 0;
+  Device device;
+  int64_t step = 0;
+  std::string host;  // where its host thread is: "forward of micro-batch 2"
+  int actions_done = 0, actions_enqueued = 0, actions = 0;
+  std::string next_action;  // "forward of micro-batch 2"; empty when every action ran
+  bool input_ready = false;
+};
+
 struct FlightRecord {
   std::string reason;  // "timeout" or "desync"
   std::string report;  // the error's message
   int process = 0, processes = 1;
   std::vector<ReplicaProgress> replicas;
+  std::vector<StageProgress> stages;  // a Pipeline's
   std::chrono::steady_clock::time_point now;  // when the snapshots were taken
 };
 

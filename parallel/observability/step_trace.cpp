@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -17,8 +16,14 @@ namespace ls {
 namespace {
 
 constexpr int kCallerTid = 1;
+constexpr int kFirstThreadTid = 100;  // the application's threads
 int compute_tid(size_t device) { return 10 + 2 * static_cast<int>(device); }
 int comm_tid(size_t device) { return 11 + 2 * static_cast<int>(device); }
+int device_thread_tid(size_t device) { return 1000 + static_cast<int>(device); }
+bool is_device_tid(int tid) { return tid >= 10 && tid < kFirstThreadTid; }
+// Perfetto orders tracks by sort index: the caller, the application's threads, then per device
+// its compute stream, communication stream and host thread.
+int device_sort_index(size_t device, int which) { return 1000 + 3 * static_cast<int>(device) + which; }
 
 }  // namespace
 
@@ -26,12 +31,6 @@ void check_trace_options(const TraceOptions& options) {
   LS_CHECK_AS(ErrorKind::kUsage, options.first_step >= 1 && options.first_step <= options.last_step,
               "trace steps ", options.first_step, ":", options.last_step,
               " are not a range of steps; give FIRST:LAST with 1 <= FIRST <= LAST (e.g. 4:8)");
-}
-
-int64_t StepTrace::now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 StepTrace::StepTrace(TraceOptions options, int process, std::vector<DeviceTrack> devices)
@@ -47,29 +46,51 @@ StepTrace::StepTrace(TraceOptions options, int process, std::vector<DeviceTrack>
               "); give --trace a file in a folder that exists and is writable");
 }
 
+void StepTrace::step_span(int tid, std::string name, int64_t step, int64_t begin_ns,
+                          int64_t end_ns) {
+  spans_.push_back({tid, std::move(name), begin_ns, end_ns, step, -1, {}});
+}
+
 void StepTrace::caller_span(std::string name, int64_t step, int64_t begin_ns, int64_t end_ns) {
-  spans_.push_back({kCallerTid, std::move(name), begin_ns, end_ns, step, -1, {}});
+  const std::lock_guard<std::mutex> lock(mutex_);
+  step_span(kCallerTid, std::move(name), step, begin_ns, end_ns);
+}
+
+void StepTrace::device_thread_span(size_t device, std::string name, int64_t step,
+                                   int64_t begin_ns, int64_t end_ns) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  step_span(device_thread_tid(device), std::move(name), step, begin_ns, end_ns);
+}
+
+void StepTrace::thread_span(const std::string& thread, std::string name, int64_t begin_ns,
+                            int64_t end_ns) {
+  if (written_) return;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (written_) return;
+  auto [it, added] = thread_tids_.try_emplace(
+      thread, thread == kCallerThread ? kCallerTid
+                                      : kFirstThreadTid + static_cast<int>(thread_tids_.size()));
+  thread_spans_.push_back({it->second, std::move(name), begin_ns, end_ns, -1, -1, {}});
+  // Before the first traced step nothing is known to overlap it: the older half goes.
+  if (spans_.empty() && thread_spans_.size() >= 2 * kHeldBefore) {
+    thread_spans_.erase(thread_spans_.begin(),
+                        thread_spans_.begin() + static_cast<std::ptrdiff_t>(kHeldBefore));
+  }
 }
 
 void StepTrace::add_step(int64_t step, const std::vector<DeviceStep>& devices) {
   LS_ASSERT(devices.size() == devices_.size());
+  std::unique_lock<std::mutex> lock(mutex_);
   for (size_t i = 0; i < devices.size(); ++i) {
     const int64_t offset = devices_[i].clock_offset_ns;
     const int64_t* t = devices[i].marks.ns;
     auto host = [offset](int64_t device_ns) { return device_ns + offset; };
     const int tid = compute_tid(i);
-    spans_.push_back({tid, "input", host(t[kStepBegin]), host(t[kInputReady]), step, -1, {}});
-    spans_.push_back(
-        {tid, "forward + backward", host(t[kInputReady]), host(t[kBackwardEnd]), step, -1, {}});
-    spans_.push_back({tid,
-                      "waiting for gradient sums",
-                      host(t[kBackwardEnd]),
-                      host(t[kGradientsReduced]),
-                      step,
-                      -1,
-                      {}});
-    spans_.push_back(
-        {tid, "loss + optimizer", host(t[kGradientsReduced]), host(t[kStepEnd]), step, -1, {}});
+    step_span(tid, "input", step, host(t[kStepBegin]), host(t[kInputReady]));
+    step_span(tid, "forward + backward", step, host(t[kInputReady]), host(t[kBackwardEnd]));
+    step_span(tid, "waiting for gradient sums", step, host(t[kBackwardEnd]),
+              host(t[kGradientsReduced]));
+    step_span(tid, "loss + optimizer", step, host(t[kGradientsReduced]), host(t[kStepEnd]));
     add_layer_spans(tid, step, devices[i], host);
     // Buckets launched together share their marks: one span per launch.
     const std::vector<int64_t>& launch = devices[i].launch_ns;
@@ -96,6 +117,7 @@ void StepTrace::add_step(int64_t step, const std::vector<DeviceStep>& devices) {
     counters_.push_back({tid, host(t[kStepEnd]),
                          static_cast<double>(devices[i].memory_in_use) / (1024.0 * 1024.0)});
   }
+  lock.unlock();
   if (step >= options_.last_step) write();
 }
 
@@ -116,52 +138,62 @@ void StepTrace::add_layer_spans(int tid, int64_t step, const DeviceStep& device,
     }
     if (open.empty() || points[open.back()].layer != p.layer) continue;
     const bool forward = p.point == LayerPoint::kForwardEnd;
-    spans_.push_back({tid,
-                      p.layer + (forward ? " forward" : " backward"),
-                      host(device.layer_ns[open.back()]),
-                      host(device.layer_ns[k]),
-                      step,
-                      -1,
-                      {}});
+    step_span(tid, p.layer + (forward ? " forward" : " backward"), step,
+              host(device.layer_ns[open.back()]), host(device.layer_ns[k]));
     open.pop_back();
   }
 }
 
 void StepTrace::add_pipeline_step(int64_t step, const std::vector<StageStep>& stages) {
   LS_ASSERT(stages.size() == devices_.size());
+  std::unique_lock<std::mutex> lock(mutex_);
   for (size_t i = 0; i < stages.size(); ++i) {
     const int64_t offset = devices_[i].clock_offset_ns;
     auto host = [offset](int64_t device_ns) { return device_ns + offset; };
     const StageTimeline& t = stages[i].timeline;
     const int tid = compute_tid(i);
-    spans_.push_back({tid, "input", host(t.begin_ns), host(t.input_ns), step, -1, {}});
+    step_span(tid, "input", step, host(t.begin_ns), host(t.input_ns));
     int64_t last_end = t.input_ns;
     for (const StageAction& a : t.actions) {
-      spans_.push_back({tid,
-                        std::string(a.forward ? "forward" : "backward") + " micro-batch " +
-                            std::to_string(a.micro_batch),
-                        host(a.start_ns),
-                        host(a.end_ns),
-                        step,
-                        -1,
-                        {}});
+      step_span(tid,
+                std::string(a.forward ? "forward" : "backward") + " micro-batch " +
+                    std::to_string(a.micro_batch),
+                step, host(a.start_ns), host(a.end_ns));
       last_end = std::max(last_end, a.end_ns);
     }
-    spans_.push_back(
-        {tid, "stage gradient sums", host(last_end), host(t.actions_end_ns), step, -1, {}});
+    step_span(tid, "stage gradient sums", step, host(last_end), host(t.actions_end_ns));
     const OptimizerSpan& optimizer = stages[i].optimizer;
-    spans_.push_back(
-        {tid, "optimizer", host(optimizer.begin_ns), host(optimizer.end_ns), step, -1, {}});
+    step_span(tid, "optimizer", step, host(optimizer.begin_ns), host(optimizer.end_ns));
   }
+  lock.unlock();
   if (step >= options_.last_step) write();
 }
 
 void StepTrace::finish() {
-  if (!written_ && !spans_.empty()) write();
+  bool traced_any;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    traced_any = !spans_.empty();
+  }
+  if (!written_ && traced_any) write();
+}
+
+void StepTrace::keep_thread_spans_in_window() {
+  int64_t begin = std::numeric_limits<int64_t>::max(), end = std::numeric_limits<int64_t>::min();
+  for (const Span& s : spans_) {
+    begin = std::min(begin, s.begin_ns);
+    end = std::max(end, s.end_ns);
+  }
+  for (Span& s : thread_spans_) {
+    if (s.end_ns >= begin && s.begin_ns <= end) spans_.push_back(std::move(s));
+  }
+  thread_spans_.clear();
 }
 
 void StepTrace::write() {
+  const std::lock_guard<std::mutex> lock(mutex_);
   written_ = true;
+  keep_thread_spans_in_window();
   int64_t origin = std::numeric_limits<int64_t>::max();
   for (const Span& s : spans_) origin = std::min(origin, s.begin_ns);
   auto us = [origin](int64_t ns) { return static_cast<double>(ns - origin) * 1e-3; };
@@ -194,23 +226,30 @@ void StepTrace::write() {
   };
   metadata("process_name", -1, "lockstep process " + std::to_string(process_), 0);
   metadata("thread_name", kCallerTid, "caller thread (steps enqueued, results awaited)", 0);
+  for (const auto& [thread, tid] : thread_tids_) {
+    if (tid != kCallerTid) metadata("thread_name", tid, thread, 1 + tid - kFirstThreadTid);
+  }
   for (size_t i = 0; i < devices_.size(); ++i) {
     const std::string who = devices_[i].device.str() + " (" + devices_[i].role + ")";
-    metadata("thread_name", compute_tid(i), who + " compute stream", compute_tid(i));
-    metadata("thread_name", comm_tid(i), who + " communication stream", comm_tid(i));
+    metadata("thread_name", compute_tid(i), who + " compute stream", device_sort_index(i, 0));
+    metadata("thread_name", comm_tid(i), who + " communication stream", device_sort_index(i, 1));
+    metadata("thread_name", device_thread_tid(i), who + " host thread", device_sort_index(i, 2));
   }
+  // Microseconds with 3 decimals: nanoseconds, however long the run.
+  auto time_field = [&json](const char* name, double us) { json.key(name).value_fixed(us, 3); };
   for (const Span& s : spans_) {
     json.begin_object()
         .field("ph", "X")
         .field("name", s.name)
-        .field("cat", s.tid == kCallerTid ? "host"
-                      : s.bytes >= 0      ? "communication"
-                                          : "compute")
+        .field("cat", !is_device_tid(s.tid) ? "host"
+                      : s.bytes >= 0        ? "communication"
+                                            : "compute")
         .field("pid", process_)
-        .field("tid", s.tid)
-        .field("ts", us(s.begin_ns))
-        .field("dur", std::max(0.0, static_cast<double>(s.end_ns - s.begin_ns) * 1e-3));
-    json.key("args").begin_object().field("step", s.step);
+        .field("tid", s.tid);
+    time_field("ts", us(s.begin_ns));
+    time_field("dur", std::max(0.0, static_cast<double>(s.end_ns - s.begin_ns) * 1e-3));
+    json.key("args").begin_object();
+    if (s.step >= 0) json.field("step", s.step);
     if (s.bytes >= 0) json.field("bytes", s.bytes).field("buckets", s.buckets);
     json.end_object().end_object();
   }
@@ -220,8 +259,8 @@ void StepTrace::write() {
         .field("ph", "C")
         .field("name", device + " memory in use")
         .field("pid", process_)
-        .field("tid", c.tid)
-        .field("ts", us(c.at_ns));
+        .field("tid", c.tid);
+    time_field("ts", us(c.at_ns));
     json.key("args").begin_object().field("MiB", c.mib).end_object().end_object();
   }
   json.end_array();

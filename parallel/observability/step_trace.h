@@ -10,8 +10,14 @@
 // The file is {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {"producer":
 // "lockstep", "process", "first_step", "last_step", "origin_ns": the steady clock at ts 0}}, with:
 //   "M" metadata events naming the process ("lockstep process P") and every track;
-//   "X" complete events (ts and dur in microseconds from the first traced step's start):
-//     tid 1, the caller's thread: "step N enqueued", "step N result (waiting)";
+//   "X" complete events (ts and dur in microseconds, 3 decimals, from the first event):
+//     tid 1, the caller's thread: "step N enqueued", "step N result (waiting)", "checkpoint
+//       save", and the application's own spans on it (Trainer::trace_span: "waiting for the
+//       next batch" in lockstep-train);
+//     tid 100 + k, the application's other threads (Trainer::trace_span: lockstep-train's "data
+//       loader", "gather batch E.I"), kept where they overlap the traced steps;
+//     tid 1000 + i, device i's host thread (the replica's or the stage's own): "issue step N"
+//       and "collect step N" (a pipeline stage: "run step N");
 //     tid 10 + 2i, device i's compute stream: "input", "forward + backward", "waiting for
 //       gradient sums", "loss + optimizer", each with args {step}; within forward + backward,
 //       "<layer> forward" and "<layer> backward" for every layer the model marks (Tape::
@@ -24,11 +30,14 @@
 //     "stage gradient sums" and "optimizer"; the caller's thread: "step N";
 //   "C" counter events "<device> memory in use" (args {MiB}) at each traced step's end.
 // Spans of one track nest or follow one another: a track is a stream (or one thread), which
-// runs in order.
-// Thread-safety: the caller's thread only.
+// runs in order. Spans have args {step}, but for the application's spans, which belong to no step.
+// Thread-safety: thread_span and device_thread_span from any thread; the rest from the caller's.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -63,8 +72,16 @@ class StepTrace {
   bool traces(int64_t step) const {
     return step >= options_.first_step && step <= options_.last_step && !written_;
   }
-  // A span of the caller's thread (host steady clock, nanoseconds).
+  // Times below are the host's steady clock (lockstep/clock.h), in nanoseconds.
+  // A span of the caller's thread in traced step `step`.
   void caller_span(std::string name, int64_t step, int64_t begin_ns, int64_t end_ns);
+  // A span of one of the application's threads, named `thread` (kCallerThread: the caller's),
+  // kept if it overlaps the traced steps (Trainer::trace_span). Any thread; one branch once the
+  // file is written. Before the first traced step, at least the last kHeldBefore are held.
+  void thread_span(const std::string& thread, std::string name, int64_t begin_ns, int64_t end_ns);
+  // A span of device i's host thread (the replica's or stage's) in traced step `step`.
+  void device_thread_span(size_t device, std::string name, int64_t step, int64_t begin_ns,
+                          int64_t end_ns);
   // Every local device's part of a traced step (in device order); writes the file after the
   // last traced step.
   void add_step(int64_t step, const std::vector<DeviceStep>& devices);
@@ -78,14 +95,14 @@ class StepTrace {
   void finish();
   const std::string& path() const { return path_; }
 
-  static int64_t now_ns();
+  static constexpr size_t kHeldBefore = 256;
 
  private:
   struct Span {
     int tid;
     std::string name;
     int64_t begin_ns, end_ns;  // host steady clock
-    int64_t step;
+    int64_t step;         // -1: the application's span, of no step
     int64_t bytes = -1;   // launches: bytes carried
     std::string buckets;  // launches: "0-2"
   };
@@ -94,7 +111,11 @@ class StepTrace {
     int64_t at_ns;
     double mib;
   };
+  // A span of a traced step (never an application's).
+  void step_span(int tid, std::string name, int64_t step, int64_t begin_ns, int64_t end_ns);
   void write();
+  // The application's spans that overlap the traced steps, moved into spans_.
+  void keep_thread_spans_in_window();
   template <typename ToHost>
   void add_layer_spans(int tid, int64_t step, const DeviceStep& device, ToHost host);
 
@@ -102,9 +123,12 @@ class StepTrace {
   int process_;
   std::string path_;
   std::vector<DeviceTrack> devices_;
+  std::mutex mutex_;  // guards everything below but written_ (spans come from several threads)
   std::vector<Span> spans_;
+  std::vector<Span> thread_spans_;          // the application's, until write()
+  std::map<std::string, int> thread_tids_;  // application thread name -> tid
   std::vector<Counter> counters_;
-  bool written_ = false;
+  std::atomic<bool> written_{false};
 };
 
 // Checks a trace step range: 1 <= first <= last (a usage error otherwise).

@@ -3,16 +3,17 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <numeric>
 
+#include <lockstep/clock.h>
 #include "engine/core/runtime.h"
 #include "ops/softmax_xent.h"
-#include "parallel/pipeline/pipeline_impl.h"
-
-#include <cstdio>
-#include "parallel/runtime/step_common.h"
 #include "parallel/comm/world_communicators.h"
+#include "parallel/observability/flight_dump.h"
+#include "parallel/pipeline/pipeline_impl.h"
+#include "parallel/runtime/step_common.h"
 
 namespace ls {
 
@@ -63,6 +64,10 @@ Pipeline::Impl::Impl(const World* world, std::vector<Device> devices, const Mode
   group_->start_telemetry(devices_);
   meter_ = std::make_unique<DeviceUseMeter>(devices_, first_pipeline_ * options_.stages);
   start_trace();
+  fatal_dump_ = std::make_unique<FatalSignalDump>([this] {
+    return write_flight_record(options_.flight_recorder_dir,
+                               stage_record("fatal signal", "the process died of a fatal signal"));
+  });
 }
 
 void Pipeline::Impl::plan(const ModelFactory& model) {
@@ -233,34 +238,69 @@ std::string Pipeline::Impl::describe_stages() const {
   return all;
 }
 
-std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) const {
-  // The stalled stage is the one whose next action on the device has its input already: it is
-  // running (or stuck in) that action, while the others wait for it.
+std::vector<StageProgress> Pipeline::Impl::stage_progress() const {
   const int p = options_.stages;
   auto index_of = [this](int s, PipelineAction a) {
     const auto& actions = schedule_[static_cast<size_t>(s)];
     return static_cast<int>(std::find(actions.begin(), actions.end(), a) - actions.begin());
   };
-  std::string culprit;
-  for (size_t i = 0; i < stage_count() && culprit.empty(); ++i) {
+  std::vector<StageProgress> out;
+  for (size_t i = 0; i < stage_count(); ++i) {
     const int s = static_cast<int>(i) % p, base = static_cast<int>(i) - s;
     const auto& actions = schedule_[static_cast<size_t>(s)];
-    const int done = device_done(stage(i));
-    if (done >= static_cast<int>(actions.size()) || done >= stage(i).actions_enqueued()) continue;
-    const PipelineAction next = actions[static_cast<size_t>(done)];
-    const bool forward = next.kind == PipelineAction::Kind::kForward;
-    const int from = forward ? s - 1 : s + 1;
-    const bool input_ready =
-        from < 0 || from >= p ||
-        stage(static_cast<size_t>(base + from)).action_done(index_of(from, next));
-    if (input_ready) {
-      culprit = where(static_cast<int>(i)) + " stalled in " + (forward ? "forward" : "backward") +
-                " of micro-batch " + std::to_string(next.micro_batch);
+    const PipelineStage& st = stage(i);
+    StageProgress progress{s,
+                           first_pipeline_ + static_cast<int>(i) / p,
+                           devices_[i],
+                           steps_ + 1,
+                           st.position(),
+                           device_done(st),
+                           st.actions_enqueued(),
+                           static_cast<int>(actions.size()),
+                           {},
+                           false};
+    if (progress.actions_done < progress.actions) {
+      // Its input: the previous stage's activations (forward) or the next one's gradient.
+      const PipelineAction next = actions[static_cast<size_t>(progress.actions_done)];
+      const bool forward = next.kind == PipelineAction::Kind::kForward;
+      const int from = forward ? s - 1 : s + 1;
+      progress.next_action = std::string(forward ? "forward" : "backward") + " of micro-batch " +
+                             std::to_string(next.micro_batch);
+      progress.input_ready =
+          from < 0 || from >= p ||
+          stage(static_cast<size_t>(base + from)).action_done(index_of(from, next));
+    }
+    out.push_back(std::move(progress));
+  }
+  return out;
+}
+
+std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) const {
+  // The stalled stage is the one whose next action on the device has its input already (and is
+  // enqueued): it is running (or stuck in) that action, while the others wait for it.
+  const std::vector<StageProgress> stages = stage_progress();
+  std::string culprit;
+  for (size_t i = 0; i < stages.size() && culprit.empty(); ++i) {
+    const StageProgress& s = stages[i];
+    if (s.input_ready && s.actions_done < s.actions_enqueued) {
+      culprit = where(static_cast<int>(i)) + " stalled in " + s.next_action;
     }
   }
   if (culprit.empty()) culprit = "the stages stalled after their forward and backward actions";
-  return "no stage made progress for " + std::to_string(quiet.count()) + " ms (timeout " +
-         std::to_string(options_.timeout.count()) + " ms): " + culprit + "; " + describe_stages();
+  std::string report = "no stage made progress for " + std::to_string(quiet.count()) +
+                       " ms (timeout " + std::to_string(options_.timeout.count()) +
+                       " ms): " + culprit + "; " + describe_stages();
+  return report + flight_record_note(options_.flight_recorder_dir, stage_record("timeout", report));
+}
+
+FlightRecord Pipeline::Impl::stage_record(std::string reason, std::string report) const {
+  return {.reason = std::move(reason),
+          .report = std::move(report),
+          .process = world_ != nullptr ? world_->rank() : 0,
+          .processes = world_ != nullptr ? world_->size() : 1,
+          .replicas = {},
+          .stages = stage_progress(),
+          .now = std::chrono::steady_clock::now()};
 }
 
 // ---- the step --------------------------------------------------------------------------------
@@ -284,14 +324,21 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   const int p = options_.stages;
   group_->set_telemetry_step(steps_ + 1);
   const auto started = std::chrono::steady_clock::now();
-  const int64_t started_ns = StepTrace::now_ns();
+  const int64_t started_ns = steady_now_ns();
+  const int64_t step = steps_ + 1;
+  const bool traced = trace_ && trace_->traces(step);
   run_on_stages(
       [&](size_t index, PipelineStage& stage) {
+        const int64_t run_start = traced ? steady_now_ns() : 0;
         const int64_t r = first_pipeline_ + static_cast<int64_t>(index) / p, rows = batch.size / n;
         const Shard shard = shard_of(batch, features, r * rows, (r + 1) * rows);
         outcomes[index] =
             stage.run(shard, global_labels, schedule_[static_cast<size_t>(stage.stage())], steps_,
                       options_.seed);
+        if (traced) {
+          trace_->device_thread_span(index, "run step " + std::to_string(step), step, run_start,
+                                     steady_now_ns());
+        }
       },
       "step");
   const double step_ms =
@@ -311,12 +358,18 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   const float loss = static_cast<float>(loss_sum / static_cast<double>(global_labels));
   const bool skipped = nonfinite || !std::isfinite(loss);
   std::vector<OptimizerSpan> optimizers(stage_count());
-  run_on_stages([skipped, &optimizers](size_t index, PipelineStage& stage) {
-                  optimizers[index] = stage.step(!skipped);
-                },
-                "optimizer step");
+  run_on_stages(
+      [&](size_t index, PipelineStage& stage) {
+        const int64_t optimizer_start = traced ? steady_now_ns() : 0;
+        optimizers[index] = stage.step(!skipped);
+        if (traced) {
+          trace_->device_thread_span(index, "optimizer step " + std::to_string(step), step,
+                                     optimizer_start, steady_now_ns());
+        }
+      },
+      "optimizer step");
   ++steps_;
-  account_step(outcomes, optimizers, started_ns, StepTrace::now_ns());
+  account_step(outcomes, optimizers, started_ns, steady_now_ns());
   if (skipped) ++skipped_total_;
   stats_ = {};
   stats_.step_ms = step_ms;
@@ -435,6 +488,7 @@ Pipeline::Pipeline(const World& world, ModelFactory model, OptimizerFactory opti
 Pipeline::~Pipeline() = default;
 
 Pipeline::Impl::~Impl() {
+  fatal_dump_.reset();  // the stages go next: a signal from now on finds no record to write
   if (!trace_) return;
   try {  // a run that ended inside the traced range: what it traced
     trace_->finish();
@@ -444,6 +498,10 @@ Pipeline::Impl::~Impl() {
 }
 
 UseVerdict Pipeline::device_use() const { return impl_->device_use(); }
+void Pipeline::trace_span(const std::string& thread, const std::string& name, int64_t begin_ns,
+                          int64_t end_ns) {
+  impl_->trace_span(thread, name, begin_ns, end_ns);
+}
 StepResult Pipeline::step(const data::Batch& batch) { return impl_->step(batch); }
 int64_t Pipeline::step_async(const data::Batch& batch) {
   const StepResult done = impl_->step(batch);

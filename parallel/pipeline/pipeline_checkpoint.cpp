@@ -6,6 +6,7 @@
 // pipeline its parameters' tensors, tied copies included.
 #include <cstring>
 
+#include <lockstep/clock.h>
 #include <lockstep/error.h>
 #include "parallel/runtime/checkpoint_tensors.h"
 #include "parallel/pipeline/pipeline_impl.h"
@@ -146,7 +147,10 @@ TrainingPosition Pipeline::Impl::load(const std::string& dir) {
 
 std::string Pipeline::save(const std::string& dir, const TrainingPosition& position,
                            const CheckpointRetention& retention) {
-  return impl_->save(dir, position, retention);
+  const int64_t begin = steady_now_ns();
+  std::string committed = impl_->save(dir, position, retention);
+  impl_->trace_span(kCallerThread, "checkpoint save", begin, steady_now_ns());
+  return committed;
 }
 TrainingPosition Pipeline::load(const std::string& dir) { return impl_->load(dir); }
 

@@ -15,6 +15,8 @@
 
 #include <lockstep/pipeline.h>
 #include "parallel/observability/device_use_meter.h"
+#include "parallel/observability/fatal_signal_dump.h"
+#include "parallel/observability/flight_dump.h"
 #include "parallel/observability/step_trace.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/comm/process_group.h"
@@ -50,6 +52,12 @@ class Pipeline::Impl {
     return meter_->verdict(theoretical_bubble(options_.stages, options_.micro_batches));
   }
 
+  // Trainer::trace_span.
+  void trace_span(const std::string& thread, const std::string& name, int64_t begin_ns,
+                  int64_t end_ns) {
+    if (trace_) trace_->thread_span(thread, name, begin_ns, end_ns);
+  }
+
  private:
   void start_trace();
   // A step's stage timelines (and the optimizer's end on each): the meter, and the trace.
@@ -79,7 +87,12 @@ class Pipeline::Impl {
   uint64_t progress_signature() const;
   int device_done(const PipelineStage& stage) const;  // actions of this step run on the device
   std::string describe_stages() const;
+  // Where every stage is in the step's schedule (for the stall report and its flight record).
+  std::vector<StageProgress> stage_progress() const;
+  // The stall's report, naming the stage the others wait for, and the flight record's file.
   std::string stall_report(std::chrono::milliseconds quiet) const;
+  // The flight record of where every stage stands (a stall's or a fatal signal's).
+  FlightRecord stage_record(std::string reason, std::string report) const;
   std::string where(int index) const;  // "stage 1 on host:1" (with "of pipeline r" if several)
 
   const World* world_ = nullptr;  // null: one process
@@ -87,6 +100,9 @@ class Pipeline::Impl {
   PipelineOptions options_;
   std::unique_ptr<DeviceUseMeter> meter_;  // every step's stage timelines
   std::unique_ptr<StepTrace> trace_;       // options_.trace, when a path is given
+  // Writes where every stage stood if the process dies of a fatal signal (reset first on the
+  // way out).
+  std::unique_ptr<FatalSignalDump> fatal_dump_;
   int first_pipeline_ = 0;   // global index of this process's first pipeline
   int pipelines_total_ = 0;  // over every process
   std::vector<std::pair<int, int>> ranges_;  // layers of each stage

@@ -26,6 +26,7 @@
 
 #include "programs/common/cli.h"
 #include "programs/common/stop_signals.h"
+#include "programs/common/traced_batches.h"
 #include "programs/common/workload.h"
 #include "programs/train/train_auto.h"
 #include "programs/train/train_options.h"
@@ -224,7 +225,7 @@ int64_t train_steps(const TrainOptions& o, Trainer& trainer, ls::data::Prefetche
       handle_pending();
       return step - 1;
     }
-    if (!batches.next(batch)) batches.next(batch);  // an epoch ended: the next one is ready
+    ls::programs::next_batch(batches, batch, trainer);
     // Queued without waiting for the devices where the strategy allows (data parallel): the
     // result is read one step later, so the host prepares step k+1 while the devices run step k.
     const int64_t number = trainer.step_async(batch);
@@ -276,7 +277,8 @@ RunSummary train_with(const TrainOptions& o, const std::vector<ls::Device>& devi
   const ls::data::Dataset& test = work.test;
   ls::data::Sampler sampler(train.count, o.seed);
   // Batches are gathered on a background thread, two steps ahead, so a step never waits for data.
-  ls::data::Prefetcher batches(train, sampler, o.batch);
+  ls::data::Prefetcher batches(train, sampler, o.batch, /*drop_last=*/true,
+                               ls::programs::traced_prefetch(trainer));
   LS_CHECK(batches.batches_per_epoch() > 0, "--batch ", o.batch, " is larger than the ",
            train.count, " training examples; use a smaller batch");
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * batches.batches_per_epoch();

@@ -7,13 +7,18 @@
 // collective.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <lockstep/data_parallel.h>
 #include <lockstep/error.h>
+#include <lockstep/nn/module.h>
+#include <lockstep/pipeline.h>
+#include "engine/core/host/host_device.h"
 #include "parallel/fault_injection.h"
 #include "parallel/observability/flight_dump.h"
 #include "parallel/random_batch.h"
@@ -65,6 +70,7 @@ class FlightTest : public ::testing::Test {
                         .process = process,
                         .processes = processes,
                         .replicas = std::move(replicas),
+                        .stages = {},
                         .now = Clock::now()};
     return write_flight_record(dir_.string(), record);
   }
@@ -127,6 +133,43 @@ TEST_F(FlightTest, SaysWhenNoCollectiveIsMissingOrStuck) {
       {replica(0, 4, false, Phase::kForward, 3), replica(1, 4, false, Phase::kForward, 3)})})));
   EXPECT_TRUE(has(text, "every replica issued and completed the same collectives, through #4"))
       << text;
+}
+
+// A Pipeline's file: stage 1 stalled in an action whose input has arrived, stage 0 waiting for
+// its gradient.
+TEST_F(FlightTest, NamesThePipelineStageTheOthersWaitFor) {
+  StageProgress waiting{0, 0, Device{DeviceKind::kHost, 0}, 3, "wait for the gradient", 5, 6, 8,
+                        "backward of micro-batch 1", false};
+  StageProgress stalled{1, 0, Device{DeviceKind::kHost, 1}, 3, "backward of micro-batch 2", 4, 5,
+                        8, "backward of micro-batch 1", true};
+  FlightRecord record{.reason = "timeout",
+                      .report = "test",
+                      .process = 0,
+                      .processes = 1,
+                      .replicas = {},
+                      .stages = {waiting, stalled},
+                      .now = Clock::now()};
+  const FlightFiles files = read_flight_files({write_flight_record(dir_.string(), record)});
+  ASSERT_EQ(files.stages.size(), 2u);
+  EXPECT_TRUE(files.replicas.empty());
+  const std::vector<std::string> lines = analyse_flight(files);
+  ASSERT_EQ(lines.size(), 2u) << joined(lines);
+  EXPECT_EQ(lines[0],
+            "stage 1 of pipeline 0 (host:1) stalled in backward of micro-batch 1: its input has "
+            "arrived and the action is enqueued, but the device has not finished it; the other "
+            "stages wait for it (its device ran 4 of 8 actions of step 3; its host thread is in "
+            "backward of micro-batch 2)");
+  EXPECT_EQ(lines[1],
+            "stage 0 of pipeline 0 (host:0) waits for the gradient of micro-batch 1 from stage 1 "
+            "for its backward of micro-batch 1 (its device ran 5 of 8 actions of step 3; its host "
+            "thread is in wait for the gradient)");
+  // Every action run: the stall came after them.
+  waiting.actions_done = stalled.actions_done = 8;
+  waiting.next_action = stalled.next_action = "";
+  record.stages = {waiting, stalled};
+  EXPECT_EQ(joined(analyse_flight(read_flight_files({write_flight_record(dir_.string(), record)}))),
+            "every stage ran all its actions of step 3: the stall came after them (the gradient "
+            "sums across pipelines or the optimizer)\n");
 }
 
 TEST_F(FlightTest, BadFilesAreClearErrors) {
@@ -200,6 +243,56 @@ TEST_F(FlightTest, AShortCollectiveLeavesAFileThatNamesTheSizesThatDisagree) {
   // The replica whose collective was refused stopped there; it is not "behind".
   EXPECT_TRUE(has(text, "which the desync check refused")) << text;
   EXPECT_FALSE(has(text, "is behind")) << text;
+}
+
+// ---- end to end: a Pipeline whose stage 1 stalls ------------------------------------------
+
+// Passes its input through; its third forward call (micro-batch 2 on the stage holding it) makes
+// the stream sleep past the pipeline's timeout.
+class StallingLayer final : public nn::Module {
+ public:
+  Var forward(Tape& tape, const Var& input) override {
+    if (calls_++ == 2) {
+      host_enqueue(tape.stream(),
+                   [] { std::this_thread::sleep_for(std::chrono::milliseconds(1500)); });
+    }
+    return input;
+  }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST_F(FlightTest, APipelineStallLeavesAFileThatNamesTheStalledStage) {
+  PipelineOptions options;
+  options.stages = 2;
+  options.micro_batches = 4;
+  options.timeout = std::chrono::milliseconds(300);
+  options.flight_recorder_dir = dir_.string();
+  const ModelFactory model = [] {
+    auto m = std::make_unique<nn::Sequential>();
+    m->add(std::make_unique<nn::Linear>(20, 16));
+    m->add(std::make_unique<nn::ReLU>());
+    m->add(std::make_unique<nn::Linear>(16, 16));
+    m->add(std::make_unique<StallingLayer>());
+    m->add(std::make_unique<nn::Linear>(16, 10));
+    return std::unique_ptr<nn::Module>(std::move(m));
+  };
+  Pipeline pipe(parse_devices("host:2"), model, make_optimizer_factory({"sgd", 0.01f}), options);
+  std::string message = "no error";
+  try {
+    pipe.step(testing::random_batch(16, 20, 1));
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_TRUE(has(message, "stage 1 on host:1 stalled in forward of micro-batch 2")) << message;
+  EXPECT_TRUE(has(message, "where every stage stood is in ")) << message;
+  const std::string text = analysis_of_error_file(message);
+  EXPECT_TRUE(has(text, "stage 1 of pipeline 0 (host:1) stalled in forward of micro-batch 2: its "
+                        "input has arrived"))
+      << text << message;
+  EXPECT_TRUE(has(text, "stage 0 of pipeline 0 (host:0) waits for the gradient of micro-batch"))
+      << text;
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include <lockstep/clock.h>
 #include <lockstep/precision.h>
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
@@ -345,11 +346,7 @@ TEST_F(CudaStepOpsTest, StepControlFollowsTheLossScaleSchedule) {
 TEST_F(CudaStepOpsTest, ClockStampsAreWrittenInStreamOrder) {
   Pair marks = upload_i32(std::vector<int32_t>(6, 0), {6});
   Pair work = empty({1 << 20});
-  const auto now_ns = [] {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  };
+  const auto now_ns = steady_now_ns;
   const int64_t before = now_ns();
   run_both([&](Stream& stream, auto side) {
     stamp_device_clock(side(marks), 0, stream);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -19,8 +20,10 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <lockstep/clock.h>
 #include "engine/core/json_reader.h"
 #include <lockstep/data_parallel.h>
 #include <lockstep/pipeline.h>
@@ -48,6 +51,7 @@ struct Traced {
   JsonValue file;
   double caller_wall_us = 0;   // the caller's own clock around the traced steps
   int64_t gradient_bytes = 0;  // what the buckets all-reduce, padding included
+  int ticks = 0;               // the application thread's spans, kept or not
 };
 
 // Trains 6 steps on two host devices, tracing steps 4-6, each step() timed by the caller.
@@ -64,6 +68,21 @@ Traced run_traced(const std::string& path) {
   const data::Batch batch = testing::random_batch(4096, 256, 5);
   Traced out;
   for (const Bucket& b : dp.buckets()) out.gradient_bytes += b.count * 4;
+  // An application thread (a data loader, say) that puts a 5 ms span on the trace every 10 ms
+  // from before the first step to after the last: only those around the traced steps are kept.
+  std::atomic<bool> stop{false};
+  std::atomic<int> ticks{0};
+  std::thread loader([&] {
+    while (!stop) {
+      const int64_t begin = steady_now_ns();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      dp.trace_span("data loader", "tick " + std::to_string(ticks.load()), begin,
+                    steady_now_ns());
+      ++ticks;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  while (ticks < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   for (int64_t step = 1; step <= 6; ++step) {
     const auto start = std::chrono::steady_clock::now();
     dp.step(batch);
@@ -72,7 +91,20 @@ Traced run_traced(const std::string& path) {
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
               .count();
     }
+    if (step == 5) {  // a checkpoint inside the traced steps shows on the caller's track
+      dp.save((fs::temp_directory_path() /
+               ("lockstep-trace-" + std::to_string(::getpid()) + "-checkpoint"))
+                  .string());
+    }
   }
+  const int before_stop = ticks;
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  stop = true;
+  loader.join();
+  out.ticks = ticks;
+  EXPECT_GT(ticks, before_stop) << "the loader's last spans came after the file was written";
+  fs::remove_all(fs::temp_directory_path() /
+                 ("lockstep-trace-" + std::to_string(::getpid()) + "-checkpoint"));
   out.file = parse_json(read_text(path), path);
   return out;
 }
@@ -84,9 +116,9 @@ struct Span {
   const JsonValue* event;
 };
 
-// The file's numbers carry 9 significant digits (JsonWriter): a time of 1.4 s after the trace's
-// start (1.4e6 us) is exact to 0.01 us, and a sum of two such numbers to twice that.
-double rounding(double us) { return 1e-3 + 2e-8 * std::abs(us); }
+// The file's times are microseconds with 3 decimals: each is within 0.0005 us of the exact time,
+// a sum of two within 0.001 us, and a comparison of two sums within twice that.
+double rounding(double) { return 2e-3; }
 
 struct ParsedTrace {
   std::map<int64_t, std::string> track_names;
@@ -127,8 +159,10 @@ ParsedTrace read_checked(const JsonValue& file) {
     }
     const double dur = e.find("dur")->as_double();
     EXPECT_GE(dur, 0.0);
+    // The application's spans (Trainer::trace_span) belong to no step.
+    const JsonValue* step = e.find("args")->find("step");
     tracks[e.find("tid")->as_int64()].push_back(
-        {e.find("name")->as_string(), ts, dur, e.find("args")->find("step")->as_int64(), &e});
+        {e.find("name")->as_string(), ts, dur, step != nullptr ? step->as_int64() : -1, &e});
   }
   // A track is a stream or one thread: its spans are in time order, and each one either lies
   // inside the span still open before it (a layer inside forward + backward) or starts after
@@ -174,6 +208,44 @@ TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
     EXPECT_TRUE(caller.count("step " + std::to_string(step) + " enqueued")) << step;
     EXPECT_TRUE(caller.count("step " + std::to_string(step) + " result (waiting)")) << step;
   }
+  EXPECT_TRUE(caller.count("checkpoint save"));
+
+  // Each replica's own host thread issued and collected each traced step.
+  for (int device = 0; device < 2; ++device) {
+    const std::string d = std::to_string(device);
+    EXPECT_EQ(track_names[1000 + device], "host:" + d + " (replica " + d + ") host thread");
+    std::multiset<std::string> thread;
+    for (const Span& s : tracks[1000 + device]) thread.insert(s.name);
+    EXPECT_EQ(thread, (std::multiset<std::string>{"issue step 4", "collect step 4", "issue step 5",
+                                                  "collect step 5", "issue step 6",
+                                                  "collect step 6"}));
+  }
+
+  // The application's thread: its spans that overlap the traced steps, and no other, with no
+  // gap among them.
+  double window_begin = 1e300, window_end = -1e300;
+  int64_t loader_tid = -1;
+  for (const auto& [tid, name] : track_names) {
+    if (name == "data loader") loader_tid = tid;
+  }
+  ASSERT_GE(loader_tid, 100) << "no track for the application's thread";
+  for (const auto& [tid, spans] : tracks) {
+    if (tid == loader_tid) continue;
+    for (const Span& s : spans) {
+      window_begin = std::min(window_begin, s.ts);
+      window_end = std::max(window_end, s.ts + s.dur);
+    }
+  }
+  std::vector<int> kept;
+  for (const Span& s : tracks[loader_tid]) {
+    EXPECT_EQ(s.step, -1);
+    EXPECT_GE(s.ts + s.dur, window_begin - rounding(0)) << s.name << " ends before the steps";
+    EXPECT_LE(s.ts, window_end + rounding(0)) << s.name << " begins after the steps";
+    kept.push_back(std::stoi(s.name.substr(std::string("tick ").size())));
+  }
+  ASSERT_FALSE(kept.empty());
+  EXPECT_LT(static_cast<int>(kept.size()), traced.ticks);
+  for (size_t k = 1; k < kept.size(); ++k) EXPECT_EQ(kept[k], kept[k - 1] + 1);
 
   const std::vector<std::string> phases = {"input", "forward + backward",
                                            "waiting for gradient sums", "loss + optimizer"};
@@ -252,6 +324,12 @@ TEST(StepTrace, APipelinesStagesShowEveryMicroBatch) {
   std::set<std::string> caller;
   for (const Span& s : parsed.tracks[1]) caller.insert(s.name);
   EXPECT_EQ(caller, (std::set<std::string>{"step 2", "step 3"}));
+  for (int stage = 0; stage < 2; ++stage) {  // each stage's own host thread
+    std::multiset<std::string> thread;
+    for (const Span& s : parsed.tracks[1000 + stage]) thread.insert(s.name);
+    EXPECT_EQ(thread, (std::multiset<std::string>{"run step 2", "optimizer step 2", "run step 3",
+                                                  "optimizer step 3"}));
+  }
   for (int tid : {10, 12}) {
     std::map<int64_t, std::multiset<std::string>> per_step;
     for (const Span& s : parsed.tracks[tid]) per_step[s.step].insert(s.name);

@@ -63,7 +63,62 @@ FlightReplica replica_of(const JsonValue& r, int process, const std::string& pat
   return out;
 }
 
+FlightStage stage_of(const JsonValue& s, int process, const std::string& path) {
+  FlightStage out;
+  out.stage = static_cast<int>(member(s, "stage", path).as_int64());
+  out.pipeline = static_cast<int>(member(s, "pipeline", path).as_int64());
+  out.process = process;
+  out.device = member(s, "device", path).as_string();
+  out.step = member(s, "step", path).as_int64();
+  out.host = member(s, "host", path).as_string();
+  out.actions_done = static_cast<int>(member(s, "actions_done", path).as_int64());
+  out.actions_enqueued = static_cast<int>(member(s, "actions_enqueued", path).as_int64());
+  out.actions = static_cast<int>(member(s, "actions", path).as_int64());
+  out.next_action = member(s, "next_action", path).as_string();
+  out.input_ready = member(s, "input_ready", path).as_bool();
+  return out;
+}
+
 // ---- analysing -----------------------------------------------------------------------------
+
+std::string name_of(const FlightStage& s) {
+  return "stage " + std::to_string(s.stage) + " of pipeline " + std::to_string(s.pipeline) +
+         " (" + s.device + ")";
+}
+
+// The stages of a Pipeline's stall: the one inside an action whose input has arrived (the one
+// the others wait for), those whose host thread has not enqueued its next action, and what
+// every other unfinished stage waits for.
+std::vector<std::string> stalled_stages(const FlightFiles& files) {
+  std::vector<std::string> stalled, waiting;
+  for (const FlightStage& s : files.stages) {
+    if (s.actions_done >= s.actions) continue;
+    const std::string progress = " (its device ran " + std::to_string(s.actions_done) + " of " +
+                                 std::to_string(s.actions) + " actions of step " +
+                                 std::to_string(s.step) + "; its host thread is in " + s.host +
+                                 ")";
+    if (s.input_ready && s.actions_done < s.actions_enqueued) {
+      stalled.push_back(name_of(s) + " stalled in " + s.next_action +
+                        ": its input has arrived and the action is enqueued, but the device has "
+                        "not finished it; the other stages wait for it" +
+                        progress);
+    } else if (s.input_ready) {
+      stalled.push_back(name_of(s) + " never enqueued " + s.next_action +
+                        ", whose input has arrived: its host thread is stuck" + progress);
+    } else {
+      const bool forward = s.next_action.rfind("forward", 0) == 0;
+      const std::string micro = s.next_action.substr(s.next_action.find(" of ") + 4);
+      waiting.push_back(name_of(s) + " waits for " +
+                        (forward ? "the activations of " + micro + " from stage " +
+                                       std::to_string(s.stage - 1)
+                                 : "the gradient of " + micro + " from stage " +
+                                       std::to_string(s.stage + 1)) +
+                        " for its " + s.next_action + progress);
+    }
+  }
+  stalled.insert(stalled.end(), waiting.begin(), waiting.end());
+  return stalled;
+}
 
 // What every replica must issue alike (same_collective's fingerprint, by name).
 bool same(const FlightCollective& a, const FlightCollective& b) {
@@ -199,6 +254,7 @@ FlightFiles read_flight_files(const std::vector<std::string>& paths) {
   LS_CHECK(!paths.empty(), "--flight needs at least one file");
   FlightFiles files;
   std::set<int> replicas_seen;
+  std::set<std::pair<int, int>> stages_seen;  // (pipeline, stage)
   for (const std::string& path : paths) {
     const JsonValue root = parse_json(read_text(path), path, JsonLimits{.max_bytes = 64 << 20});
     LS_CHECK(root.is_object(), path, ": not a lockstep flight recorder file (a JSON object)");
@@ -223,9 +279,22 @@ FlightFiles read_flight_files(const std::vector<std::string>& paths) {
                " is in another file too; pass the files of one run");
       files.replicas.push_back(std::move(replica));
     }
+    if (const JsonValue* stages = root.find("stages")) {
+      for (const JsonValue& s : stages->items()) {
+        FlightStage stage = stage_of(s, process, path);
+        LS_CHECK(stages_seen.insert({stage.pipeline, stage.stage}).second, path, ": stage ",
+                 stage.stage, " of pipeline ", stage.pipeline,
+                 " is in another file too; pass the files of one run");
+        files.stages.push_back(std::move(stage));
+      }
+    }
   }
   std::sort(files.replicas.begin(), files.replicas.end(),
             [](const FlightReplica& a, const FlightReplica& b) { return a.replica < b.replica; });
+  std::sort(files.stages.begin(), files.stages.end(),
+            [](const FlightStage& a, const FlightStage& b) {
+              return std::pair(a.pipeline, a.stage) < std::pair(b.pipeline, b.stage);
+            });
   return files;
 }
 
@@ -234,6 +303,7 @@ std::vector<std::string> analyse_flight(const FlightFiles& files) {
   if (const std::optional<std::string> differ = disagreement(files)) out.push_back(*differ);
   for (std::string& line : behind(files)) out.push_back(std::move(line));
   for (std::string& line : waiting(files)) out.push_back(std::move(line));
+  for (std::string& line : stalled_stages(files)) out.push_back(std::move(line));
   std::vector<std::string> missing;
   for (int p = 0; p < files.processes; ++p) {
     if (std::find(files.processes_read.begin(), files.processes_read.end(), p) ==
@@ -246,7 +316,12 @@ std::vector<std::string> analyse_flight(const FlightFiles& files) {
                   std::to_string(files.processes) +
                   ": its replicas are not analysed; pass every process's file");
   }
-  if (out.empty()) {
+  if (out.empty() && !files.stages.empty()) {
+    out.push_back("every stage ran all its actions of step " +
+                  std::to_string(files.stages.front().step) +
+                  ": the stall came after them (the gradient sums across pipelines or the "
+                  "optimizer)");
+  } else if (out.empty()) {
     int64_t newest = 0;
     for (const FlightReplica& r : files.replicas) newest = std::max(newest, last_issued(r));
     out.push_back("every replica issued and completed the same collectives, through #" +

@@ -1,5 +1,5 @@
 // lockstep-doctor --flight FILE...: what the flight recorder files of a hang or a desync say
-// (written by DataParallel, one per process; format: parallel/observability/flight_dump.h). The
+// (written by DataParallel and Pipeline, one per process; format: parallel/observability/flight_dump.h). The
 // files of several processes are read together, as one set of replicas. Findings, one sentence
 // each, in this order:
 //   - collectives that disagree: the first sequence number whose collective differs between
@@ -8,8 +8,12 @@
 //     collective, its own last one and where it was (phase, step); or, when its last one was
 //     refused by the desync check, that it stopped there
 //   - replicas waiting: each replica stuck in a started, uncompleted collective, and for how long
+//   - a Pipeline's stages: the stage stalled inside an action whose input has arrived, the
+//     stages whose host thread never enqueued their next action, and what each other stage
+//     waits for (whose activations or gradient, of which micro-batch)
 //   - processes whose file is missing, when the files say there were more
-//   - otherwise, that every replica completed the same collectives (the stall is elsewhere)
+//   - otherwise, that every replica completed the same collectives (the stall is elsewhere), or
+//     that every stage ran all its actions (the stall came after them)
 // Thread-safety: pure functions.
 #pragma once
 
@@ -33,11 +37,21 @@ struct FlightReplica {
   std::vector<FlightCollective> collectives;  // oldest first
 };
 
+// A Pipeline's stage (its stall's file): where its host thread and device are in the step.
+struct FlightStage {
+  int stage = 0, pipeline = 0, process = 0;
+  std::string device, host, next_action;
+  int64_t step = 0;
+  int actions_done = 0, actions_enqueued = 0, actions = 0;
+  bool input_ready = false;
+};
+
 struct FlightFiles {
   std::vector<std::string> reasons;  // per file: "timeout" or "desync"
   int processes = 1;                 // as the files say
   std::vector<int> processes_read;
   std::vector<FlightReplica> replicas;  // by replica number
+  std::vector<FlightStage> stages;      // a Pipeline's, by pipeline and stage
 };
 
 // Reads the files. Raises ls::Error naming the file and what is wrong: unreadable (kind io), not

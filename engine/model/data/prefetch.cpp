@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include <lockstep/clock.h>
 #include <lockstep/error.h>
 
 namespace ls::data {
@@ -45,10 +46,14 @@ void Prefetcher::produce() {
     lock.unlock();
     std::exception_ptr error;
     try {
-      if (options_.on_produce) options_.on_produce(sampler_.epoch(), iterator_.position());
+      const int64_t epoch = sampler_.epoch(), index = iterator_.position();
+      if (options_.on_produce) options_.on_produce(epoch, index);
+      const int64_t begin_ns = options_.on_gathered ? steady_now_ns() : 0;
       if (!iterator_.next(item.batch)) {
         item.end_of_epoch = true;
         iterator_.seek(sampler_.epoch() + 1, 0);
+      } else if (options_.on_gathered) {
+        options_.on_gathered(epoch, index, begin_ns, steady_now_ns());
       }
     } catch (...) {
       error = std::current_exception();

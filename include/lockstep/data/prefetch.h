@@ -32,6 +32,10 @@ struct PrefetchOptions {
   // batches_per_epoch for the epoch's end): a hook for tests and instrumentation. It may throw;
   // next() re-throws that.
   std::function<void(int64_t epoch, int64_t index)> on_produce;
+  // Called on the producer thread after batch `index` of `epoch` is gathered, with when the
+  // gathering began and ended (steady_now_ns(), lockstep/clock.h): a hook for traces
+  // (Trainer::trace_span). It may throw; next() re-throws that.
+  std::function<void(int64_t epoch, int64_t index, int64_t begin_ns, int64_t end_ns)> on_gathered;
 };
 
 class Prefetcher {

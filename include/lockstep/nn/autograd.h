@@ -125,6 +125,9 @@ class Tape {
   static bool begin_grad(VarNode& v);
 
  private:
+  // Stamps `forward` now and records a node that stamps `backward` when backward reaches it.
+  void mark_layer(const std::string& name, LayerPoint forward, LayerPoint backward);
+
   struct Node {
     Var output;
     std::vector<Var> inputs;

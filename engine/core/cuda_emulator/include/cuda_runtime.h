@@ -12,11 +12,11 @@
 
 #include <atomic>
 #include <bit>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include <lockstep/clock.h>
 #include "engine/core/cuda_emulator/emulator.h"
 
 #define __global__
@@ -35,13 +35,9 @@
 inline constexpr int warpSize = 32;
 
 // The GPU's %globaltimer (nanoseconds), which CUDA sources read with inline PTX: the host's
-// steady clock here.
+// steady clock here, as on host devices.
 namespace ls::cuda_emu {
-inline int64_t global_timer_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+inline int64_t global_timer_ns() { return ::ls::steady_now_ns(); }
 }  // namespace ls::cuda_emu
 
 // ---- barriers and warp shuffles ---------------------------------------------------------------
