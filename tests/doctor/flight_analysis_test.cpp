@@ -138,10 +138,12 @@ TEST_F(FlightTest, SaysWhenNoCollectiveIsMissingOrStuck) {
 // A Pipeline's file: stage 1 stalled in an action whose input has arrived, stage 0 waiting for
 // its gradient.
 TEST_F(FlightTest, NamesThePipelineStageTheOthersWaitFor) {
-  StageProgress waiting{0, 0, Device{DeviceKind::kHost, 0}, 3, "wait for the gradient", 5, 6, 8,
-                        "backward of micro-batch 1", false};
-  StageProgress stalled{1, 0, Device{DeviceKind::kHost, 1}, 3, "backward of micro-batch 2", 4, 5,
-                        8, "backward of micro-batch 1", true};
+  StageProgress waiting{0, 0, Device{DeviceKind::kHost, 0},
+                        3, "receive gradient of micro-batch 1",
+                        5, 6, 8, "backward of micro-batch 1", false};
+  StageProgress stalled{1, 0, Device{DeviceKind::kHost, 1},
+                        3, "receive activations of micro-batch 3",
+                        4, 5, 8, "backward of micro-batch 1", true};
   FlightRecord record{.reason = "timeout",
                       .report = "test",
                       .process = 0,
@@ -158,11 +160,11 @@ TEST_F(FlightTest, NamesThePipelineStageTheOthersWaitFor) {
             "stage 1 of pipeline 0 (host:1) stalled in backward of micro-batch 1: its input has "
             "arrived and the action is enqueued, but the device has not finished it; the other "
             "stages wait for it (its device ran 4 of 8 actions of step 3; its host thread is in "
-            "backward of micro-batch 2)");
+            "receive activations of micro-batch 3)");
   EXPECT_EQ(lines[1],
             "stage 0 of pipeline 0 (host:0) waits for the gradient of micro-batch 1 from stage 1 "
             "for its backward of micro-batch 1 (its device ran 5 of 8 actions of step 3; its host "
-            "thread is in wait for the gradient)");
+            "thread is in receive gradient of micro-batch 1)");
   // Every action run: the stall came after them.
   waiting.actions_done = stalled.actions_done = 8;
   waiting.next_action = stalled.next_action = "";

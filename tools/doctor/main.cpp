@@ -283,15 +283,22 @@ int analyse_flight_files(const DoctorOptions& o) {
     const std::vector<std::string> findings = analyse_flight(files);
     if (o.json) {
       ls::JsonWriter json;
-      json.begin_object().field("replicas", static_cast<int64_t>(files.replicas.size()));
+      json.begin_object()
+          .field("replicas", static_cast<int64_t>(files.replicas.size()))
+          .field("stages", static_cast<int64_t>(files.stages.size()));
       json.key("findings").begin_array();
       for (const std::string& f : findings) json.value(f);
       json.end_array().end_object();
       std::printf("%s\n", json.str().c_str());
       return 0;
     }
-    std::printf("flight recorder: %zu replica(s) in %zu file(s) (%s)\n", files.replicas.size(),
-                o.flight.size(), files.reasons.front().c_str());
+    if (files.stages.empty()) {
+      std::printf("flight recorder: %zu replica(s) in %zu file(s) (%s)\n",
+                  files.replicas.size(), o.flight.size(), files.reasons.front().c_str());
+    } else {
+      std::printf("flight recorder: %zu pipeline stage(s) in %zu file(s) (%s)\n",
+                  files.stages.size(), o.flight.size(), files.reasons.front().c_str());
+    }
     for (const std::string& f : findings) std::printf("  %s\n", f.c_str());
     return 0;
   } catch (const ls::Error& e) {
