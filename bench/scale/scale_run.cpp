@@ -158,7 +158,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
                      static_cast<double>(recent_losses.size());
   point.wall_s = ms_between(run_start, Clock::now()) / 1000.0;
   point.peak_bytes = trainer.allocator_stats(0).peak_bytes_in_use;
-  point.use = trainer.device_use();
+  point.use = trainer.device_use_all_processes();  // every process calls it: a collective
   progress.end(format_rate(point.samples_per_s));
   return point;
 }

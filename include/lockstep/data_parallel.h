@@ -225,6 +225,7 @@ class DataParallel final : public Trainer {
   // and the verdict (lockstep/device_use.h); measured on every step, at the cost of five clock
   // stamps per step and device.
   UseVerdict device_use() const override;
+  UseVerdict device_use_all_processes() override;
   void trace_span(const std::string& thread, const std::string& name, int64_t begin_ns,
                   int64_t end_ns) override;
   AllocatorStats allocator_stats(int replica) const;

@@ -18,7 +18,8 @@
 // The least comm wait over the devices is what every device waits: the exposed communication;
 // a device's comm wait above it is time spent waiting for the slowest device.
 // The first steps are not measured (warm-up and the graph capture); evaluation and checkpoints
-// between steps are not counted as idle. Several processes: each process measures its own devices.
+// between steps are not counted as idle. Several processes: each process measures its own devices,
+// and Trainer::device_use_all_processes() gathers them all.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,7 @@ namespace ls {
 struct DeviceUse {
   Device device;
   int replica = 0;       // global replica number
+  int process = -1;      // several processes (Trainer::device_use_all_processes): whose device
   int64_t steps = 0;     // steps measured
   double window_ms = 0;  // input + compute + comm_wait + idle + bubble
   double input_ms = 0;   // totals over the measured steps (milliseconds, the device's clock)
@@ -42,6 +44,10 @@ struct DeviceUse {
   double bubble_ms = 0;  // pipeline stages
   // A part's share of the window (0 when nothing was measured).
   double share(double ms) const { return window_ms > 0 ? ms / window_ms : 0.0; }
+  // How the verdict names it: "host:1", or "host:1 (process 1)" when process is set.
+  std::string name() const {
+    return process < 0 ? device.str() : device.str() + " (process " + std::to_string(process) + ")";
+  }
 };
 
 struct UseVerdict {
@@ -75,8 +81,8 @@ const char* finding_name(UseVerdict::Finding finding);  // "all_used", "input_bo
 // steps, 21.4 ms per step)") then "verdict: <sentence>".
 std::vector<std::string> use_verdict_lines(const UseVerdict& verdict);
 // {"finding": ..., "sentence": ..., "exposed_comm_share": ..., "slowest": ..., "devices": [{
-// "device", "replica", "steps", "window_ms", "input_ms", "compute_ms", "comm_wait_ms",
-// "idle_ms"}, ...]}: as the next value of `json`, or as a document of its own.
+// "device", "replica", "process" (-1: one process), "steps", "window_ms", "input_ms",
+// "compute_ms", "comm_wait_ms", "idle_ms", "bubble_ms"}, ...]}: as the next value of `json`, or as a document of its own.
 void write_use_verdict(JsonWriter& json, const UseVerdict& verdict);
 std::string use_verdict_json(const UseVerdict& verdict);
 

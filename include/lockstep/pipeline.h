@@ -98,6 +98,7 @@ class Pipeline final : public Trainer {
   // neighbours), comm wait (the all-reduce across pipelines, tied sums) and idle, and the verdict
   // (lockstep/device_use.h), against the schedule's own bubble.
   UseVerdict device_use() const override;
+  UseVerdict device_use_all_processes() override;
   void trace_span(const std::string& thread, const std::string& name, int64_t begin_ns,
                   int64_t end_ns) override;
   // The layers of each stage, by name ("h.0"), for logs.

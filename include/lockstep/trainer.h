@@ -136,6 +136,10 @@ class Trainer {
     verdict.sentence = "this strategy does not measure its devices' use yet";
     return verdict;
   }
+  // device_use() over the devices of every process (under mpirun), each named with its process
+  // ("host:1 (process 1)"): a collective that sums every device's parts across the processes,
+  // so every process calls it at the same point of its run. One process: device_use().
+  virtual UseVerdict device_use_all_processes() { return device_use(); }
   // A span of one of the application's threads on the trace (TraceOptions): a data loader's
   // work, a wait for data. `thread` names its track (kCallerThread: the thread that calls
   // step()); begin_ns and end_ns are steady_now_ns() times (lockstep/clock.h). Kept when the run

@@ -104,6 +104,7 @@ std::vector<DataParallel::NamedParameter> DataParallel::named_parameters(int rep
 }
 BucketTimeline DataParallel::last_timeline(int replica) { return impl_->last_timeline(replica); }
 UseVerdict DataParallel::device_use() const { return impl_->device_use(); }
+UseVerdict DataParallel::device_use_all_processes() { return impl_->device_use_all_processes(); }
 void DataParallel::trace_span(const std::string& thread, const std::string& name,
                               int64_t begin_ns, int64_t end_ns) {
   impl_->trace_span(thread, name, begin_ns, end_ns);

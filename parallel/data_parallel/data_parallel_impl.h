@@ -24,6 +24,7 @@
 #include "parallel/runtime/step_common.h"
 #include "parallel/observability/device_use_meter.h"
 #include "parallel/observability/fatal_signal_dump.h"
+#include "parallel/observability/device_use_across_processes.h"
 #include "parallel/observability/step_trace.h"
 #include "parallel/observability/telemetry.h"
 #include "parallel/observability/watchdog.h"
@@ -60,6 +61,10 @@ class DataParallel::Impl {
   BucketTimeline last_timeline(int replica);
   AllocatorStats allocator_stats(int replica) const;
   UseVerdict device_use() const { return meter_->verdict(); }
+  UseVerdict device_use_all_processes() {
+    return judge_device_use(
+        device_use_across_processes(meter_->devices(), replicas_total_, processes()));
+  }
 
   int size() const { return replicas_total_; }
   int local_size() const { return static_cast<int>(devices_.size()); }

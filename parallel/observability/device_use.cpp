@@ -44,7 +44,7 @@ std::string device_names(const std::vector<DeviceUse>& devices, const std::vecto
   std::string out;
   for (size_t i = 0; i < which.size(); ++i) {
     if (i > 0) out += i + 1 == which.size() ? " and " : ", ";
-    out += devices[static_cast<size_t>(which[i])].device.str();
+    out += devices[static_cast<size_t>(which[i])].name();
   }
   return out;
 }
@@ -96,12 +96,12 @@ void say_unbalanced(UseVerdict& v, const std::vector<int>& waiting) {
       "device " + device_names(d, waiting) + " wait" + (waiting.size() == 1 ? "s " : " ") +
       joined(d, waiting,
              [exposed](const DeviceUse& u) { return percent(u.share(u.comm_wait_ms) - exposed); }) +
-      " of each step for " + slow.device.str() + ", the slowest (compute " +
+      " of each step for " + slow.name() + ", the slowest (compute " +
       milliseconds(per_step(slow, slow.compute_ms + slow.input_ms)) + " per step against " +
       joined(
           d, waiting,
           [](const DeviceUse& u) { return milliseconds(per_step(u, u.compute_ms + u.input_ms)); }) +
-      "): the devices are unbalanced; look for what slows " + slow.device.str() +
+      "): the devices are unbalanced; look for what slows " + slow.name() +
       " (another job on it, a slower device, a larger shard)";
 }
 
@@ -131,7 +131,7 @@ void say_pipeline_bubble(UseVerdict& v) {
         who + ", far more than the schedule's own bubble (" + percent(v.pipeline_theory) +
         "): the stages' work is unequal (compute " +
         joined(d, all, [](const DeviceUse& u) { return milliseconds(per_step(u, u.compute_ms)); }) +
-        " per step on " + device_names(d, all) + "); move layers from " + d[busiest].device.str() +
+        " per step on " + device_names(d, all) + "); move layers from " + d[busiest].name() +
         "'s stage to the others";
     return;
   }
@@ -263,11 +263,11 @@ std::vector<std::string> use_verdict_lines(const UseVerdict& verdict) {
     if (verdict.pipeline_theory >= 0) {
       std::snprintf(bubble, sizeof bubble, "  bubble %5.1f%%", 100 * u.share(u.bubble_ms));
     }
-    char line[256];
+    char line[320];
     std::snprintf(line, sizeof line,
-                  "  %-8s compute %5.1f%%  input %5.1f%%  comm wait %5.1f%%  idle %5.1f%%%s  (%lld "
+                  "  %-*s compute %5.1f%%  input %5.1f%%  comm wait %5.1f%%  idle %5.1f%%%s  (%lld "
                   "steps, %s per step)",
-                  u.device.str().c_str(), 100 * u.share(u.compute_ms), 100 * u.share(u.input_ms),
+                  u.process < 0 ? 8 : 20, u.name().c_str(), 100 * u.share(u.compute_ms), 100 * u.share(u.input_ms),
                   100 * u.share(u.comm_wait_ms), 100 * u.share(u.idle_ms), bubble,
                   static_cast<long long>(u.steps), milliseconds(per_step(u, u.window_ms)).c_str());
     lines.emplace_back(line);
@@ -289,13 +289,14 @@ void write_use_verdict(JsonWriter& json, const UseVerdict& verdict) {
       .field("exposed_comm_share", verdict.exposed_comm_share)
       .field("pipeline_theory", verdict.pipeline_theory)
       .field("slowest", verdict.slowest >= 0
-                            ? verdict.devices[static_cast<size_t>(verdict.slowest)].device.str()
+                            ? verdict.devices[static_cast<size_t>(verdict.slowest)].name()
                             : std::string());
   json.key("devices").begin_array();
   for (const DeviceUse& u : verdict.devices) {
     json.begin_object()
         .field("device", u.device.str())
         .field("replica", u.replica)
+        .field("process", u.process)
         .field("steps", u.steps)
         .field("window_ms", u.window_ms)
         .field("input_ms", u.input_ms)

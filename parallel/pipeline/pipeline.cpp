@@ -498,6 +498,7 @@ Pipeline::Impl::~Impl() {
 }
 
 UseVerdict Pipeline::device_use() const { return impl_->device_use(); }
+UseVerdict Pipeline::device_use_all_processes() { return impl_->device_use_all_processes(); }
 void Pipeline::trace_span(const std::string& thread, const std::string& name, int64_t begin_ns,
                           int64_t end_ns) {
   impl_->trace_span(thread, name, begin_ns, end_ns);

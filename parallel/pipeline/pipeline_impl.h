@@ -17,6 +17,7 @@
 #include "parallel/observability/device_use_meter.h"
 #include "parallel/observability/fatal_signal_dump.h"
 #include "parallel/observability/flight_dump.h"
+#include "parallel/observability/device_use_across_processes.h"
 #include "parallel/observability/step_trace.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "parallel/comm/process_group.h"
@@ -50,6 +51,12 @@ class Pipeline::Impl {
   PipelineStepStats last_step_stats() const { return stats_; }
   UseVerdict device_use() const {
     return meter_->verdict(theoretical_bubble(options_.stages, options_.micro_batches));
+  }
+  UseVerdict device_use_all_processes() {
+    return judge_device_use(
+        device_use_across_processes(meter_->devices(), pipelines_total_ * options_.stages,
+                                    processes()),
+        theoretical_bubble(options_.stages, options_.micro_batches));
   }
 
   // Trainer::trace_span.

@@ -8,8 +8,7 @@ namespace ls::programs {
 
 data::PrefetchOptions traced_prefetch(Trainer& trainer) {
   data::PrefetchOptions options;
-  options.on_gathered = [&trainer](int64_t epoch, int64_t index, int64_t begin_ns,
-                                   int64_t end_ns) {
+  options.on_gathered = [&trainer](int64_t epoch, int64_t index, int64_t begin_ns, int64_t end_ns) {
     trainer.trace_span("data loader",
                        "gather batch " + std::to_string(epoch) + "." + std::to_string(index),
                        begin_ns, end_ns);

@@ -321,7 +321,7 @@ RunSummary train_with(const TrainOptions& o, const std::vector<ls::Device>& devi
   summary.skipped_steps = trainer.skipped_steps();
   summary.graphs = trainer.graphs();
   summary.final_loss = recent.mean();
-  summary.use = trainer.device_use();
+  summary.use = trainer.device_use_all_processes();  // every process calls it: a collective
   if (!summary.stopped) summary.test = trainer.evaluate(test, work.transformer ? 64 : 1000);
   const bool lead = ls::World::current().rank() == 0;  // writes the files
   if (!summary.stopped && !o.export_hf.empty() && lead) export_hf(o, *work.transformer, trainer);

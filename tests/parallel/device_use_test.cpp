@@ -94,6 +94,25 @@ TEST(DeviceUseVerdict, WaitingForASlowerDeviceNamesBoth) {
   EXPECT_TRUE(contains(v.sentence, "(compute 8.60 ms per step against 4.10 ms)")) << v.sentence;
 }
 
+// Devices gathered from several processes (Trainer::device_use_all_processes) are named with
+// their process: each process has its own host:0.
+TEST(DeviceUseVerdict, DevicesOfSeveralProcessesAreNamedWithTheirProcess) {
+  DeviceUse fast = use(0, 1, 40, 50, 0), slow = use(1, 1, 85, 5, 0);
+  slow.device = host(0);
+  fast.process = 0;
+  slow.process = 1;
+  const UseVerdict v = judge_device_use({fast, slow});
+  EXPECT_TRUE(contains(v.sentence,
+                       "device host:0 (process 0) waits 49% of each step for host:0 (process 1), "
+                       "the slowest"))
+      << v.sentence;
+  const std::vector<std::string> lines = use_verdict_lines(v);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1].rfind("  host:0 (process 1)   compute  93.4%", 0), 0u) << lines[1];
+  EXPECT_TRUE(contains(use_verdict_json(v), "\"replica\": 1, \"process\": 1, "))
+      << use_verdict_json(v);
+}
+
 TEST(DeviceUseVerdict, CommunicationEveryDeviceWaitsForIsExposed) {
   const UseVerdict v = judge_device_use({use(0, 1, 60, 30, 1), use(1, 1, 61, 29, 1)});
   EXPECT_EQ(v.finding, Finding::kCommunicationBound);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `mpirun -np 2 lockstep-train --trace FILE`: each process writes its own trace file (process 1:
 # FILE.process-1), scripts/merge-traces joins them into one file, and the joined file holds both
-# processes' tracks (one device each, replicas 0 and 1) with every traced step, on one time line.
+# processes' tracks (one device each, replicas 0 and 1; their host threads; the data loaders)
+# with every traced step, on one time line. The verdict printed at the end covers the devices
+# of both processes (Trainer::device_use_all_processes).
 # usage: mpi_trace_test.sh MPIEXEC LOCKSTEP_TRAIN WORKDIR SOURCE_DIR
 set -euo pipefail
 mpiexec=$1
@@ -15,6 +17,11 @@ mkdir -p "$dir"
   { cat "$dir/job.log"; echo "FAIL: the traced job failed"; exit 1; }
 grep -q "trace of steps 3-6 written to $dir/t.json" "$dir/job.log" ||
   { cat "$dir/job.log"; echo "FAIL: no trace announced"; exit 1; }
+for p in 0 1; do
+  grep -Eq "^  host:0 \(process $p\) +compute " "$dir/job.log" ||
+    { cat "$dir/job.log"; echo "FAIL: the verdict does not show process $p's device"; exit 1; }
+done
+grep -q "^verdict: " "$dir/job.log" || { cat "$dir/job.log"; echo "FAIL: no verdict"; exit 1; }
 for f in "$dir/t.json" "$dir/t.json.process-1"; do
   [ -s "$f" ] || { echo "FAIL: $f was not written"; exit 1; }
 done
@@ -24,8 +31,10 @@ import json, sys
 events = json.load(open(sys.argv[1]))["traceEvents"]
 names = {(e["pid"], e["args"]["name"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
 for pid, replica in ((0, 0), (1, 1)):
-    want = (pid, f"host:0 (replica {replica}) compute stream")
-    assert want in names, f"no track {want} in {sorted(names)}"
+    for track in ("compute stream", "host thread"):
+        want = (pid, f"host:0 (replica {replica}) {track}")
+        assert want in names, f"no track {want} in {sorted(names)}"
+    assert (pid, "data loader") in names, f"no data loader in process {pid}: {sorted(names)}"
 for pid in (0, 1):
     steps = {e["args"]["step"] for e in events
              if e["ph"] == "X" and e["pid"] == pid and e["name"] == "forward + backward"}
