@@ -118,6 +118,7 @@ void write_scale_json(const ScaleOptions& o, const Workload& work, ls::DeviceKin
   }
   json.field("host_threads_per_device", o.host_threads);
   json.field("shard", ls::shard_mode_name(o.shard));
+  json.field("recompute", ls::recompute_name(o.recompute));
   json.field("precision", ls::precision_name(o.precision));
   json.field("graphs", std::string(!o.graphs ? "auto" : *o.graphs ? "on" : "off"));
   json.key("machine").begin_object();

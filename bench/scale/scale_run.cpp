@@ -72,6 +72,7 @@ std::optional<ScalePoint> run_scale_point(const ScaleOptions& o, const Workload&
   options.seed = o.seed;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   options.shard = o.shard;
+  options.recompute = o.recompute;
   options.precision = o.precision;
   options.graphs = o.graphs;
   options.trace = o.trace;

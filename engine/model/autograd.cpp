@@ -1,8 +1,12 @@
 // Tape-based autograd (see lockstep/nn/autograd.h).
 #include <lockstep/nn/autograd.h>
 
+#include <algorithm>
+#include <tuple>
+
 #include <lockstep/error.h>
 #include <lockstep/nn/parameter.h>
+#include "ops/elementwise.h"
 
 namespace ls {
 
@@ -118,6 +122,62 @@ void Tape::mark_layer(const std::string& name, LayerPoint forward, LayerPoint ba
   nodes_.push_back({nullptr, {}, [clock, stream, name, backward](const Tensor&) {
                       clock->stamp(name, backward, *stream);
                     }});
+}
+
+// Note [Recomputed layers]
+// The forward pass of a recomputable layer runs on a tape that records nothing: its
+// intermediates are freed as it goes, and the tape learns which parameters it reads. On this
+// tape one node stands for the whole layer, with the input and those parameters as its inputs,
+// so each parameter's pending uses (and so its grad-ready hook, which starts the bucket's
+// all-reduce) wait for the layer's backward. That backward replays the forward on a recording
+// tape whose parameter Vars are this tape's own (the same gradient storage, the same use
+// counts: they cannot reach zero there, as this tape's node still holds one use each), runs its
+// backward from the layer's output gradient, and passes the input's gradient on.
+Var Tape::recomputable(const Var& input, Block block) {
+  if (!record_ || !context_.recompute) return block(*this, input);
+  ForwardContext inner = context_;
+  inner.recompute = false;  // one level: the replay does not recompute again
+  Tape forward_only(stream_, /*record=*/false);
+  forward_only.set_context(inner);
+  const Var first = block(forward_only, input);
+  if (forward_only.step_dependent()) note_step_dependent();
+  // In model order (not the map's, which follows addresses): every replica then finishes the
+  // layer's parameters, and fires their hooks, in the same order.
+  std::vector<Parameter*> used;
+  for (const auto& [parameter, unused] : forward_only.parameter_vars_) used.push_back(parameter);
+  std::sort(used.begin(), used.end(),
+            [](const Parameter* a, const Parameter* b) {
+              return std::tie(a->index, a->name) < std::tie(b->index, b->name);
+            });
+  std::vector<Var> inputs = {input};
+  std::vector<Var> parameters;
+  for (Parameter* p : used) {
+    parameters.push_back(this->parameter(*p));
+    inputs.push_back(parameters.back());
+  }
+  Var out = constant(first->value);
+  out->requires_grad = input->requires_grad || !parameters.empty();
+  record(out, std::move(inputs),
+         [this, input, parameters, inner, block = std::move(block)](const Tensor& dy) {
+           Tape replay(stream_);
+           replay.set_context(inner);
+           replay.grad_storage_ = grad_storage_;  // what parameter() checks; the Vars are ours
+           for (const Var& p : parameters) replay.parameter_vars_[p->parameter] = p;
+           const Var x = input->requires_grad ? replay.differentiable_input(input->value)
+                                              : replay.constant(input->value);
+           const Var y = block(replay, x);
+           replay.backward(y, dy);
+           if (!input->requires_grad || !x->grad.defined()) return;
+           if (!input->grad.defined() && input->grad_storage == nullptr && !input->grad_written) {
+             input->grad = x->grad;  // the first contribution: take it as it is
+             input->grad_written = true;
+           } else if (Tape::begin_grad(*input)) {
+             axpy(1.0f, x->grad, input->grad, stream_);
+           } else {
+             input->grad.copy_from(x->grad, stream_);
+           }
+         });
+  return out;
 }
 
 void Tape::clear() {

@@ -106,6 +106,7 @@ struct DataParallelOptions : MonitorOptions {  // heartbeat, telemetry (lockstep
   BucketOptions buckets;
   ShardMode shard = ShardMode::kNone;
   int accumulate = 1;                // micro-batches per step; all-reduce after the last only
+  Recompute recompute = Recompute::kNone;  // activation checkpointing (lockstep/trainer.h)
   bool allow_uneven_shards = false;  // global batch need not divide by the device count
   uint64_t seed = 1;                 // parameter initialisation
   // How long one collective may wait for its peers before the watchdog aborts the run.

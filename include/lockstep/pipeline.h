@@ -44,6 +44,7 @@ struct PipelineOptions : MonitorOptions {  // heartbeat, telemetry (lockstep/tra
   int stages = 2;  // p; the device count must be a multiple of it
   int micro_batches = 4;
   ScheduleKind schedule = ScheduleKind::k1F1B;
+  Recompute recompute = Recompute::kNone;  // activation checkpointing (lockstep/trainer.h)
   uint64_t seed = 1;  // parameter initialisation (as DataParallelOptions::seed) and dropout
   // How long the pipeline may go without any stage making progress (host or device) before it
   // is aborted as stalled; also the bound of each wait for a neighbour's tensor.

@@ -71,6 +71,14 @@ struct TraceOptions {
   int64_t last_step = 8;
 };
 
+// Activation checkpointing (issue 26): kBlocks keeps only the input of each layer run through
+// Tape::recomputable (each transformer block, each child of a Sequential, each block of your
+// model that you run through it) and recomputes the layer's forward in backward: activation
+// memory of one layer's intermediates instead of all of them, for about one more forward pass.
+// The results are bitwise those of kNone.
+enum class Recompute { kNone, kBlocks };
+const char* recompute_name(Recompute recompute);  // "none", "blocks"
+
 // Trainer::trace_span's name for the thread that calls step().
 inline constexpr const char* kCallerThread = "caller";
 

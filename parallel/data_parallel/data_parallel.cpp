@@ -224,6 +224,7 @@ StepOptions DataParallel::Impl::step_options() const {
   step.loss = options_.loss;
   step.check_loss_contract = options_.check_loss_contract;
   step.bf16_weight_copy = options_.bf16_weight_copy;
+  step.recompute = options_.recompute == Recompute::kBlocks;
   // Past the watchdog's timeout and the communicators' own backstop (build_replicas).
   step.outcome_deadline = 3 * options_.collective_timeout + std::chrono::seconds(2);
   // One line per reason, from replica 0 only (every replica meets the same reasons).

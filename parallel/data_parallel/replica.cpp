@@ -453,7 +453,8 @@ void Replica::enqueue_step(const Shard& shard, int64_t global_rows, int64_t glob
   if (step_options_.before_upload) step_options_.before_upload(rank_);
   staging_.upload(shard, static_cast<float>(global_labels), inputs_, labels_, control_labels,
                   stream);
-  ForwardContext context{true, dropout_seed, step_index, shard.first_row, step_options_.precision};
+  ForwardContext context{true,          dropout_seed, step_index, shard.first_row,
+                         step_options_.precision, step_options_.recompute};
   if (!loss_contract_checked_) {  // once, eagerly, before any capture (Note [The loss contract])
     loss_contract_checked_ = true;
     if (step_options_.check_loss_contract && !nn::is_cross_entropy(*step_options_.loss)) {

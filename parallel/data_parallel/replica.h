@@ -116,6 +116,7 @@ struct StepOptions {
   std::function<void(int rank)> before_upload;
   // Stamp every layer's forward and backward (DeviceLayerClock) for the trace.
   bool trace_layers = false;
+  bool recompute = false;  // ForwardContext::recompute (DataParallelOptions::recompute)
 };
 
 struct EvalCounts {

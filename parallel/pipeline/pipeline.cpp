@@ -131,7 +131,8 @@ void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFact
                        options_.seed,
                        options_.timeout,
                        {},
-                       options_.loss};
+                       options_.loss,
+                       options_.recompute == Recompute::kBlocks};
     const int base = static_cast<int>(i) - s;
     for (int j = 0; j < p; ++j) config.pipeline.push_back(devices_[static_cast<size_t>(base + j)]);
     std::unique_ptr<Communicator> comm =

@@ -335,7 +335,7 @@ StageOutcome PipelineStage::run(const Shard& shard, int64_t global_labels,
   enqueued_.store(0, std::memory_order_release);
   shard_ = shard;
   global_labels_ = global_labels;
-  context_ = ForwardContext{true, dropout_seed, step, 0};
+  context_ = ForwardContext{true, dropout_seed, step, 0, Precision::kF32, config_.recompute};
   stamp_device_clock(marks_, 0, *compute_);
   upload(shard);
   store_->zero_grad(*compute_);

@@ -64,6 +64,7 @@ struct StageConfig {
   std::chrono::milliseconds timeout{600000};  // the Pipeline's stall timeout
   std::vector<Device> pipeline;  // the devices of this stage's pipeline, stage order
   std::shared_ptr<const nn::Loss> loss;  // the last stage's; never null
+  bool recompute = false;                // ForwardContext::recompute (PipelineOptions::recompute)
 };
 
 struct StageOutcome {

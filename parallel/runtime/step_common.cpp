@@ -5,9 +5,18 @@
 #include <cstring>
 
 #include <lockstep/nn/functional.h>
+#include <lockstep/trainer.h>
 #include "parallel/comm/process_group.h"
 
 namespace ls {
+
+const char* recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone: return "none";
+    case Recompute::kBlocks: return "blocks";
+  }
+  return "?";
+}
 
 EvalResult combine_eval_counts(const std::vector<EvalCounts>& counts, ProcessGroup& processes) {
   std::array<double, 3> mine{};

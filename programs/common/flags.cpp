@@ -127,6 +127,17 @@ void add_data_parallel(CLI::App& app, DataParallelFlags& flags) {
       ->check(one_of({"none", "optimizer", "gradients"}, "shard mode"))
       ->group(kParallelGroup);
   app.add_option_function<std::string>(
+         "--recompute",
+         [&flags](const std::string& v) {
+           flags.recompute = v == "blocks" ? Recompute::kBlocks : Recompute::kNone;
+         },
+         "none (default); blocks: activation checkpointing, each transformer block (each layer "
+         "of an MLP) keeps only its input and recomputes its forward in backward (same results, "
+         "less activation memory, about one more forward pass)")
+      ->type_name("MODE")
+      ->check(one_of({"none", "blocks"}, "recompute mode"))
+      ->group(kParallelGroup);
+  app.add_option_function<std::string>(
          "--precision", [&flags](const std::string& v) { flags.precision = *parse_precision(v); },
          "f32 (default), bf16 or f16: the precision of every matrix product's operands (f32 "
          "accumulation; weights, gradients and optimizer state stay f32); f16 scales the loss "

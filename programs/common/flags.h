@@ -47,10 +47,11 @@ void add_optimizer_kind(CLI::App& app, OptimizerFlags& flags);
 // --bucket-mb alone (lockstep-plan) or with the rest of the data-parallel flags.
 CLI::Option* add_bucket_mb(CLI::App& app, double& mib);
 
-// --bucket-mb, --shard, --precision, --graphs / --no-graphs, --host-threads.
+// --bucket-mb, --shard, --recompute, --precision, --graphs / --no-graphs, --host-threads.
 struct DataParallelFlags {
   double bucket_mb = 25.0;
   ShardMode shard = ShardMode::kNone;
+  Recompute recompute = Recompute::kNone;
   Precision precision = Precision::kF32;
   std::optional<bool> graphs;  // unset: DataParallelOptions::graphs' default
   int host_threads = 1;

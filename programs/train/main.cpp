@@ -100,6 +100,7 @@ ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
   options.seed = o.seed;
   options.accumulate = static_cast<int>(o.accumulate);
   options.shard = o.shard;
+  options.recompute = o.recompute;
   options.allow_uneven_shards = o.uneven_shards;
   options.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   options.buckets.reduce_dtype = o.grad_reduce;
@@ -121,6 +122,7 @@ ls::PipelineOptions pipeline_options(const TrainOptions& o) {
   options.stages = static_cast<int>(o.pipeline);
   options.micro_batches = static_cast<int>(o.micro_batches);
   options.schedule = ls::parse_schedule(o.schedule);
+  options.recompute = o.recompute;
   options.seed = o.seed;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
   return options;
@@ -375,6 +377,7 @@ void write_json(const TrainOptions& o, const std::vector<ls::Device>& devices, c
   json.field("grad_reduce", std::string(ls::dtype_name(o.grad_reduce)));
   json.field("graphs", s.graphs);
   json.field("shard", ls::shard_mode_name(o.shard));
+  json.field("recompute", ls::recompute_name(o.recompute));
   if (s.bubble) {
     json.field("pipeline_stages", o.pipeline);
     json.field("schedule", o.schedule);

@@ -132,12 +132,19 @@ Sequential& Sequential::add(std::unique_ptr<Module> module) {
   return *this;
 }
 
+namespace {
+// A child's forward, recomputed in backward when the run asks for it (Tape::recomputable).
+Var run_child(Tape& tape, Module* layer, const Var& x) {
+  return tape.recomputable(x, [layer](Tape& t, const Var& in) { return layer->forward(t, in); });
+}
+}  // namespace
+
 Var Sequential::forward(Tape& tape, const Var& input) {
   Var x = input;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const std::string name = std::to_string(i);
     tape.begin_layer(name);
-    x = layers_[i]->forward(tape, x);
+    x = run_child(tape, layers_[i], x);
     tape.end_layer(name);
   }
   return x;
@@ -150,7 +157,7 @@ std::vector<PipelineLayer> Sequential::pipeline_layers() {
     Module* layer = layers_[i];
     out.push_back(
         {std::to_string(i), parameters_under(all, std::to_string(i) + "."),
-         [layer](Tape& tape, const Var& x, const Var&) { return layer->forward(tape, x); }});
+         [layer](Tape& tape, const Var& x, const Var&) { return run_child(tape, layer, x); }});
   }
   return out;
 }

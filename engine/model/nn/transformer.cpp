@@ -232,7 +232,10 @@ Var Transformer::block(Tape& tape, size_t index, const Var& x, const Tensor& tok
   const Tensor key_valid = config_.causal ? Tensor() : valid;
   const std::string name = "h." + std::to_string(index);
   tape.begin_layer(name);
-  Var out = blocks_[index]->forward(tape, x, key_valid, shape);
+  TransformerBlock* b = blocks_[index];
+  Var out = tape.recomputable(x, [b, key_valid, shape](Tape& t, const Var& in) {
+    return b->forward(t, in, key_valid, shape);
+  });
   tape.end_layer(name);
   return out;
 }

@@ -62,6 +62,9 @@ struct ForwardContext {
   int64_t first_row = 0;  // global index (in the step's batch) of this forward's first example
   // The precision of matrix products (lockstep/precision.h): kBF16/kF16 round their operands.
   Precision precision = Precision::kF32;
+  // Activation checkpointing (--recompute blocks): layers run through Tape::recomputable keep
+  // only their input and recompute their forward in backward.
+  bool recompute = false;
 };
 
 class Tape {
@@ -88,6 +91,18 @@ class Tape {
   void begin_layer(const std::string& name);
   void end_layer(const std::string& name);
   void set_layer_clock(LayerClock* clock) { layer_clock_ = clock; }
+
+  // Runs one layer (a transformer block, a Sequential's child, a block of your model):
+  // block(tape, input). When the context asks for recomputation (ForwardContext::recompute) and
+  // the tape records, the layer's intermediates are not kept: its forward runs on a tape that
+  // records nothing, and backward runs it again from the saved input, on a tape of its own,
+  // before back-propagating through it. Gradients are bitwise those of the plain run: the same
+  // kernels on the same values, and dropout masks are keyed by (seed, step, row, site), so the
+  // second forward draws the same ones. `block` must compute the same function both times (no
+  // state it changes) and is kept until backward: capture by value what it needs. Parameters used inside count as used by the
+  // layer: their grad-ready hook fires once backward has passed through it.
+  using Block = std::function<Var(Tape& tape, const Var& input)>;
+  Var recomputable(const Var& input, Block block);
 
   // A Var that needs no gradient (inputs, labels).
   Var constant(Tensor value) const;
