@@ -3,7 +3,9 @@
 // recommends one.
 //
 // Strategies, in the order they are tried: data parallel (ShardMode::kNone), ZeRO-1
-// (kOptimizer), ZeRO-2 (kGradients), then pipelines with p = 2, 4, 8, ... stages (p dividing the
+// (kOptimizer), ZeRO-2 (kGradients), the same three with activation checkpointing
+// (Recompute::kBlocks: only when sharding alone does not fit, as it costs compute; when the
+// profile measured it), then pipelines with p = 2, 4, 8, ... stages (p dividing the
 // device count, p <= the model's pipeline layers that hold parameters), each with devices / p
 // pipelines (data parallel over pipelines). RULE: the recommendation is the FIRST strategy in that
 // order that can run the batch at all (DataParallel's and Pipeline's rules on the batch, the
@@ -14,7 +16,7 @@
 //   P, G: the flat parameter and gradient buffers as ParameterStore pads them (64-element
 //   alignment; sharded: N equal aligned ranges). O: optimizer floats per parameter x the buffer
 //   (ZeRO-1/2: x one range). A: activations, measured by profile_model (fixed + per example x
-//   rows of one micro-batch on the device). DP: P + G + O + A. ZeRO-1: O / N. ZeRO-2: G / N plus
+//   rows of one micro-batch on the device; with recompute, measured so too). DP: P + G + O + A. ZeRO-1: O / N. ZeRO-2: G / N plus
 //   staging of the kZero2StagingBuckets largest buckets and of tied parameters' buckets, at most
 //   G (parallel/data_parallel/reducer.cpp, Note [Sharded gradients]); on one device as ZeRO-1.
 //   Pipeline stage s: its own layers' P, G, O (tied parameters counted on every stage holding them)
@@ -24,7 +26,8 @@
 //   APPROXIMATION: per-block bytes from a depth probe for transformers, else by parameter share).
 // Step time (ESTIMATES): compute = training FLOPs / GEMM rate; DP adds an all-reduce of
 // 2(n-1)/n x gradient bytes at the link's bus bandwidth; ZeRO-1 adds an all-gather of (n-1)/n x
-// P; ZeRO-2 costs about the all-reduce; a pipeline runs compute / p x (m + p - 1) / m plus the
+// P; ZeRO-2 costs about the all-reduce; recompute adds one forward of the recomputed layers
+// (a third of their training FLOPs); a pipeline runs compute / p x (m + p - 1) / m plus the
 // boundary transfers of (m + p - 1) micro-batch activations.
 // Errors: bad inputs (no devices, batch 0, ...) are ls::Error naming the field.
 #pragma once
@@ -55,6 +58,11 @@ struct ModelProfile {
   double optimizer_floats_per_parameter = 2;  // AdamW 2, SGD with momentum 1, without 0
   double train_flops_per_example = 0;
   double boundary_bytes_per_example = 0;  // activations passed between pipeline stages
+  // Activations with Recompute::kBlocks, measured as the above (negative: not measured, and the
+  // planner does not propose recompute), and the FLOPs its second forward adds per example.
+  double recompute_fixed_bytes = -1;
+  double recompute_bytes_per_example = -1;
+  double recompute_flops_per_example = 0;
 };
 
 struct MachineSpec {
@@ -80,8 +88,9 @@ struct StageBytes {
 };
 
 struct StrategyEstimate {
-  std::string name;  // "data parallel", "ZeRO-1", "ZeRO-2", "pipeline 2 x 2"
+  std::string name;  // "data parallel", "ZeRO-1", "ZeRO-2 + recompute", "pipeline 2 x 2"
   ShardMode shard = ShardMode::kNone;
+  Recompute recompute = Recompute::kNone;
   int stages = 1;                     // 1: no pipeline
   int pipelines = 1;                  // data-parallel width
   std::vector<StageBytes> per_stage;  // one entry without a pipeline
@@ -116,10 +125,15 @@ struct ProbeOptions {
   int64_t layers = 0;
   double train_flops_per_example = 0;
   double boundary_bytes_per_example = 0;
+  // The share of train_flops_per_example in the layers recompute repeats (a transformer's
+  // blocks, an MLP's layers): its second forward adds a third of that.
+  double recomputed_flops_share = 1.0;
+  bool probe_recompute = true;  // also measure the activations with Recompute::kBlocks
 };
 
 // Builds the model (declares parameters) for the layout and runs one DataParallel step at
-// rows1 and rows2 rows on probe.device, measuring the allocator peak above the state bytes.
+// rows1 and rows2 rows on probe.device, measuring the allocator peak above the state bytes;
+// again with Recompute::kBlocks when probe_recompute.
 ModelProfile profile_model(const ModelFactory& model, const ProbeOptions& probe);
 
 // Quick machine measurements (about a second together) for the planner's defaults: one square

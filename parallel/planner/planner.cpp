@@ -92,13 +92,16 @@ double all_reduce_ms(double bytes, int n, double busbw) {
 }
 
 StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine,
-                               const PlanRequest& r, ShardMode mode) {
+                               const PlanRequest& r, ShardMode mode, Recompute recompute) {
   const int n = machine.devices;
+  const bool again = recompute == Recompute::kBlocks;
   StrategyEstimate e;
   e.name = mode == ShardMode::kNone        ? "data parallel"
            : mode == ShardMode::kOptimizer ? "ZeRO-1"
                                            : "ZeRO-2";
+  if (again) e.name += " + recompute";
   e.shard = mode;
+  e.recompute = recompute;
   e.pipelines = n;
   const int shards = mode == ShardMode::kNone ? 1 : n;
   // On one device ZeRO-2 keeps the flat gradient buffer (parallel/data_parallel/replica.cpp): no
@@ -114,7 +117,8 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
   }
   // Accumulation runs the device's rows in `accumulate` micro-batches: activations of one.
   const double micro = std::ceil(rows / r.accumulate);
-  double act = m.activation_fixed_bytes + m.activation_bytes_per_example * micro;
+  double act = again ? m.recompute_fixed_bytes + m.recompute_bytes_per_example * micro
+                     : m.activation_fixed_bytes + m.activation_bytes_per_example * micro;
   if (layout == ShardMode::kGradients) {
     act += static_cast<double>(
         std::min(rounded(padded_elements(m.parameter_numel, 1) * 4), staging_bytes(m, r.buckets)));
@@ -123,7 +127,9 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
   e.per_stage = {b};
   e.worst = b;
   const double grad_bytes = 4.0 * static_cast<double>(padded_elements(m.parameter_numel, shards));
-  e.step_ms = m.train_flops_per_example * rows / machine.gemm_flops * 1e3 +
+  const double flops =
+      m.train_flops_per_example + (again ? m.recompute_flops_per_example : 0.0);
+  e.step_ms = flops * rows / machine.gemm_flops * 1e3 +
               all_reduce_ms(grad_bytes, n, machine.link_bytes_per_s);
   if (mode == ShardMode::kOptimizer && n > 1) {
     e.step_ms += (n - 1.0) / n * grad_bytes / machine.link_bytes_per_s * 1e3;
@@ -219,7 +225,7 @@ std::string recommend(const Plan& plan, const MachineSpec& machine, const PlanRe
   const StrategyEstimate& e = plan.strategies[static_cast<size_t>(plan.recommended)];
   const std::string need =
       megabytes(static_cast<double>(e.worst.total())) + " of " + megabytes(usable) + " per device";
-  if (e.stages == 1 && e.shard == ShardMode::kNone) {
+  if (e.stages == 1 && e.shard == ShardMode::kNone && e.recompute == Recompute::kNone) {
     return "fits with data parallel: use it (" + need + ")";
   }
   const StrategyEstimate& before = plan.strategies[static_cast<size_t>(plan.recommended) - 1];
@@ -245,8 +251,12 @@ int64_t padded_elements(const std::vector<int64_t>& numel, int shards) {
 Plan plan_strategies(const ModelProfile& m, const MachineSpec& machine, const PlanRequest& r) {
   check_inputs(m, machine, r);
   Plan plan;
-  for (ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
-    plan.strategies.push_back(data_parallel(m, machine, r, mode));
+  std::vector<Recompute> recompute = {Recompute::kNone};
+  if (m.recompute_bytes_per_example >= 0) recompute.push_back(Recompute::kBlocks);
+  for (Recompute again : recompute) {
+    for (ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
+      plan.strategies.push_back(data_parallel(m, machine, r, mode, again));
+    }
   }
   const int layers = layers_with_parameters(m);
   for (int p = 2; p <= machine.devices && p <= layers; p *= 2) {

@@ -30,9 +30,11 @@ int optimizer_tensors(const OptimizerSpec& spec) {
 }
 
 // Peak bytes above the training state during one step at `rows` rows.
-double activation_bytes(const ModelFactory& model, const ProbeOptions& probe, int64_t rows) {
+double activation_bytes(const ModelFactory& model, const ProbeOptions& probe, int64_t rows,
+                        Recompute recompute) {
   DataParallelOptions options;
   options.seed = 1;
+  options.recompute = recompute;
   DataParallel dp({probe.device}, model, make_optimizer_factory(probe.optimizer), options);
   const DataParallel::StateBytes state = dp.state_bytes(0);
   device_runtime(probe.device).allocator().reset_peak();
@@ -48,9 +50,10 @@ struct Linear {
   double fixed = 0, per_example = 0;
 };
 
-Linear measure(const ModelFactory& model, const ProbeOptions& probe) {
-  const double a1 = activation_bytes(model, probe, probe.rows1);
-  const double a2 = activation_bytes(model, probe, probe.rows2);
+Linear measure(const ModelFactory& model, const ProbeOptions& probe,
+               Recompute recompute = Recompute::kNone) {
+  const double a1 = activation_bytes(model, probe, probe.rows1, recompute);
+  const double a2 = activation_bytes(model, probe, probe.rows2, recompute);
   Linear l;
   l.per_example = (a2 - a1) / static_cast<double>(probe.rows2 - probe.rows1);
   l.fixed = a1 - l.per_example * static_cast<double>(probe.rows1);
@@ -161,10 +164,16 @@ ModelProfile profile_model(const ModelFactory& model, const ProbeOptions& probe)
   m.optimizer_floats_per_parameter = optimizer_tensors(probe.optimizer);
   m.train_flops_per_example = probe.train_flops_per_example;
   m.boundary_bytes_per_example = probe.boundary_bytes_per_example;
+  m.recompute_flops_per_example = probe.train_flops_per_example * probe.recomputed_flops_share / 3;
   if (!probe.with_layers) {
     const Linear a = measure(model, probe);
     m.activation_fixed_bytes = a.fixed;
     m.activation_bytes_per_example = a.per_example;
+    if (probe.probe_recompute) {
+      const Linear again = measure(model, probe, Recompute::kBlocks);
+      m.recompute_fixed_bytes = again.fixed;
+      m.recompute_bytes_per_example = again.per_example;
+    }
     share_by_parameters(m);
     m.activation_source = "measured on " + probe.device.str() + " with the model (rows " +
                           std::to_string(probe.rows1) + " and " + std::to_string(probe.rows2) +
@@ -178,6 +187,15 @@ ModelProfile profile_model(const ModelFactory& model, const ProbeOptions& probe)
   const double layers = static_cast<double>(probe.layers);
   m.activation_fixed_bytes = one.fixed + (layers - 1) * (two.fixed - one.fixed);
   m.activation_bytes_per_example = one.per_example + (layers - 1) * block;
+  if (probe.probe_recompute) {
+    // Each further block adds its saved input; the one recomputed at a time is in one's peak.
+    const Linear one_again = measure(probe.with_layers(1), probe, Recompute::kBlocks);
+    const Linear two_again = measure(probe.with_layers(2), probe, Recompute::kBlocks);
+    m.recompute_fixed_bytes = one_again.fixed + (layers - 1) * (two_again.fixed - one_again.fixed);
+    m.recompute_bytes_per_example =
+        one_again.per_example +
+        (layers - 1) * std::max(0.0, two_again.per_example - one_again.per_example);
+  }
   // Blocks ("h.N") get the per-block bytes; the rest (embeddings, head, loss) goes to the last
   // layer, whose logits dominate it.
   const double rest = std::max(0.0, one.per_example - block);

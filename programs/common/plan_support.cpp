@@ -32,6 +32,12 @@ ls::ModelProfile plan_profile(const PlanModel& m, const ls::OptimizerSpec& optim
     probe.train_flops_per_example =
         c.train_flops_per_token(c.max_seq) * static_cast<double>(c.max_seq);
     probe.boundary_bytes_per_example = 4.0 * static_cast<double>(c.hidden * c.max_seq);
+    // Recompute repeats the blocks' forward: their weights' GEMMs and attention, not the
+    // embeddings' or the head's.
+    const double h = static_cast<double>(c.hidden), layers = static_cast<double>(c.layers);
+    const double block_flops = 6.0 * layers * (4.0 * h * h + 2.0 * h * static_cast<double>(c.ffn)) +
+                               12.0 * layers * static_cast<double>(c.max_seq) * h;
+    probe.recomputed_flops_share = std::min(1.0, block_flops / c.train_flops_per_token(c.max_seq));
     if (c.layers > 2) {
       probe.with_layers = [c](int64_t layers) {
         ls::nn::TransformerConfig shallow = c;
@@ -80,15 +86,19 @@ void print_plan(const ls::ModelProfile& model, const ls::MachineSpec& spec,
   std::printf("model: %s\nactivations: %.2f MB per example + %.2f MB, %s\n",
               model.description.c_str(), model.activation_bytes_per_example / 1e6,
               model.activation_fixed_bytes / 1e6, model.activation_source.c_str());
+  if (model.recompute_bytes_per_example >= 0) {
+    std::printf("with --recompute blocks: %.2f MB per example + %.2f MB\n",
+                model.recompute_bytes_per_example / 1e6, model.recompute_fixed_bytes / 1e6);
+  }
   std::printf("machine: %d devices, %.1f MB each, GEMM %.1f GFLOP/s, all-reduce %.2f GB/s\n",
               spec.devices, static_cast<double>(spec.device_bytes) / 1e6, spec.gemm_flops / 1e9,
               spec.link_bytes_per_s / 1e9);
   std::printf("global batch %lld, %d micro-batches (pipelines)\n\n",
               static_cast<long long>(request.global_batch), request.micro_batches);
-  std::printf("%-16s %10s %10s %10s %10s %10s  %-5s %10s\n", "strategy", "P MB", "G MB", "O MB",
+  std::printf("%-26s %10s %10s %10s %10s %10s  %-5s %10s\n", "strategy", "P MB", "G MB", "O MB",
               "A MB", "total MB", "fits", "step ms");
   for (const ls::StrategyEstimate& e : plan.strategies) {
-    std::printf("%-16s %10.1f %10.1f %10.1f %10.1f %10.1f  %-5s %10.2f\n", e.name.c_str(),
+    std::printf("%-26s %10.1f %10.1f %10.1f %10.1f %10.1f  %-5s %10.2f\n", e.name.c_str(),
                 mb(e.worst.parameters), mb(e.worst.gradients), mb(e.worst.optimizer),
                 mb(e.worst.activations), mb(e.worst.total()),
                 e.fits ? "yes" : (e.infeasible.empty() ? "no" : "n/a"), e.step_ms);
@@ -114,6 +124,8 @@ void write_plan_json(const std::string& path, const ls::ModelProfile& model,
   for (const ls::StrategyEstimate& e : plan.strategies) {
     json.begin_object();
     json.field("name", e.name);
+    json.field("shard", ls::shard_mode_name(e.shard));
+    json.field("recompute", ls::recompute_name(e.recompute));
     json.field("stages", static_cast<int64_t>(e.stages));
     json.field("pipelines", static_cast<int64_t>(e.pipelines));
     json.field("parameters_bytes", e.worst.parameters);

@@ -38,6 +38,7 @@ void apply_auto_strategy(TrainOptions& o, const WorkloadOptions& workload,
   LS_CHECK(plan.recommended >= 0, "--strategy auto: ", plan.reason);
   const ls::StrategyEstimate& chosen = plan.strategies[static_cast<size_t>(plan.recommended)];
   o.shard = chosen.shard;
+  o.recompute = chosen.recompute;
   o.pipeline = chosen.stages > 1 ? chosen.stages : 0;
   std::printf("--strategy auto: training with %s\n", chosen.name.c_str());
   std::fflush(stdout);

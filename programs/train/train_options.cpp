@@ -85,9 +85,9 @@ void add_parallel_flags(CLI::App& app, TrainOptions& o) {
          "not with --shard gradients)")
       ->type_name("T")->check(ls::cli::one_of({"f32", "bf16"}, "type"))->group(group);
   app.add_option("--strategy", o.strategy,
-                 "manual (as --shard and --pipeline say) or auto: run the planner (lockstep-plan) "
-                 "and use the first strategy that fits in data parallel, ZeRO-1, ZeRO-2, "
-                 "pipeline order")
+                 "manual (as --shard, --recompute and --pipeline say) or auto: run the planner "
+                 "(lockstep-plan) and use the first strategy that fits in data parallel, ZeRO-1, "
+                 "ZeRO-2, the three with --recompute blocks, pipeline order")
       ->capture_default_str()->check(ls::cli::one_of({"manual", "auto"}, "strategy"))
       ->group(group);
   app.add_option("--collective-timeout-s", o.collective_timeout_s,
@@ -152,8 +152,8 @@ void check_combinations(const CLI::App& app, const TrainOptions& o) {
     throw UsageError("--init, --export-hf and --tokenizer are for --model gpt or classifier");
   if (transformer && o.hidden.size() > 1)
     throw UsageError("--hidden takes one width (the hidden size) for --model " + o.model);
-  if (o.strategy == "auto" && (given("--pipeline") || given("--shard")))
-    throw UsageError("--strategy auto chooses --shard and --pipeline itself; drop them");
+  if (o.strategy == "auto" && (given("--pipeline") || given("--shard") || given("--recompute")))
+    throw UsageError("--strategy auto chooses --shard, --recompute and --pipeline itself; drop them");
   if (o.grad_reduce == ls::DType::kBF16 && o.shard == ls::ShardMode::kGradients)
     throw UsageError("--grad-reduce bf16 does not combine with --shard gradients; use --shard "
                      "optimizer or f32 reduction");

@@ -221,11 +221,12 @@ struct Slowdown {
   int slow_forward = -1;     // this replica's forward sleeps (kEveryReplica: every one's)
   int slow_input = -1;       // this replica's input path sleeps
   bool slow_caller = false;  // the caller sleeps between steps
+  std::vector<int64_t> widths = {kFeatures, 1024, 1024, 10};  // the MLP's
 };
 
 UseVerdict run_with(const Slowdown& slow) {
   const auto nap = std::chrono::milliseconds(40);
-  ModelFactory mlp = mlp_factory({kFeatures, 1024, 1024, 10});
+  ModelFactory mlp = mlp_factory(slow.widths);
   ModelFactory model = mlp;
   if (slow.slow_forward != -1) {
     model = [mlp, slow, nap] {
@@ -291,9 +292,11 @@ TEST(DeviceUseRun, ASlowCallerLeavesEveryDeviceIdleBetweenSteps) {
 
 // Both replicas nap alike in forward: a balanced run whose steps are mostly the naps, so that on
 // this 2-core machine another test's load (which can slow one replica's compute, and would
-// rightly be reported) cannot unbalance it.
+// rightly be reported) cannot unbalance it. A small MLP (66 KB of gradients), so that no load
+// can make its all-reduce a fifth of a step either (with 5 MB of gradients, a build running
+// beside the tests once did: "communication is exposed 23%", rightly).
 TEST(DeviceUseRun, ABalancedRunBlamesNoDevice) {
-  const UseVerdict v = run_with({.slow_forward = kEveryReplica});
+  const UseVerdict v = run_with({.slow_forward = kEveryReplica, .widths = {kFeatures, 64, 10}});
   expect_consistent(v);
   EXPECT_EQ(v.finding, Finding::kAllUsed) << v.sentence;
   EXPECT_TRUE(contains(v.sentence, "both are used")) << v.sentence;

@@ -1,6 +1,6 @@
 // The planner (lockstep/planner.h): its memory predictions within 10% of the allocator peaks of
-// real runs on host devices (a small GPT and an MLP; data parallel, ZeRO-1, ZeRO-2 and a 2-stage
-// pipeline, at a batch other than the probe's), the recommendation rule on synthetic profiles,
+// real runs on host devices (a small GPT and an MLP; data parallel, ZeRO-1, ZeRO-2, each with
+// and without recompute, and a 2-stage pipeline, at a batch other than the probe's), the recommendation rule on synthetic profiles,
 // and clear errors for bad inputs.
 #include <lockstep/planner.h>
 
@@ -75,16 +75,21 @@ TEST(Planner, PredictsDataParallelAndZeroPeaksWithinTenPercent) {
     request.global_batch = 8;  // 4 rows per device; the probe ran 1 and 2
     request.buckets = {4 << 10, 4 << 10};
     const Plan plan = plan_strategies(profile, machine(2, 1ll << 30), request);
-    for (ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
+    int checked = 0;
+    for (const StrategyEstimate& e : plan.strategies) {
+      if (e.stages != 1) continue;
       DataParallelOptions options;
-      options.shard = mode;
+      options.shard = e.shard;
+      options.recompute = e.recompute;
       options.buckets = request.buckets;
       DataParallel dp(hosts(2), c.model, make_optimizer_factory(kAdamW), options);
       const int64_t peak = measured_peak(dp.devices(), [&] { dp.step(c.batch(8)); });
-      const int64_t predicted = plan.strategies[static_cast<size_t>(mode)].worst.total();
-      EXPECT_NEAR(static_cast<double>(predicted), static_cast<double>(peak), 0.1 * peak)
-          << c.name << " " << shard_mode_name(mode);
+      EXPECT_NEAR(static_cast<double>(e.worst.total()), static_cast<double>(peak), 0.1 * peak)
+          << c.name << " " << e.name;
+      ++checked;
     }
+    EXPECT_EQ(checked, 6) << c.name << ": data parallel, ZeRO-1 and ZeRO-2, with and without "
+                          << "recompute";
   }
 }
 
@@ -103,8 +108,8 @@ TEST(Planner, PredictsTwoStagePipelinePeaksWithinTenPercent) {
     request.global_batch = 8;
     request.micro_batches = 4;
     const Plan plan = plan_strategies(profile, machine(2, 1ll << 30), request);
-    ASSERT_EQ(plan.strategies.size(), 4u) << c.name;
-    const StrategyEstimate& e = plan.strategies[3];
+    ASSERT_EQ(plan.strategies.size(), 7u) << c.name;
+    const StrategyEstimate& e = plan.strategies[6];
     ASSERT_EQ(e.stages, 2);
     PipelineOptions options;
     options.stages = 2;
@@ -138,10 +143,17 @@ TEST(Planner, DepthProbeExtrapolatesToADeeperGpt) {
   PlanRequest request;
   request.global_batch = 6;
   const Plan plan = plan_strategies(profile, machine(2, 1ll << 30), request);
-  DataParallel dp(hosts(2), model, make_optimizer_factory(kAdamW));
-  const int64_t peak = measured_peak(dp.devices(), [&] { dp.step(token_batch(6)); });
-  EXPECT_NEAR(static_cast<double>(plan.strategies[0].worst.total()), static_cast<double>(peak),
-              0.1 * peak);
+  for (Recompute recompute : {Recompute::kNone, Recompute::kBlocks}) {
+    DataParallelOptions options;
+    options.recompute = recompute;
+    DataParallel dp(hosts(2), model, make_optimizer_factory(kAdamW), options);
+    const int64_t peak = measured_peak(dp.devices(), [&] { dp.step(token_batch(6)); });
+    // Data parallel, and data parallel + recompute (after the three without).
+    const StrategyEstimate& e = plan.strategies[recompute == Recompute::kNone ? 0 : 3];
+    ASSERT_EQ(e.recompute, recompute);
+    EXPECT_NEAR(static_cast<double>(e.worst.total()), static_cast<double>(peak), 0.1 * peak)
+        << e.name;
+  }
 }
 
 // A synthetic model: 8 layers of 1M parameters, 10 MB of activations per example.
@@ -189,6 +201,34 @@ TEST(Planner, RecommendsTheFirstStrategyThatFits) {
   plan = plan_strategies(synthetic(), machine(1, 1ll << 30), request);
   ASSERT_EQ(plan.strategies.size(), 3u);
   EXPECT_EQ(plan.strategies[2].worst.total(), plan.strategies[0].worst.total());
+}
+
+TEST(Planner, RecomputesOnlyWhenShardingAloneDoesNotFit) {
+  ModelProfile m = synthetic();
+  m.recompute_bytes_per_example = 2e6;  // each layer keeps its input only
+  m.recompute_flops_per_example = m.train_flops_per_example / 3;
+  m.recompute_fixed_bytes = 0;
+  PlanRequest request;
+  request.global_batch = 4;
+  request.micro_batches = 2;
+  request.buckets = {4 << 20, 4 << 20};
+  // 100 MB: ZeRO-2 fits without recompute (81.3 MB), so recompute is not used.
+  Plan plan = plan_strategies(m, machine(4, 100'000'000), request);
+  ASSERT_GE(plan.recommended, 0) << plan.reason;
+  EXPECT_EQ(plan.strategies[static_cast<size_t>(plan.recommended)].name, "ZeRO-2");
+  // 85 MB (76.5 usable): ZeRO-2 (81.3) and ZeRO-1 + recompute (33.5 + 33.5 + 16.8 + 2 = 85.8)
+  // do not fit; ZeRO-2 + recompute (33.5 + 8.4 + 16.8 + 2 + 12.6 = 73.3) does, before the
+  // pipeline (77.1).
+  plan = plan_strategies(m, machine(4, 85'000'000), request);
+  ASSERT_GE(plan.recommended, 0) << plan.reason;
+  const StrategyEstimate& chosen = plan.strategies[static_cast<size_t>(plan.recommended)];
+  EXPECT_EQ(chosen.name, "ZeRO-2 + recompute");
+  EXPECT_EQ(chosen.shard, ShardMode::kGradients);
+  EXPECT_EQ(chosen.recompute, Recompute::kBlocks);
+  EXPECT_NE(plan.reason.find("needs ZeRO-2 + recompute"), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("ZeRO-1 + recompute needs"), std::string::npos) << plan.reason;
+  // Recompute costs a third more compute, which the estimate says.
+  EXPECT_GT(chosen.step_ms, plan.strategies[2].step_ms);
 }
 
 std::string error_of(const ModelProfile& m, const MachineSpec& machine, PlanRequest r) {
