@@ -6,7 +6,6 @@
 
 #include <lockstep/error.h>
 #include <lockstep/nn/parameter.h>
-#include "ops/elementwise.h"
 
 namespace ls {
 
@@ -132,7 +131,8 @@ void Tape::mark_layer(const std::string& name, LayerPoint forward, LayerPoint ba
 // all-reduce) wait for the layer's backward. That backward replays the forward on a recording
 // tape whose parameter Vars are this tape's own (the same gradient storage, the same use
 // counts: they cannot reach zero there, as this tape's node still holds one use each), runs its
-// backward from the layer's output gradient, and passes the input's gradient on.
+// backward from the layer's output gradient into the input's gradient as it stands (so an input
+// also used after the layer sums its contributions in the plain run's order), and hands it back.
 Var Tape::recomputable(const Var& input, Block block) {
   if (!record_ || !context_.recompute) return block(*this, input);
   ForwardContext inner = context_;
@@ -165,17 +165,15 @@ Var Tape::recomputable(const Var& input, Block block) {
            for (const Var& p : parameters) replay.parameter_vars_[p->parameter] = p;
            const Var x = input->requires_grad ? replay.differentiable_input(input->value)
                                               : replay.constant(input->value);
+           // The input's gradient so far (from its uses after the layer) is where the layer's
+           // contributions go, one by one as in the plain run: the same sums in the same order.
+           x->grad = input->grad;
+           x->grad_written = input->grad_written;
            const Var y = block(replay, x);
+           if (!y->requires_grad) return;  // nothing in the layer needs a gradient after all
            replay.backward(y, dy);
-           if (!input->requires_grad || !x->grad.defined()) return;
-           if (!input->grad.defined() && input->grad_storage == nullptr && !input->grad_written) {
-             input->grad = x->grad;  // the first contribution: take it as it is
-             input->grad_written = true;
-           } else if (Tape::begin_grad(*input)) {
-             axpy(1.0f, x->grad, input->grad, stream_);
-           } else {
-             input->grad.copy_from(x->grad, stream_);
-           }
+           input->grad = x->grad;
+           input->grad_written = x->grad_written;
          });
   return out;
 }

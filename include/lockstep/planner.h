@@ -58,10 +58,11 @@ struct ModelProfile {
   double optimizer_floats_per_parameter = 2;  // AdamW 2, SGD with momentum 1, without 0
   double train_flops_per_example = 0;
   double boundary_bytes_per_example = 0;  // activations passed between pipeline stages
-  // Activations with Recompute::kBlocks, measured as the above (negative: not measured, and the
-  // planner does not propose recompute), and the FLOPs its second forward adds per example.
-  double recompute_fixed_bytes = -1;
-  double recompute_bytes_per_example = -1;
+  // Activations with Recompute::kBlocks, measured as the above (when recompute_measured; else
+  // the planner does not propose recompute), and the FLOPs its second forward adds per example.
+  bool recompute_measured = false;
+  double recompute_fixed_bytes = 0;
+  double recompute_bytes_per_example = 0;
   double recompute_flops_per_example = 0;
 };
 

@@ -151,8 +151,9 @@ class Trainer {
   // A span of one of the application's threads on the trace (TraceOptions): a data loader's
   // work, a wait for data. `thread` names its track (kCallerThread: the thread that calls
   // step()); begin_ns and end_ns are steady_now_ns() times (lockstep/clock.h). Kept when the run
-  // is traced and the span overlaps the traced steps, dropped otherwise at the cost of a branch.
-  // Any thread, while the trainer lives.
+  // is traced and the span overlaps the traced steps. Without a trace, or once the file is
+  // written, it returns at a branch; while tracing it takes a lock and stores the span (and
+  // waits while the file is written). Any thread, while the trainer lives.
   virtual void trace_span(const std::string& thread, const std::string& name, int64_t begin_ns,
                           int64_t end_ns) {
     (void)thread, (void)name, (void)begin_ns, (void)end_ns;

@@ -54,7 +54,7 @@ void on_fatal_signal(int signal) {
       if (dump == nullptr) continue;
       try {
         const std::string path = dump->run();
-        say(("lockstep: the last collectives of every replica are in " + path +
+        say(("lockstep: the flight recorder is in " + path +
              " (lockstep-doctor --flight " + path + ")\n")
                 .c_str());
       } catch (const std::exception& e) {

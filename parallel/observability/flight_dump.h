@@ -3,7 +3,8 @@
 // flight_recorder.h) are written as one JSON file per process, which the error names and
 // `lockstep-doctor --flight FILE...` analyses (tools/doctor/flight_analysis.h), the files of
 // several processes together. The format, "lockstep-flight/1":
-//   {"format": "lockstep-flight/1", "reason": "timeout" | "desync", "time": "2026-12-05T12:00:00Z",
+//   {"format": "lockstep-flight/1", "reason": "timeout" | "desync" | "fatal signal",
+//    "time": "2026-12-05T12:00:00Z",
 //    "process": 0, "processes": 1, "report": "<the error's text>",
 //    "replicas": [{"replica": 0, "device": "host:0", "phase": "backward", "step": 17,
 //                  "waiting_for": "", "collectives": [
@@ -44,7 +45,7 @@ struct StageProgress {
 };
 
 struct FlightRecord {
-  std::string reason;  // "timeout" or "desync"
+  std::string reason;  // "timeout", "desync" or "fatal signal"
   std::string report;  // the error's message
   int process = 0, processes = 1;
   std::vector<ReplicaProgress> replicas;

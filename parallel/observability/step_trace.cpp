@@ -15,15 +15,13 @@
 namespace ls {
 namespace {
 
+// Track ids: the caller 1; device i's compute stream, communication stream and host thread
+// 10 + 3i, 11 + 3i, 12 + 3i; the application's threads after every device's (first_thread_tid).
 constexpr int kCallerTid = 1;
-constexpr int kFirstThreadTid = 100;  // the application's threads
-int compute_tid(size_t device) { return 10 + 2 * static_cast<int>(device); }
-int comm_tid(size_t device) { return 11 + 2 * static_cast<int>(device); }
-int device_thread_tid(size_t device) { return 1000 + static_cast<int>(device); }
-bool is_device_tid(int tid) { return tid >= 10 && tid < kFirstThreadTid; }
-// Perfetto orders tracks by sort index: the caller, the application's threads, then per device
-// its compute stream, communication stream and host thread.
-int device_sort_index(size_t device, int which) { return 1000 + 3 * static_cast<int>(device) + which; }
+int compute_tid(size_t device) { return 10 + 3 * static_cast<int>(device); }
+int comm_tid(size_t device) { return 11 + 3 * static_cast<int>(device); }
+int device_thread_tid(size_t device) { return 12 + 3 * static_cast<int>(device); }
+size_t device_of(int tid) { return static_cast<size_t>((tid - 10) / 3); }
 
 }  // namespace
 
@@ -69,7 +67,7 @@ void StepTrace::thread_span(const std::string& thread, std::string name, int64_t
   if (written_) return;
   auto [it, added] = thread_tids_.try_emplace(
       thread, thread == kCallerThread ? kCallerTid
-                                      : kFirstThreadTid + static_cast<int>(thread_tids_.size()));
+                                      : first_thread_tid() + static_cast<int>(thread_tids_.size()));
   thread_spans_.push_back({it->second, std::move(name), begin_ns, end_ns, -1, -1, {}});
   // Before the first traced step nothing is known to overlap it: the older half goes.
   if (spans_.empty() && thread_spans_.size() >= 2 * kHeldBefore) {
@@ -226,24 +224,33 @@ void StepTrace::write() {
   };
   metadata("process_name", -1, "lockstep process " + std::to_string(process_), 0);
   metadata("thread_name", kCallerTid, "caller thread (steps enqueued, results awaited)", 0);
+  // Perfetto orders tracks by sort index: the caller, the application's threads, then per
+  // device its compute stream, communication stream and host thread.
   for (const auto& [thread, tid] : thread_tids_) {
-    if (tid != kCallerTid) metadata("thread_name", tid, thread, 1 + tid - kFirstThreadTid);
+    if (tid != kCallerTid) metadata("thread_name", tid, thread, 1 + tid - first_thread_tid());
   }
+  const int devices_sort = 1 + static_cast<int>(thread_tids_.size());
   for (size_t i = 0; i < devices_.size(); ++i) {
     const std::string who = devices_[i].device.str() + " (" + devices_[i].role + ")";
-    metadata("thread_name", compute_tid(i), who + " compute stream", device_sort_index(i, 0));
-    metadata("thread_name", comm_tid(i), who + " communication stream", device_sort_index(i, 1));
-    metadata("thread_name", device_thread_tid(i), who + " host thread", device_sort_index(i, 2));
+    metadata("thread_name", compute_tid(i), who + " compute stream", devices_sort + compute_tid(i));
+    metadata("thread_name", comm_tid(i), who + " communication stream",
+             devices_sort + comm_tid(i));
+    metadata("thread_name", device_thread_tid(i), who + " host thread",
+             devices_sort + device_thread_tid(i));
   }
+  auto category = [this](const Span& s) {
+    const bool device_stream =
+        s.tid >= compute_tid(0) && s.tid < first_thread_tid() && s.tid % 3 != 0;  // not 12 + 3i
+    if (!device_stream) return "host";
+    return s.bytes >= 0 ? "communication" : "compute";
+  };
   // Microseconds with 3 decimals: nanoseconds, however long the run.
   auto time_field = [&json](const char* name, double us) { json.key(name).value_fixed(us, 3); };
   for (const Span& s : spans_) {
     json.begin_object()
         .field("ph", "X")
         .field("name", s.name)
-        .field("cat", !is_device_tid(s.tid) ? "host"
-                      : s.bytes >= 0        ? "communication"
-                                            : "compute")
+        .field("cat", category(s))
         .field("pid", process_)
         .field("tid", s.tid);
     time_field("ts", us(s.begin_ns));
@@ -254,7 +261,7 @@ void StepTrace::write() {
     json.end_object().end_object();
   }
   for (const Counter& c : counters_) {
-    const std::string device = devices_[static_cast<size_t>((c.tid - 10) / 2)].device.str();
+    const std::string device = devices_[device_of(c.tid)].device.str();
     json.begin_object()
         .field("ph", "C")
         .field("name", device + " memory in use")

@@ -14,18 +14,19 @@
 //     tid 1, the caller's thread: "step N enqueued", "step N result (waiting)", "checkpoint
 //       save", and the application's own spans on it (Trainer::trace_span: "waiting for the
 //       next batch" in lockstep-train);
-//     tid 100 + k, the application's other threads (Trainer::trace_span: lockstep-train's "data
-//       loader", "gather batch E.I"), kept where they overlap the traced steps;
-//     tid 1000 + i, device i's host thread (the replica's or the stage's own): "issue step N"
-//       and "collect step N" (a pipeline stage: "run step N");
-//     tid 10 + 2i, device i's compute stream: "input", "forward + backward", "waiting for
+//     tid 12 + 3i, device i's host thread (the replica's or the stage's own): "issue step N"
+//       and "collect step N" (a pipeline stage: "run step N" and "optimizer step N");
+//     tid 10 + 3n + k (n devices), the application's other threads (Trainer::trace_span:
+//       lockstep-train's "data loader", "gather batch E.I"), kept where they overlap the traced
+//       steps;
+//     tid 10 + 3i, device i's compute stream: "input", "forward + backward", "waiting for
 //       gradient sums", "loss + optimizer", each with args {step}; within forward + backward,
 //       "<layer> forward" and "<layer> backward" for every layer the model marks (Tape::
 //       begin_layer: Sequential's children "0", "1", ...; a transformer's "embeddings", "h.N",
 //       "head"), nested as the layers are;
-//     tid 11 + 2i, device i's communication stream: one span per all-reduce launch, "buckets
+//     tid 11 + 3i, device i's communication stream: one span per all-reduce launch, "buckets
 //       A-B all-reduce" with args {step, bytes, buckets};
-//   a pipeline's stages (tid 10 + 2i, stage i's compute stream): per step "input", "forward
+//   a pipeline's stages (tid 10 + 3i, stage i's compute stream): per step "input", "forward
 //     micro-batch K" and "backward micro-batch K" for each action (from its input's arrival),
 //     "stage gradient sums" and "optimizer"; the caller's thread: "step N";
 //   "C" counter events "<device> memory in use" (args {MiB}) at each traced step's end.
@@ -111,6 +112,8 @@ class StepTrace {
     int64_t at_ns;
     double mib;
   };
+  // The application's threads' tracks come after every device's.
+  int first_thread_tid() const { return 10 + 3 * static_cast<int>(devices_.size()); }
   // A span of a traced step (never an application's).
   void step_span(int tid, std::string name, int64_t step, int64_t begin_ns, int64_t end_ns);
   void write();

@@ -66,7 +66,8 @@ Pipeline::Impl::Impl(const World* world, std::vector<Device> devices, const Mode
   start_trace();
   fatal_dump_ = std::make_unique<FatalSignalDump>([this] {
     return write_flight_record(options_.flight_recorder_dir,
-                               stage_record("fatal signal", "the process died of a fatal signal"));
+                               stage_record("fatal signal", "the process died of a fatal signal",
+                                            stage_progress()));
   });
 }
 
@@ -202,13 +203,26 @@ class StageStalls final : public StallDetector {
 
 }  // namespace
 
+// A stall found here has its report name this process's flight file (stall_report); a timeout
+// another process told this one of (its error replaces this process's own report) names this
+// process's file too, so that every process of a World leaves its own, as DataParallel does.
 void Pipeline::Impl::run_on_stages(const std::function<void(size_t, PipelineStage&)>& job,
                                    const char* what) {
+  flight_note_.clear();
   StageStalls stalls(
       options_.timeout, [this] { return progress_signature(); },
       [this] { return describe_stages(); },
       [this](std::chrono::milliseconds quiet) { return stall_report(quiet); });
-  group_->run_on_all([&](size_t i) { job(i, stage(i)); }, what, steps_ + 1, stalls);
+  try {
+    group_->run_on_all([&](size_t i) { job(i, stage(i)); }, what, steps_ + 1, stalls);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kTimeout) throw;
+    if (!flight_note_.empty() && e.message().find(flight_note_) != std::string::npos) throw;
+    const std::string note =
+        flight_record_note(options_.flight_recorder_dir,
+                           stage_record("timeout", e.message(), stage_progress()));
+    throw Error(e.message() + note, e.file().c_str(), e.line(), e.context(), e.kind());
+  }
 }
 
 int Pipeline::Impl::device_done(const PipelineStage& stage) const {
@@ -276,7 +290,7 @@ std::vector<StageProgress> Pipeline::Impl::stage_progress() const {
   return out;
 }
 
-std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) const {
+std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) {
   // The stalled stage is the one whose next action on the device has its input already (and is
   // enqueued): it is running (or stuck in) that action, while the others wait for it.
   const std::vector<StageProgress> stages = stage_progress();
@@ -291,16 +305,19 @@ std::string Pipeline::Impl::stall_report(std::chrono::milliseconds quiet) const 
   std::string report = "no stage made progress for " + std::to_string(quiet.count()) +
                        " ms (timeout " + std::to_string(options_.timeout.count()) +
                        " ms): " + culprit + "; " + describe_stages();
-  return report + flight_record_note(options_.flight_recorder_dir, stage_record("timeout", report));
+  flight_note_ =
+      flight_record_note(options_.flight_recorder_dir, stage_record("timeout", report, stages));
+  return report + flight_note_;
 }
 
-FlightRecord Pipeline::Impl::stage_record(std::string reason, std::string report) const {
+FlightRecord Pipeline::Impl::stage_record(std::string reason, std::string report,
+                                          std::vector<StageProgress> stages) const {
   return {.reason = std::move(reason),
           .report = std::move(report),
           .process = world_ != nullptr ? world_->rank() : 0,
           .processes = world_ != nullptr ? world_->size() : 1,
           .replicas = {},
-          .stages = stage_progress(),
+          .stages = std::move(stages),
           .now = std::chrono::steady_clock::now()};
 }
 

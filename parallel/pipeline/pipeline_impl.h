@@ -96,10 +96,12 @@ class Pipeline::Impl {
   std::string describe_stages() const;
   // Where every stage is in the step's schedule (for the stall report and its flight record).
   std::vector<StageProgress> stage_progress() const;
-  // The stall's report, naming the stage the others wait for, and the flight record's file.
-  std::string stall_report(std::chrono::milliseconds quiet) const;
-  // The flight record of where every stage stands (a stall's or a fatal signal's).
-  FlightRecord stage_record(std::string reason, std::string report) const;
+  // The stall's report, naming the stage the others wait for, and the flight record's file
+  // (kept in flight_note_).
+  std::string stall_report(std::chrono::milliseconds quiet);
+  // The flight record of where the stages stand (a stall's or a fatal signal's).
+  FlightRecord stage_record(std::string reason, std::string report,
+                            std::vector<StageProgress> stages) const;
   std::string where(int index) const;  // "stage 1 on host:1" (with "of pipeline r" if several)
 
   const World* world_ = nullptr;  // null: one process
@@ -110,6 +112,7 @@ class Pipeline::Impl {
   // Writes where every stage stood if the process dies of a fatal signal (reset first on the
   // way out).
   std::unique_ptr<FatalSignalDump> fatal_dump_;
+  std::string flight_note_;  // the note of this run_on_stages' stall report, if it wrote one
   int first_pipeline_ = 0;   // global index of this process's first pipeline
   int pipelines_total_ = 0;  // over every process
   std::vector<std::pair<int, int>> ranges_;  // layers of each stage

@@ -252,7 +252,7 @@ Plan plan_strategies(const ModelProfile& m, const MachineSpec& machine, const Pl
   check_inputs(m, machine, r);
   Plan plan;
   std::vector<Recompute> recompute = {Recompute::kNone};
-  if (m.recompute_bytes_per_example >= 0) recompute.push_back(Recompute::kBlocks);
+  if (m.recompute_measured) recompute.push_back(Recompute::kBlocks);
   for (Recompute again : recompute) {
     for (ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
       plan.strategies.push_back(data_parallel(m, machine, r, mode, again));

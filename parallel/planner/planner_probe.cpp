@@ -171,6 +171,7 @@ ModelProfile profile_model(const ModelFactory& model, const ProbeOptions& probe)
     m.activation_bytes_per_example = a.per_example;
     if (probe.probe_recompute) {
       const Linear again = measure(model, probe, Recompute::kBlocks);
+      m.recompute_measured = true;
       m.recompute_fixed_bytes = again.fixed;
       m.recompute_bytes_per_example = again.per_example;
     }
@@ -191,6 +192,7 @@ ModelProfile profile_model(const ModelFactory& model, const ProbeOptions& probe)
     // Each further block adds its saved input; the one recomputed at a time is in one's peak.
     const Linear one_again = measure(probe.with_layers(1), probe, Recompute::kBlocks);
     const Linear two_again = measure(probe.with_layers(2), probe, Recompute::kBlocks);
+    m.recompute_measured = true;
     m.recompute_fixed_bytes = one_again.fixed + (layers - 1) * (two_again.fixed - one_again.fixed);
     m.recompute_bytes_per_example =
         one_again.per_example +

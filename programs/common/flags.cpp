@@ -131,9 +131,10 @@ void add_data_parallel(CLI::App& app, DataParallelFlags& flags) {
          [&flags](const std::string& v) {
            flags.recompute = v == "blocks" ? Recompute::kBlocks : Recompute::kNone;
          },
-         "none (default); blocks: activation checkpointing, each transformer block (each layer "
-         "of an MLP) keeps only its input and recomputes its forward in backward (same results, "
-         "less activation memory, about one more forward pass)")
+         "none (default); blocks: activation checkpointing, each transformer block keeps only "
+         "its input and recomputes its forward in backward (same results, less activation "
+         "memory, about one more forward pass; an MLP's layers keep their input anyway, so it "
+         "only costs time there)")
       ->type_name("MODE")
       ->check(one_of({"none", "blocks"}, "recompute mode"))
       ->group(kParallelGroup);

@@ -86,7 +86,7 @@ void print_plan(const ls::ModelProfile& model, const ls::MachineSpec& spec,
   std::printf("model: %s\nactivations: %.2f MB per example + %.2f MB, %s\n",
               model.description.c_str(), model.activation_bytes_per_example / 1e6,
               model.activation_fixed_bytes / 1e6, model.activation_source.c_str());
-  if (model.recompute_bytes_per_example >= 0) {
+  if (model.recompute_measured) {
     std::printf("with --recompute blocks: %.2f MB per example + %.2f MB\n",
                 model.recompute_bytes_per_example / 1e6, model.recompute_fixed_bytes / 1e6);
   }

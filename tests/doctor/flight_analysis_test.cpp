@@ -171,7 +171,7 @@ TEST_F(FlightTest, NamesThePipelineStageTheOthersWaitFor) {
   record.stages = {waiting, stalled};
   EXPECT_EQ(joined(analyse_flight(read_flight_files({write_flight_record(dir_.string(), record)}))),
             "every stage ran all its actions of step 3: the stall came after them (the gradient "
-            "sums across pipelines or the optimizer)\n");
+            "sums across pipelines, the optimizer, or between steps)\n");
 }
 
 TEST_F(FlightTest, BadFilesAreClearErrors) {

@@ -38,7 +38,7 @@ TEST(FatalSignalDeathTest, AnAbortWritesTheFlightRecorderAndStillAborts) {
         std::abort();
       },
       ::testing::KilledBySignal(SIGABRT),
-      "fatal signal 6.*the last collectives of every replica are in .*lockstep-flight-");
+      "fatal signal 6.*the flight recorder is in .*lockstep-flight-");
   int files = 0;
   ASSERT_TRUE(fs::is_directory(dir)) << dir;
   for (const auto& entry : fs::directory_iterator(dir)) {

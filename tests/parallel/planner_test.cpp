@@ -205,6 +205,7 @@ TEST(Planner, RecommendsTheFirstStrategyThatFits) {
 
 TEST(Planner, RecomputesOnlyWhenShardingAloneDoesNotFit) {
   ModelProfile m = synthetic();
+  m.recompute_measured = true;
   m.recompute_bytes_per_example = 2e6;  // each layer keeps its input only
   m.recompute_flops_per_example = m.train_flops_per_example / 3;
   m.recompute_fixed_bytes = 0;

@@ -128,27 +128,31 @@ class CountingGelu final : public nn::Module {
 };
 
 // A model of one's own: a block run through Tape::recomputable is recomputed like the built-in
-// ones.
-class TwoBlocks final : public nn::Module {
+// ones. The block's input is used after it too (a skip connection around it), so its gradient
+// sums contributions from outside and inside the block, which must come in the plain run's order.
+class SkipAroundABlock final : public nn::Module {
  public:
-  explicit TwoBlocks(std::shared_ptr<std::atomic<int>> calls) {
+  explicit SkipAroundABlock(std::shared_ptr<std::atomic<int>> calls) {
     first_ = &register_module("first", std::make_unique<nn::Linear>(20, 32));
+    middle_ = &register_module("middle", std::make_unique<nn::Linear>(32, 32));
     gelu_ = &register_module("gelu", std::make_unique<CountingGelu>(std::move(calls)));
-    second_ = &register_module("second", std::make_unique<nn::Linear>(32, 10));
+    last_ = &register_module("last", std::make_unique<nn::Linear>(32, 10));
   }
   Var forward(Tape& tape, const Var& x) override {
-    nn::Linear* first = first_;
+    const Var a = first_->forward(tape, x);
+    nn::Linear* middle = middle_;
     CountingGelu* gelu = gelu_;
-    const Var h = tape.recomputable(x, [first, gelu](Tape& t, const Var& in) {
-      return gelu->forward(t, first->forward(t, in));
+    const Var b = tape.recomputable(a, [middle, gelu](Tape& t, const Var& in) {
+      return gelu->forward(t, middle->forward(t, in));
     });
-    return second_->forward(tape, h);
+    return last_->forward(tape, nn::add(tape, b, a));
   }
 
  private:
   nn::Linear* first_;
+  nn::Linear* middle_;
   CountingGelu* gelu_;
-  nn::Linear* second_;
+  nn::Linear* last_;
 };
 
 TEST(Recomputation, AModelsOwnBlockRunsTwiceAndIsBitwiseTheRunWithoutIt) {
@@ -157,7 +161,7 @@ TEST(Recomputation, AModelsOwnBlockRunsTwiceAndIsBitwiseTheRunWithoutIt) {
   for (int r = 0; r < 2; ++r) {
     auto calls = std::make_shared<std::atomic<int>>(0);
     const ModelFactory model = [calls] {
-      return std::unique_ptr<nn::Module>(new TwoBlocks(calls));
+      return std::unique_ptr<nn::Module>(new SkipAroundABlock(calls));
     };
     runs[r] = train_data_parallel(model, r == 0 ? Recompute::kNone : Recompute::kBlocks,
                                   ShardMode::kNone, false);

@@ -198,7 +198,7 @@ TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
   const int counters = parsed.counters;
   EXPECT_EQ(track_names[1], "caller thread (steps enqueued, results awaited)");
   EXPECT_EQ(track_names[10], "host:0 (replica 0) compute stream");
-  EXPECT_EQ(track_names[13], "host:1 (replica 1) communication stream");
+  EXPECT_EQ(track_names[14], "host:1 (replica 1) communication stream");
   EXPECT_EQ(counters, 2 * 3);  // each device's memory at each traced step's end
 
   // The caller enqueued and awaited each traced step.
@@ -213,9 +213,9 @@ TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
   // Each replica's own host thread issued and collected each traced step.
   for (int device = 0; device < 2; ++device) {
     const std::string d = std::to_string(device);
-    EXPECT_EQ(track_names[1000 + device], "host:" + d + " (replica " + d + ") host thread");
+    EXPECT_EQ(track_names[12 + 3 * device], "host:" + d + " (replica " + d + ") host thread");
     std::multiset<std::string> thread;
-    for (const Span& s : tracks[1000 + device]) thread.insert(s.name);
+    for (const Span& s : tracks[12 + 3 * device]) thread.insert(s.name);
     EXPECT_EQ(thread, (std::multiset<std::string>{"issue step 4", "collect step 4", "issue step 5",
                                                   "collect step 5", "issue step 6",
                                                   "collect step 6"}));
@@ -228,7 +228,7 @@ TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
   for (const auto& [tid, name] : track_names) {
     if (name == "data loader") loader_tid = tid;
   }
-  ASSERT_GE(loader_tid, 100) << "no track for the application's thread";
+  ASSERT_GE(loader_tid, 16) << "no track for the application's thread (after both devices' six)";
   for (const auto& [tid, spans] : tracks) {
     if (tid == loader_tid) continue;
     for (const Span& s : spans) {
@@ -255,7 +255,7 @@ TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
     // Linear and a ReLU between them) forward and backward, once per step.
     std::vector<Span> compute;
     std::map<std::string, int> layer_spans;
-    for (const Span& s : tracks[10 + 2 * device]) {
+    for (const Span& s : tracks[10 + 3 * device]) {
       const bool phase = std::find(phases.begin(), phases.end(), s.name) != phases.end();
       if (phase) compute.push_back(s);
       if (!phase) ++layer_spans[s.name];
@@ -284,7 +284,7 @@ TEST(StepTrace, ATwoDeviceRunsTraceFollowsTheFormatAndTheRun) {
     }
     // Every gradient byte travels in some launch of every traced step.
     std::map<int64_t, int64_t> bytes_per_step;
-    for (const Span& launch : tracks[11 + 2 * device]) {
+    for (const Span& launch : tracks[11 + 3 * device]) {
       bytes_per_step[launch.step] += launch.event->find("args")->find("bytes")->as_int64();
     }
     ASSERT_EQ(bytes_per_step.size(), 3u);
@@ -320,17 +320,17 @@ TEST(StepTrace, APipelinesStagesShowEveryMicroBatch) {
   const JsonValue file = parse_json(read_text(path), path);
   ParsedTrace parsed = read_checked(file);
   EXPECT_EQ(parsed.track_names[10], "host:0 (stage 0) compute stream");
-  EXPECT_EQ(parsed.track_names[12], "host:1 (stage 1) compute stream");
+  EXPECT_EQ(parsed.track_names[13], "host:1 (stage 1) compute stream");
   std::set<std::string> caller;
   for (const Span& s : parsed.tracks[1]) caller.insert(s.name);
   EXPECT_EQ(caller, (std::set<std::string>{"step 2", "step 3"}));
   for (int stage = 0; stage < 2; ++stage) {  // each stage's own host thread
     std::multiset<std::string> thread;
-    for (const Span& s : parsed.tracks[1000 + stage]) thread.insert(s.name);
+    for (const Span& s : parsed.tracks[12 + 3 * stage]) thread.insert(s.name);
     EXPECT_EQ(thread, (std::multiset<std::string>{"run step 2", "optimizer step 2", "run step 3",
                                                   "optimizer step 3"}));
   }
-  for (int tid : {10, 12}) {
+  for (int tid : {10, 13}) {
     std::map<int64_t, std::multiset<std::string>> per_step;
     for (const Span& s : parsed.tracks[tid]) per_step[s.step].insert(s.name);
     const std::multiset<std::string> want = {"input",

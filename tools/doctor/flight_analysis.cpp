@@ -75,6 +75,12 @@ FlightStage stage_of(const JsonValue& s, int process, const std::string& path) {
   out.actions_enqueued = static_cast<int>(member(s, "actions_enqueued", path).as_int64());
   out.actions = static_cast<int>(member(s, "actions", path).as_int64());
   out.next_action = member(s, "next_action", path).as_string();
+  LS_CHECK(out.next_action.empty() ||
+               ((out.next_action.rfind("forward of ", 0) == 0 ||
+                 out.next_action.rfind("backward of ", 0) == 0)),
+           path, ": stage ", out.stage, "'s next_action '", out.next_action,
+           "' is not \"forward of micro-batch K\" or \"backward of micro-batch K\"; is this a "
+           "lockstep flight recorder file?");
   out.input_ready = member(s, "input_ready", path).as_bool();
   return out;
 }
@@ -317,10 +323,12 @@ std::vector<std::string> analyse_flight(const FlightFiles& files) {
                   ": its replicas are not analysed; pass every process's file");
   }
   if (out.empty() && !files.stages.empty()) {
+    const bool crash = files.reasons.front() == "fatal signal";
     out.push_back("every stage ran all its actions of step " +
-                  std::to_string(files.stages.front().step) +
-                  ": the stall came after them (the gradient sums across pipelines or the "
-                  "optimizer)");
+                  std::to_string(files.stages.front().step) + ": the " +
+                  (crash ? "crash" : "stall") +
+                  " came after them (the gradient sums across pipelines, the optimizer, or "
+                  "between steps)");
   } else if (out.empty()) {
     int64_t newest = 0;
     for (const FlightReplica& r : files.replicas) newest = std::max(newest, last_issued(r));

@@ -101,6 +101,12 @@ class GELU final : public Module {
   Var forward(Tape& tape, const Var& input) override;
 };
 
+// Runs its children in order. Each child is a layer of the trace (Tape::begin_layer: "0", "1",
+// ...) and a recomputable layer (Tape::recomputable): under Recompute::kBlocks every child runs
+// its forward again in backward, so a child must compute the same function both times, and
+// layers marked inside a child do not show on the trace then. It saves memory where a child's
+// intermediates outweigh its input (a block of several ops); an MLP's Linear and activation
+// layers keep about their input anyway, so there it only costs the second forward.
 class Sequential final : public Module {
  public:
   Sequential& add(std::unique_ptr<Module> module);  // named by position: "0", "1", ...
