@@ -56,7 +56,7 @@ void Tape::record(const Var& output, std::vector<Var> inputs,
   for (const Var& input : inputs) {
     if (input->parameter != nullptr) ++input->pending_uses;
   }
-  nodes_.push_back({output, std::move(inputs), std::move(backward)});
+  nodes_.push_back({output, std::move(inputs), std::move(backward), Tensor()});
 }
 
 bool Tape::begin_grad(VarNode& v) {
@@ -72,6 +72,42 @@ bool Tape::begin_grad(VarNode& v) {
 }
 
 void Tape::backward(const Var& root, const Tensor& root_grad) {
+  run_backward(root, root_grad, Part::kAll);
+}
+
+void Tape::backward_input(const Var& root, const Tensor& root_grad) {
+  LS_CHECK(weight_nodes_.empty(), "backward_input(): the weight gradients of the previous "
+           "backward_input() are still to compute; call backward_weights() first");
+  run_backward(root, root_grad, Part::kInputs);
+}
+
+namespace {
+
+// Sets requires_grad to false on a node's inputs that are parameters (or on those that are not)
+// for as long as it lives: the node's closure then computes only the other gradients.
+class HideGradients {
+ public:
+  HideGradients(const std::vector<Var>& inputs, bool parameters) {
+    for (const Var& v : inputs) {
+      if (v->requires_grad && (v->parameter != nullptr) == parameters) {
+        v->requires_grad = false;
+        hidden_.push_back(v.get());
+      }
+    }
+  }
+  ~HideGradients() {
+    for (VarNode* v : hidden_) v->requires_grad = true;
+  }
+  HideGradients(const HideGradients&) = delete;
+  HideGradients& operator=(const HideGradients&) = delete;
+
+ private:
+  std::vector<VarNode*> hidden_;
+};
+
+}  // namespace
+
+void Tape::run_backward(const Var& root, const Tensor& root_grad, Part part) {
   LS_CHECK(record_, "backward() on a tape that does not record (evaluation tape)");
   LS_CHECK(root->requires_grad, "backward(): the root does not depend on any parameter");
   if (root_grad.defined()) {
@@ -88,19 +124,55 @@ void Tape::backward(const Var& root, const Tensor& root_grad) {
     }
     // Nothing flowed into this output (it does not reach the root): skip its backward, but
     // still count the parameter uses so that every parameter's hook fires exactly once.
-    if (node->output == root || node->output->grad.defined()) node->backward(node->output->grad);
-    for (const Var& input : node->inputs) {
-      if (input->parameter == nullptr) continue;
-      LS_ASSERT(input->pending_uses > 0);
-      if (--input->pending_uses > 0) continue;
-      if (grad_ready_hook_) grad_ready_hook_(*input->parameter);
-      // Storage from GradStorage belongs to whoever handed it out (the Reducer frees a bucket's
-      // staging once reduced): the tape lets go of it as soon as the gradient is final.
-      if (input->grad_storage != nullptr) input->grad = Tensor();
+    const bool reached = node->output == root || node->output->grad.defined();
+    if (part == Part::kAll) {
+      if (reached) node->backward(node->output->grad);
+      finish_parameter_uses(*node);
+      node->backward = nullptr;  // frees what the closure held as soon as it has run
+      continue;
     }
-    node->backward = nullptr;  // frees what the closure held as soon as it has run
+    bool to_parameters = false, to_others = false, uses_parameters = false;
+    for (const Var& input : node->inputs) {
+      uses_parameters = uses_parameters || input->parameter != nullptr;
+      if (input->requires_grad) (input->parameter != nullptr ? to_parameters : to_others) = true;
+    }
+    if (reached && to_others) {
+      HideGradients parameters(node->inputs, /*parameters=*/true);
+      node->backward(node->output->grad);
+    }
+    if (uses_parameters) {  // its parameter gradients (or only its uses' count) for later
+      const bool later = reached && to_parameters;
+      weight_nodes_.push_back({nullptr, std::move(node->inputs),
+                               later ? std::move(node->backward) : nullptr,
+                               later ? node->output->grad : Tensor()});
+    }
+    node->backward = nullptr;
   }
   nodes_.clear();
+}
+
+void Tape::backward_weights() {
+  for (Node& node : weight_nodes_) {
+    if (node.backward) {
+      HideGradients others(node.inputs, /*parameters=*/false);
+      node.backward(node.dy);
+    }
+    finish_parameter_uses(node);
+    node = Node{};  // frees its closure's tensors now
+  }
+  weight_nodes_.clear();
+}
+
+void Tape::finish_parameter_uses(const Node& node) {
+  for (const Var& input : node.inputs) {
+    if (input->parameter == nullptr) continue;
+    LS_ASSERT(input->pending_uses > 0);
+    if (--input->pending_uses > 0) continue;
+    if (grad_ready_hook_) grad_ready_hook_(*input->parameter);
+    // Storage from GradStorage belongs to whoever handed it out (the Reducer frees a bucket's
+    // staging once reduced): the tape lets go of it as soon as the gradient is final.
+    if (input->grad_storage != nullptr) input->grad = Tensor();
+  }
 }
 
 void Tape::begin_layer(const std::string& name) {
@@ -118,9 +190,12 @@ void Tape::mark_layer(const std::string& name, LayerPoint forward, LayerPoint ba
   // (where its backward ends), its end mark before them (where its backward begins).
   LayerClock* clock = layer_clock_;
   Stream* stream = &stream_;
-  nodes_.push_back({nullptr, {}, [clock, stream, name, backward](const Tensor&) {
+  nodes_.push_back({nullptr,
+                    {},
+                    [clock, stream, name, backward](const Tensor&) {
                       clock->stamp(name, backward, *stream);
-                    }});
+                    },
+                    Tensor()});
 }
 
 // Note [Recomputed layers]
@@ -180,6 +255,7 @@ Var Tape::recomputable(const Var& input, Block block) {
 
 void Tape::clear() {
   nodes_.clear();
+  weight_nodes_.clear();
   parameter_vars_.clear();
 }
 

@@ -4,7 +4,7 @@
 // The model's pipeline_layers() (lockstep/nn/module.h) are split near-equally by the number
 // of layers holding parameters (lockstep/pipeline_schedule.h: split_layers). Each step splits the
 // batch into micro_batches near-equal micro-batches and runs them through the stages in the
-// chosen schedule (1F1B by default, or GPipe); activations and their gradients move between
+// chosen schedule (1F1B by default, GPipe or ZB-H1); activations and their gradients move between
 // neighbouring stages by device-to-device copies ordered by events. Gradients accumulate over the
 // micro-batches and every stage takes one optimizer step. The loss is the mean over the batch's
 // counted labels, as in DataParallel, and the result equals a single-device DataParallel run on
@@ -43,6 +43,10 @@ namespace ls {
 struct PipelineOptions : MonitorOptions {  // heartbeat, telemetry (lockstep/trainer.h)
   int stages = 2;  // p; the device count must be a multiple of it
   int micro_batches = 4;
+  // 1F1B, GPipe or ZB-H1 (lockstep/pipeline_schedule.h). ZB-H1 steps each stage's optimizer
+  // without waiting for the others, copying its parameters and optimizer state first, and undoes
+  // the step when another stage's gradients turn out non-finite (Note [Post-validation],
+  // parallel/pipeline/pipeline_stage.cpp): results equal 1F1B's, bitwise.
   ScheduleKind schedule = ScheduleKind::k1F1B;
   Recompute recompute = Recompute::kNone;  // activation checkpointing (lockstep/trainer.h)
   uint64_t seed = 1;  // parameter initialisation (as DataParallelOptions::seed) and dropout
@@ -58,9 +62,11 @@ struct PipelineOptions : MonitorOptions {  // heartbeat, telemetry (lockstep/tra
 struct PipelineStepStats {
   double step_ms = 0;             // wall time of forward + backward (to the last stage's sync)
   std::vector<double> busy_ms;    // per stage: its stream running forward/backward actions
-  std::vector<double> bubble;     // per stage: 1 - busy / step
+  // Per stage: 1 - busy / step (under ZB-H1, whose stages step their optimizer before that sync,
+  // 1 - busy / (step - the stage's optimizer time)).
+  std::vector<double> bubble;
   double mean_bubble = 0;         // over the stages
-  double theoretical_bubble = 0;  // (p - 1) / (m + p - 1)
+  double theoretical_bubble = 0;  // the schedule's (lockstep/pipeline_schedule.h)
 };
 
 class Pipeline final : public Trainer {

@@ -154,7 +154,7 @@ void StepTrace::add_pipeline_step(int64_t step, const std::vector<StageStep>& st
     int64_t last_end = t.input_ns;
     for (const StageAction& a : t.actions) {
       step_span(tid,
-                std::string(a.forward ? "forward" : "backward") + " micro-batch " +
+                std::string(action_name(a.kind)) + " micro-batch " +
                     std::to_string(a.micro_batch),
                 step, host(a.start_ns), host(a.end_ns));
       last_end = std::max(last_end, a.end_ns);

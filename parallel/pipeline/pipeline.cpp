@@ -133,7 +133,8 @@ void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFact
                        options_.timeout,
                        {},
                        options_.loss,
-                       options_.recompute == Recompute::kBlocks};
+                       options_.recompute == Recompute::kBlocks,
+                       options_.schedule};
     const int base = static_cast<int>(i) - s;
     for (int j = 0; j < p; ++j) config.pipeline.push_back(devices_[static_cast<size_t>(base + j)]);
     std::unique_ptr<Communicator> comm =
@@ -275,14 +276,15 @@ std::vector<StageProgress> Pipeline::Impl::stage_progress() const {
                            {},
                            false};
     if (progress.actions_done < progress.actions) {
-      // Its input: the previous stage's activations (forward) or the next one's gradient.
+      // Its input: the previous stage's activations (forward), the next one's gradient
+      // (backward), or the stage's own backward (weight gradient: ready, as it ran before).
       const PipelineAction next = actions[static_cast<size_t>(progress.actions_done)];
       const bool forward = next.kind == PipelineAction::Kind::kForward;
       const int from = forward ? s - 1 : s + 1;
-      progress.next_action = std::string(forward ? "forward" : "backward") + " of micro-batch " +
+      progress.next_action = std::string(action_name(next.kind)) + " of micro-batch " +
                              std::to_string(next.micro_batch);
       progress.input_ready =
-          from < 0 || from >= p ||
+          next.kind == PipelineAction::Kind::kWeight || from < 0 || from >= p ||
           stage(static_cast<size_t>(base + from)).action_done(index_of(from, next));
     }
     out.push_back(std::move(progress));
@@ -375,6 +377,8 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   nonfinite = sums[1] > 0;
   const float loss = static_cast<float>(loss_sum / static_cast<double>(global_labels));
   const bool skipped = nonfinite || !std::isfinite(loss);
+  // Under ZB-H1 every stage has stepped already (Note [Post-validation]): keep or undo it.
+  const bool post_validates = splits_backward(options_.schedule);
   std::vector<OptimizerSpan> optimizers(stage_count());
   run_on_stages(
       [&](size_t index, PipelineStage& stage) {
@@ -394,10 +398,14 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
   for (int s = 0; s < p; ++s) {
     const double busy = outcomes[static_cast<size_t>(s)].busy_ms;
     stats_.busy_ms.push_back(busy);
-    stats_.bubble.push_back(step_ms > 0 ? std::max(0.0, 1.0 - busy / step_ms) : 0.0);
+    // Under post-validation (ZB-H1) the stage's optimizer ran inside step_ms: not its actions'.
+    const OptimizerSpan& own = optimizers[static_cast<size_t>(s)];
+    const double window =
+        step_ms - (post_validates ? static_cast<double>(own.end_ns - own.begin_ns) / 1e6 : 0.0);
+    stats_.bubble.push_back(window > 0 ? std::max(0.0, 1.0 - busy / window) : 0.0);
     stats_.mean_bubble += stats_.bubble.back() / p;
   }
-  stats_.theoretical_bubble = theoretical_bubble(p, options_.micro_batches);
+  stats_.theoretical_bubble = theoretical_bubble(p, options_.micro_batches, options_.schedule);
   return {loss, skipped};
 }
 

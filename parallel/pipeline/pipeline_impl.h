@@ -50,13 +50,14 @@ class Pipeline::Impl {
   std::vector<std::vector<std::string>> stage_layers() const { return stage_layer_names_; }
   PipelineStepStats last_step_stats() const { return stats_; }
   UseVerdict device_use() const {
-    return meter_->verdict(theoretical_bubble(options_.stages, options_.micro_batches));
+    return meter_->verdict(
+        theoretical_bubble(options_.stages, options_.micro_batches, options_.schedule));
   }
   UseVerdict device_use_all_processes() {
     return judge_device_use(
         device_use_across_processes(meter_->devices(), pipelines_total_ * options_.stages,
                                     processes()),
-        theoretical_bubble(options_.stages, options_.micro_batches));
+        theoretical_bubble(options_.stages, options_.micro_batches, options_.schedule));
   }
 
   // Trainer::trace_span.

@@ -33,6 +33,26 @@ namespace ls {
 // is recorded again only after the sender has waited on its previous use.
 constexpr int kEvalWindow = 2;
 
+namespace {
+
+// The backward action: whole, or only its input gradient (B) where the schedule splits backward.
+void run_backward(Tape& tape, const Var& root, const Tensor& root_grad, bool input_only) {
+  if (input_only) {
+    tape.backward_input(root, root_grad);
+  } else {
+    tape.backward(root, root_grad);
+  }
+}
+
+// What an optimizer step changes: the parameters and the optimizer's state.
+std::vector<Tensor> stepped_state(nn::ParameterStore& store, const optim::Optimizer& optimizer) {
+  std::vector<Tensor> state{store.values()};
+  for (const auto& [name, tensor] : optimizer.state()) state.push_back(tensor);
+  return state;
+}
+
+}  // namespace
+
 const char* stage_phase_name(StagePhase phase) {
   switch (phase) {
     case StagePhase::kIdle: return "idle";
@@ -44,6 +64,7 @@ const char* stage_phase_name(StagePhase phase) {
     case StagePhase::kReceiveGradient: return "receive gradient";
     case StagePhase::kBackward: return "backward";
     case StagePhase::kSendGradient: return "send gradient";
+    case StagePhase::kWeightGradient: return "weight gradient";
     case StagePhase::kTiedGradients: return "tied-gradient sum";
     case StagePhase::kReduce: return "gradient all-reduce";
     case StagePhase::kSynchronize: return "synchronize";
@@ -80,11 +101,12 @@ PipelineStage::PipelineStage(const StageConfig& config, Device device, const Mod
   build_parameters(*model_, layers_);
   optimizer_ = optimizer(store_->values(), *compute_);
   LS_CHECK(optimizer_ != nullptr, "the optimizer factory returned no optimizer");
-  const int actions = 2 * config_.micro_batches;
+  const int actions = (splits_backward(config_.schedule) ? 3 : 2) * config_.micro_batches;
   for (auto* events : {&action_start_, &action_end_}) {
     for (int k = 0; k < actions; ++k) events->push_back(runtime.create_event());  // timed
   }
-  for (int k = 0; k < actions; ++k) sent_.push_back(runtime.create_sync_event());
+  // One per micro-batch's activations and one per its input gradient.
+  for (int k = 0; k < 2 * config_.micro_batches; ++k) sent_.push_back(runtime.create_sync_event());
   tied_ready_ = runtime.create_sync_event();
   tied_copied_ = runtime.create_sync_event();
   for (int k = 0; k < kEvalWindow + 1; ++k) {
@@ -246,11 +268,8 @@ void PipelineStage::backward(MicroBatch& mb, int action) {
   if (last()) {
     compute_->record(start);
     set_phase(StagePhase::kBackward, mb.index);
-    if (nn::is_cross_entropy(*config_.loss)) {
-      mb.tape->backward(mb.loss);
-    } else {
-      mb.tape->backward(mb.loss, loss_seed_);
-    }
+    run_backward(*mb.tape, mb.loss, nn::is_cross_entropy(*config_.loss) ? Tensor() : loss_seed_,
+                 splits_backward(config_.schedule));
   } else {
     set_phase(StagePhase::kReceiveGradient, mb.index);
     Tensor grad = receive({StageInbox::Kind::kGradient, mb.index, s + 1},
@@ -258,7 +277,7 @@ void PipelineStage::backward(MicroBatch& mb, int action) {
                               std::to_string(s + 1),
                           &start);
     set_phase(StagePhase::kBackward, mb.index);
-    mb.tape->backward(mb.output, grad);
+    run_backward(*mb.tape, mb.output, grad, splits_backward(config_.schedule));
   }
   if (s > 0) {
     set_phase(StagePhase::kSendGradient, mb.index);
@@ -272,7 +291,19 @@ void PipelineStage::backward(MicroBatch& mb, int action) {
     send({StageInbox::Kind::kGradient, mb.index, s}, s - 1, dx, sent);
   }
   compute_->record(*action_end_[static_cast<size_t>(action)]);
+  if (splits_backward(config_.schedule)) {  // the tape keeps what its weight gradient needs
+    mb.input = mb.output = mb.loss = nullptr;
+    return;
+  }
   mb = MicroBatch{};  // frees this micro-batch's activations (stream-ordered)
+}
+
+void PipelineStage::weight_gradient(MicroBatch& mb, int action) {
+  compute_->record(*action_start_[static_cast<size_t>(action)]);
+  set_phase(StagePhase::kWeightGradient, mb.index);
+  mb.tape->backward_weights();
+  compute_->record(*action_end_[static_cast<size_t>(action)]);
+  mb = MicroBatch{};  // frees what was kept for it (stream-ordered)
 }
 
 void PipelineStage::sum_tied_gradients() {
@@ -331,7 +362,8 @@ StageOutcome PipelineStage::run(const Shard& shard, int64_t global_labels,
                                 const std::vector<PipelineAction>& actions, int64_t step,
                                 uint64_t dropout_seed) {
   const int m = config_.micro_batches;
-  LS_ASSERT(shard.rows >= m && static_cast<int>(actions.size()) == 2 * m);
+  LS_ASSERT(shard.rows >= m &&
+            static_cast<int>(actions.size()) == (splits_backward(config_.schedule) ? 3 : 2) * m);
   enqueued_.store(0, std::memory_order_release);
   shard_ = shard;
   global_labels_ = global_labels;
@@ -352,10 +384,10 @@ StageOutcome PipelineStage::run(const Shard& shard, int64_t global_labels,
   }
   for (size_t k = 0; k < actions.size(); ++k) {
     MicroBatch& mb = micro_[static_cast<size_t>(actions[k].micro_batch)];
-    if (actions[k].kind == PipelineAction::Kind::kForward) {
-      forward(mb, static_cast<int>(k));
-    } else {
-      backward(mb, static_cast<int>(k));
+    switch (actions[k].kind) {
+      case PipelineAction::Kind::kForward: forward(mb, static_cast<int>(k)); break;
+      case PipelineAction::Kind::kBackward: backward(mb, static_cast<int>(k)); break;
+      case PipelineAction::Kind::kWeight: weight_gradient(mb, static_cast<int>(k)); break;
     }
     enqueued_.store(static_cast<int>(k + 1), std::memory_order_release);
   }
@@ -367,7 +399,10 @@ StageOutcome PipelineStage::run(const Shard& shard, int64_t global_labels,
   sum_tied_gradients();
   count_nonfinite(store_->grads(), nonfinite_, *compute_);
   stamp_device_clock(marks_, 2, *compute_);
-  marks_.view(0, {6}).copy_to_host_async(marks_host_, 3 * sizeof(int64_t), *compute_);
+  if (post_validates()) step_optimistically();
+  const int stamps = post_validates() ? 5 : 3;
+  marks_.view(0, {2 * stamps})
+      .copy_to_host_async(marks_host_, static_cast<size_t>(stamps) * sizeof(int64_t), *compute_);
   loss_sum_.copy_to_host_async(&loss_sum_host_, sizeof loss_sum_host_, *compute_);
   nonfinite_.copy_to_host_async(&nonfinite_host_, sizeof nonfinite_host_, *compute_);
   set_phase(StagePhase::kSynchronize, -1);
@@ -383,10 +418,10 @@ StageOutcome PipelineStage::run(const Shard& shard, int64_t global_labels,
   };
   for (size_t k = 0; k < actions.size(); ++k) {
     outcome.busy_ms += action_end_[k]->elapsed_ms_since(*action_start_[k]);
-    timeline.actions.push_back({actions[k].kind == PipelineAction::Kind::kForward,
-                                actions[k].micro_batch, at(*action_start_[k]),
+    timeline.actions.push_back({actions[k].kind, actions[k].micro_batch, at(*action_start_[k]),
                                 at(*action_end_[k])});
   }
+  if (post_validates()) optimistic_span_ = {marks_host_[3], marks_host_[4]};
   set_phase(StagePhase::kIdle, -1);
   return outcome;
 }
@@ -458,6 +493,13 @@ EvalCounts PipelineStage::evaluate(const Shard& rows, int64_t batch_size) {
 }
 
 OptimizerSpan PipelineStage::step(bool apply) {
+  if (post_validates()) {  // run() has stepped: keep it, or undo it
+    if (!apply) roll_back();
+    compute_->synchronize();
+    keep_alive_.clear();  // every stage's run() has synchronized: every copy has run
+    set_phase(StagePhase::kIdle, -1);
+    return optimistic_span_;
+  }
   stamp_device_clock(marks_, 3, *compute_);
   if (apply) {
     set_phase(StagePhase::kOptimizer, -1);
@@ -469,6 +511,34 @@ OptimizerSpan PipelineStage::step(bool apply) {
   keep_alive_.clear();  // every stage's run() has synchronized: every copy has run
   set_phase(StagePhase::kIdle, -1);
   return {marks_host_[3], marks_host_[4]};
+}
+
+// Note [Post-validation]
+// Whether a step is skipped (a non-finite gradient or loss anywhere) is known only once every
+// stage of every pipeline has finished its actions. Waiting for that before the optimizer is a
+// barrier across the stages at the end of every step, which a zero-bubble schedule is built to
+// avoid (Qi et al. 2023, section 4: "optimizer post-validation"). So under ZB-H1 each stage
+// steps as soon as its own gradients are final, having copied its parameters and optimizer state
+// (one device copy of them, and the memory for it); when the step turns out to be skipped,
+// step(false) copies them back and the optimizer's step count goes back by one: the state is
+// bitwise what a skipped step leaves.
+void PipelineStage::step_optimistically() {
+  stamp_device_clock(marks_, 3, *compute_);
+  set_phase(StagePhase::kOptimizer, -1);
+  const std::vector<Tensor> state = stepped_state(*store_, *optimizer_);
+  if (before_step_.empty()) {
+    for (const Tensor& t : state) before_step_.push_back(Tensor::empty(t.shape(), t.dtype(), device_));
+  }
+  for (size_t k = 0; k < state.size(); ++k) before_step_[k].copy_from(state[k], *compute_);
+  optimizer_->step(store_->values(), store_->grads(), *compute_);
+  stamp_device_clock(marks_, 4, *compute_);
+}
+
+void PipelineStage::roll_back() {
+  set_phase(StagePhase::kOptimizer, -1);
+  const std::vector<Tensor> state = stepped_state(*store_, *optimizer_);
+  for (size_t k = 0; k < state.size(); ++k) state[k].copy_from(before_step_[k], *compute_);
+  optimizer_->set_steps_taken(optimizer_->steps_taken() - 1);
 }
 
 }  // namespace ls

@@ -40,6 +40,7 @@ enum class StagePhase {
   kReceiveGradient,
   kBackward,
   kSendGradient,
+  kWeightGradient,
   kTiedGradients,
   kReduce,
   kSynchronize,
@@ -65,6 +66,7 @@ struct StageConfig {
   std::vector<Device> pipeline;  // the devices of this stage's pipeline, stage order
   std::shared_ptr<const nn::Loss> loss;  // the last stage's; never null
   bool recompute = false;                // ForwardContext::recompute (PipelineOptions::recompute)
+  ScheduleKind schedule = ScheduleKind::k1F1B;
 };
 
 struct StageOutcome {
@@ -88,12 +90,17 @@ class PipelineStage final : public GroupMember {
 
   // Forward and backward of this stage's actions on `shard` (its pipeline's rows, split into
   // micro_batches near-equal micro-batches), tied-gradient sums and the data-parallel reduce;
-  // synchronizes once at the end.
+  // synchronizes once at the end. Under a schedule that splits backward (ZB-H1) it also takes
+  // the optimizer step, before any other stage's result is known (post_validates()): step()
+  // then keeps it or rolls it back.
   StageOutcome run(const Shard& shard, int64_t global_labels,
                    const std::vector<PipelineAction>& actions, int64_t step, uint64_t dropout_seed);
   // The optimizer step (synchronizes); then drops the tensors kept for the neighbours' copies.
-  // Returns when the optimizer began and ended on the device's clock.
+  // Returns when the optimizer began and ended on the device's clock. Where run() stepped
+  // already (post_validates()), `apply` false restores the parameters and optimizer state from
+  // before that step (Note [Post-validation]).
   OptimizerSpan step(bool apply);
+  bool post_validates() const { return splits_backward(config_.schedule); }
   // Host steady clock minus this device's clock (device_clock_offset_ns).
   int64_t clock_offset_ns() const { return clock_offset_ns_; }
   // Forward only over `rows` (this pipeline's part of a data set) in chunks of batch_size, the
@@ -130,6 +137,10 @@ class PipelineStage final : public GroupMember {
   void upload(const Shard& shard);
   void forward(MicroBatch& mb, int action);
   void backward(MicroBatch& mb, int action);
+  void weight_gradient(MicroBatch& mb, int action);
+  // Post-validation: the optimizer's step taken in run(), kept or undone by step().
+  void step_optimistically();
+  void roll_back();
   // Waits for the message, makes the stream wait on its event, records `start` (if any) and
   // copies the tensor to this device.
   Tensor receive(StageInbox::Key key, const std::string& what, Event* start);
@@ -168,6 +179,10 @@ class PipelineStage final : public GroupMember {
   // Evaluation: per chunk slot (see Note [Evaluation window]), sent and copied.
   std::vector<std::unique_ptr<Event>> eval_sent_, eval_copied_;
   std::vector<Tensor> keep_alive_;  // see Note [Pipeline transfer lifetime]
+  // Post-validation: the parameters and optimizer state before run()'s step, and where the
+  // optimizer began and ended.
+  std::vector<Tensor> before_step_;
+  OptimizerSpan optimistic_span_;
   Tensor inputs_, labels_, loss_sum_, nonfinite_;
   Tensor loss_seed_;  // last stage, custom loss: 1 / global count, backward's root gradient
   Shard shard_;

@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <vector>
 
+#include <lockstep/pipeline_schedule.h>
+
 namespace ls {
 
 // A stage's step on its device's clock, in nanoseconds (issue 25: the verdict and the trace).
 struct StageAction {
-  bool forward = true;
+  PipelineAction::Kind kind = PipelineAction::Kind::kForward;
   int micro_batch = 0;
   int64_t start_ns = 0, end_ns = 0;  // busy: from its input's arrival to its last kernel
 };
@@ -19,7 +21,8 @@ struct StageTimeline {
   int64_t actions_end_ns = 0;  // the actions, the stage's all-reduce and tied sums are done
   std::vector<StageAction> actions;
 };
-// The optimizer of the step (PipelineStage::step), enqueued once every stage's run() is done.
+// The optimizer of the step (PipelineStage::step), enqueued once every stage's run() is done, or
+// (ZB-H1, Note [Post-validation]) by run() itself.
 struct OptimizerSpan {
   int64_t begin_ns = 0, end_ns = 0;
 };

@@ -178,7 +178,11 @@ StrategyEstimate pipeline(const ModelProfile& m, const MachineSpec& machine, con
       if (used[i]) numel.push_back(m.parameter_numel[i]);
     }
     StageBytes b = state_of(m, numel, 1, ShardMode::kNone);
-    const int in_flight = r.schedule == ScheduleKind::kGPipe ? mb : std::min(p - s, mb);
+    // Micro-batches whose activations the stage holds at once: ZB-H1's stage s holds p - s
+    // whole and up to s whose weight gradient waits (counted whole here: an upper bound).
+    const int in_flight = r.schedule == ScheduleKind::kGPipe   ? mb
+                          : r.schedule == ScheduleKind::kZBH1 ? std::min(p, mb)
+                                                               : std::min(p - s, mb);
     // Boundary tensors: a stage keeps every activation and gradient it sends until the step's
     // optimizer (Note [Pipeline transfer lifetime]), m of each, and its received copies live
     // with the micro-batches in flight.
@@ -188,6 +192,8 @@ StrategyEstimate pipeline(const ModelProfile& m, const MachineSpec& machine, con
         m.activation_fixed_bytes / p +
         m.activation_bytes_per_example * share * micro_rows * in_flight +
         m.boundary_bytes_per_example * micro_rows * (sends * mb + receives * in_flight));
+    // ZB-H1's post-validation keeps a copy of the parameters and optimizer state.
+    if (splits_backward(r.schedule)) b.optimizer += b.parameters + b.optimizer;
     e.per_stage.push_back(b);
     if (b.total() > e.worst.total()) e.worst = b;
     max_grad_bytes = std::max(max_grad_bytes, static_cast<double>(b.gradients));
@@ -195,7 +201,7 @@ StrategyEstimate pipeline(const ModelProfile& m, const MachineSpec& machine, con
   const double compute_ms = m.train_flops_per_example * micro_rows * mb / machine.gemm_flops * 1e3;
   const double transfers_ms = 2.0 * (mb + p - 1) * m.boundary_bytes_per_example * micro_rows /
                               machine.link_bytes_per_s * 1e3;
-  e.step_ms = compute_ms / p * (mb + p - 1) / mb + transfers_ms +
+  e.step_ms = compute_ms / p / (1.0 - theoretical_bubble(p, mb, r.schedule)) + transfers_ms +
               all_reduce_ms(max_grad_bytes, e.pipelines, machine.link_bytes_per_s);
   return e;
 }

@@ -164,10 +164,10 @@ void add_data_parallel(CLI::App& app, DataParallelFlags& flags) {
 }
 
 void add_pipeline_schedule(CLI::App& app, PipelineScheduleFlags& flags) {
-  app.add_option("--schedule", flags.schedule, "pipeline schedule: 1f1b or gpipe")
+  app.add_option("--schedule", flags.schedule, "pipeline schedule: 1f1b, gpipe or zb-h1 (zero bubble)")
       ->type_name("NAME")
       ->capture_default_str()
-      ->check(one_of({"1f1b", "gpipe"}, "schedule"))
+      ->check(one_of({"1f1b", "gpipe", "zb-h1"}, "schedule"))
       ->group(kParallelGroup);
   app.add_option("--micro-batches", flags.micro_batches, "pipeline micro-batches per step")
       ->capture_default_str()

@@ -75,12 +75,17 @@ FlightStage stage_of(const JsonValue& s, int process, const std::string& path) {
   out.actions_enqueued = static_cast<int>(member(s, "actions_enqueued", path).as_int64());
   out.actions = static_cast<int>(member(s, "actions", path).as_int64());
   out.next_action = member(s, "next_action", path).as_string();
-  LS_CHECK(out.next_action.empty() ||
-               ((out.next_action.rfind("forward of ", 0) == 0 ||
-                 out.next_action.rfind("backward of ", 0) == 0)),
-           path, ": stage ", out.stage, "'s next_action '", out.next_action,
-           "' is not \"forward of micro-batch K\" or \"backward of micro-batch K\"; is this a "
-           "lockstep flight recorder file?");
+  const bool known = out.next_action.empty() || out.next_action.rfind("forward of ", 0) == 0 ||
+                     out.next_action.rfind("backward of ", 0) == 0 ||
+                     out.next_action.rfind("weight gradient of ", 0) == 0;
+  LS_CHECK(known, path, ": stage ", out.stage, "'s next_action '", out.next_action,
+           "' is not \"forward of micro-batch K\", \"backward of micro-batch K\" or \"weight "
+           "gradient of micro-batch K\"; is this a lockstep flight recorder file?");
+  // A weight gradient's input is the stage's own backward, which ran before it.
+  LS_CHECK(out.next_action.rfind("weight gradient of ", 0) != 0 ||
+               member(s, "input_ready", path).as_bool(),
+           path, ": stage ", out.stage, "'s next action is a weight gradient, whose input is "
+           "always ready, but input_ready is false; is this a lockstep flight recorder file?");
   out.input_ready = member(s, "input_ready", path).as_bool();
   return out;
 }

@@ -116,12 +116,23 @@ class Tape {
   Var output(Tensor value, std::initializer_list<const Var*> inputs) const;
 
   // Records `backward(dy)` for `output`, to run when backward reaches it with its gradient dy.
+  // The closure computes the gradient of each of its inputs whose requires_grad is set, and of
+  // no other (backward_input and backward_weights run it with some of them unset).
   void record(const Var& output, std::vector<Var> inputs,
               std::function<void(const Tensor& dy)> backward);
 
   // Back-propagates from `root`, whose gradient is taken as given (`root_grad`); a loss whose
   // gradient was computed in forward (fused softmax + cross-entropy) passes an undefined tensor.
   void backward(const Var& root, const Tensor& root_grad = Tensor());
+  // backward() in two parts, for zero-bubble pipeline schedules (lockstep/pipeline_schedule.h):
+  // backward_input computes every gradient but the parameters' (B: what the previous stage waits
+  // for) and keeps, for each recorded use of a parameter, its closure and output gradient;
+  // backward_weights then computes the parameters' gradients (W), in backward()'s order, so the
+  // parameter gradients are bitwise backward()'s, and fires their grad-ready hooks. Ops whose one
+  // kernel makes both kinds of gradient (layernorm) run it in both parts; a recomputed layer
+  // replays its forward in both.
+  void backward_input(const Var& root, const Tensor& root_grad = Tensor());
+  void backward_weights();
 
   using GradReadyHook = std::function<void(Parameter&)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
@@ -147,13 +158,19 @@ class Tape {
     Var output;
     std::vector<Var> inputs;
     std::function<void(const Tensor&)> backward;
+    Tensor dy;  // a node kept for backward_weights: its output's gradient
   };
+  enum class Part { kAll, kInputs };
+  void run_backward(const Var& root, const Tensor& root_grad, Part part);
+  // After a node's parameter gradients are done: counts down their uses and fires the hooks.
+  void finish_parameter_uses(const Node& node);
 
   Stream& stream_;
   bool record_;
   ForwardContext context_;
   bool step_dependent_ = false;
   std::vector<Node> nodes_;
+  std::vector<Node> weight_nodes_;  // backward_input's, for backward_weights, in backward order
   // One Var per parameter per tape, so a parameter used twice (tied weights) has one use count.
   std::unordered_map<Parameter*, Var> parameter_vars_;
   GradReadyHook grad_ready_hook_;
