@@ -1,5 +1,5 @@
 // Pipeline-parallel training on host devices: an MLP and a small GPT (tied head) cut into 2 and
-// 4 stages with 1, 4 and 8 micro-batches under both schedules train to what one device trains on
+// 4 stages with 1, 4 and 8 micro-batches under every schedule train to what one device trains on
 // the same global batch; pipelines x data parallelism too; a stage that throws or stalls ends
 // the step quickly with one error naming it; bad sizes are errors naming the value.
 // Summation order: micro-batches split each weight gradient's GEMM sum over rows into m partial
@@ -82,7 +82,7 @@ data::Batch mlp_batch(int step) { return random_batch(16, 20, static_cast<uint32
 
 TEST(Pipeline, MlpMatchesOneDeviceForEveryStageCountMicroBatchesAndSchedule) {
   const TrainRun reference = single_device(kMlp, mlp_batch, 3);
-  for (ScheduleKind schedule : {ScheduleKind::k1F1B, ScheduleKind::kGPipe}) {
+  for (ScheduleKind schedule : {ScheduleKind::k1F1B, ScheduleKind::kGPipe, ScheduleKind::kZBH1}) {
     for (int p : {2, 4}) {
       for (int m : {1, 4, 8}) {
         const std::string what = std::string(schedule_name(schedule)) + " p " + std::to_string(p) +
@@ -140,7 +140,7 @@ data::Batch gpt_batch(int step) {
 TEST(Pipeline, GptWithTiedHeadMatchesOneDevice) {
   const ModelFactory gpt = tiny_gpt(2);  // embeddings, h.0, h.1, head: up to 4 stages
   const TrainRun reference = single_device(gpt, gpt_batch, 3);
-  for (ScheduleKind schedule : {ScheduleKind::k1F1B, ScheduleKind::kGPipe}) {
+  for (ScheduleKind schedule : {ScheduleKind::k1F1B, ScheduleKind::kGPipe, ScheduleKind::kZBH1}) {
     for (int p : {2, 4}) {
       for (int m : {1, 4}) {
         const std::string what = std::string(schedule_name(schedule)) + " p " + std::to_string(p) +
