@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <unordered_set>
 
 #include <lockstep/error.h>
 #include <lockstep/nn/parameter.h>
@@ -147,6 +148,19 @@ void Tape::run_backward(const Var& root, const Tensor& root_grad, Part part) {
                                later ? node->output->grad : Tensor()});
     }
     node->backward = nullptr;
+  }
+  if (part == Part::kInputs) {
+    // What the weight gradients keep until backward_weights: their inputs' values and their
+    // output gradients (held by the nodes), not the gradients of intermediate inputs, which
+    // would double what a micro-batch waiting for W holds. Leaves (differentiable_input) keep
+    // theirs: the caller reads them.
+    std::unordered_set<const VarNode*> intermediates;
+    for (const Node& node : nodes_) intermediates.insert(node.output.get());
+    for (const Node& node : weight_nodes_) {
+      for (const Var& input : node.inputs) {
+        if (input->parameter == nullptr && intermediates.count(input.get())) input->grad = Tensor();
+      }
+    }
   }
   nodes_.clear();
 }

@@ -6,13 +6,16 @@
 // actions run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include <lockstep/pipeline.h>
 #include <lockstep/transformer_config.h>
+#include "engine/core/runtime.h"
 #include "parallel/random_batch.h"
 #include "parallel/training_helpers.h"
 
@@ -110,6 +113,54 @@ TEST(ZeroBubble, ASkippedStepIsUndoneOnEveryStage) {
   expect_bitwise(reference, run, "a NaN in step 2");
   for (const auto& p : run.parameters) {
     for (float v : p.values) ASSERT_TRUE(std::isfinite(v)) << p.name;
+  }
+}
+
+// Activation memory: ZB-H1's stage s holds p - s micro-batches' whole activations, as 1F1B's,
+// and up to s more that keep only what their weight gradient needs (each linear's input and
+// output gradient): at most p micro-batches, as 1F1B's first stage. So with stages of equal
+// layers ZB-H1's peak is 1F1B's; per stage, it is at most p / (p - s) times 1F1B's. Measured as
+// each stage's allocator peak less its model state (parameters, gradients, AdamW's two moments:
+// 16 bytes a parameter) and, under ZB-H1, post-validation's copy of the parameters and moments
+// (12 bytes a parameter).
+std::vector<int64_t> activation_peaks(ScheduleKind schedule, int stages, int micro_batches) {
+  nn::TransformerConfig c = testing::tiny_gpt_config();
+  c.layers = 6;
+  c.hidden = 32;
+  c.ffn = 128;
+  PipelineOptions options;
+  options.stages = stages;
+  options.micro_batches = micro_batches;
+  options.schedule = schedule;
+  const std::vector<Device> devices = hosts(stages);
+  Pipeline pipe(devices, transformer_factory(c), adamw(), options);
+  for (const Device& d : devices) device_runtime(d).allocator().reset_peak();
+  for (int step = 0; step < 2; ++step) pipe.step(testing::lm_batch(32, 90 + step));
+  std::vector<int64_t> out;
+  for (int s = 0; s < stages; ++s) {
+    int64_t numel = 0;
+    for (const auto& p : pipe.stage_parameters(0, s)) numel += static_cast<int64_t>(p.values.size());
+    const int64_t state = numel * (splits_backward(schedule) ? 28 : 16);
+    out.push_back(device_runtime(devices[static_cast<size_t>(s)]).allocator().stats()
+                      .peak_bytes_in_use - state);
+  }
+  return out;
+}
+
+TEST(ZeroBubble, AStageHoldsAtMostAsManyMicroBatchesAsOneFOneBsFirst) {
+  constexpr int p = 4;
+  const std::vector<int64_t> one_f_one_b = activation_peaks(ScheduleKind::k1F1B, p, 8);
+  const std::vector<int64_t> zero_bubble = activation_peaks(ScheduleKind::kZBH1, p, 8);
+  // Stage 0 runs 1F1B's order with each W right after its B (2%: W's own scratch, as a
+  // layernorm's input gradient it recomputes and drops).
+  EXPECT_LE(zero_bubble[0], one_f_one_b[0] * 102 / 100);
+  for (int s = 1; s < p; ++s) {
+    const size_t i = static_cast<size_t>(s);
+    std::printf("stage %d activations: 1F1B %.1f KiB, ZB-H1 %.1f KiB\n", s,
+                static_cast<double>(one_f_one_b[i]) / 1024,
+                static_cast<double>(zero_bubble[i]) / 1024);
+    EXPECT_LE(zero_bubble[i], one_f_one_b[i] * p / (p - s)) << "stage " << s;
+    EXPECT_GT(zero_bubble[i], one_f_one_b[i]) << "stage " << s << " holds no W-waiting batch";
   }
 }
 
