@@ -165,6 +165,18 @@ TEST_F(FlightTest, NamesThePipelineStageTheOthersWaitFor) {
             "stage 0 of pipeline 0 (host:0) waits for the gradient of micro-batch 1 from stage 1 "
             "for its backward of micro-batch 1 (its device ran 5 of 8 actions of step 3; its host "
             "thread is in receive gradient of micro-batch 1)");
+  // ZB-H1: a stage stalled in a weight gradient, whose input (its own backward) is always there.
+  StageProgress in_weight = stalled;
+  in_weight.next_action = "weight gradient of micro-batch 0";
+  record.stages = {waiting, in_weight};
+  EXPECT_EQ(analyse_flight(read_flight_files({write_flight_record(dir_.string(), record)}))[0],
+            "stage 1 of pipeline 0 (host:1) stalled in weight gradient of micro-batch 0: its "
+            "input has arrived and the action is enqueued, but the device has not finished it; "
+            "the other stages wait for it (its device ran 4 of 8 actions of step 3; its host "
+            "thread is in receive activations of micro-batch 3)");
+  in_weight.input_ready = false;  // never written so: a weight gradient's input is its own B
+  record.stages = {waiting, in_weight};
+  EXPECT_THROW(read_flight_files({write_flight_record(dir_.string(), record)}), Error);
   // Every action run: the stall came after them.
   waiting.actions_done = stalled.actions_done = 8;
   waiting.next_action = stalled.next_action = "";

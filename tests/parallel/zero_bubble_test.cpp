@@ -2,8 +2,8 @@
 // (the same losses and parameters) for an MLP and a GPT with a tied head and dropout, at 2 and 4
 // stages, fewer and more micro-batches than stages, with recomputed layers and with two pipelines;
 // a step whose gradients are non-finite is undone on every stage (post-validation), AdamW's step
-// count included; the stats report the zero-bubble theory and every stage's weight-gradient
-// actions run.
+// count included; no stage holds more micro-batches than 1F1B's first; the stats report the
+// zero-bubble theory; a stage that throws or stalls in a weight gradient is named.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,11 +11,18 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <lockstep/error.h>
+#include <lockstep/nn/functional.h>
+#include <lockstep/nn/module.h>
 
 #include <lockstep/pipeline.h>
 #include <lockstep/transformer_config.h>
+#include "engine/core/host/host_device.h"
 #include "engine/core/runtime.h"
+#include "ops/elementwise.h"
 #include "parallel/random_batch.h"
 #include "parallel/training_helpers.h"
 
@@ -180,6 +187,109 @@ TEST(ZeroBubble, StatsReportTheZeroBubbleTheory) {
     EXPECT_LT(stats.bubble[s], 1) << s;
   }
   EXPECT_EQ(pipe.skipped_steps(), 0);
+}
+
+// ---- failures in a weight gradient ---------------------------------------------------------
+
+// A linear layer whose weight gradient (W) throws or makes its stream sleep on its `at`-th run
+// (0-based, one per micro-batch on the stage that holds it); its input gradient (B) is plain.
+class WeightGradientFault final : public nn::Module {
+ public:
+  enum class Fault { kThrow, kStall };
+  WeightGradientFault(Fault fault, int at)
+      : fault_(fault),
+        at_(at),
+        weight_(register_parameter("weight", {16, 16}, Init::uniform(0.25f))) {}
+  Var forward(Tape& tape, const Var& input) override {
+    const Var w = tape.parameter(weight_);
+    const Var y = nn::linear(tape, input, w, nullptr);
+    // A pass-through node that also reads the weight: its closure runs in W with w's gradient.
+    const Var out = tape.output(y->value, {&y, &w});
+    Stream* stream = &tape.stream();
+    tape.record(out, {y, w}, [this, y, w, stream](const Tensor& dy) {
+      if (y->requires_grad) {
+        if (Tape::begin_grad(*y)) {
+          axpy(1.0f, dy, y->grad, *stream);
+        } else {
+          y->grad.copy_from(dy, *stream);
+        }
+      }
+      if (!w->requires_grad || runs_++ != at_) return;
+      if (fault_ == Fault::kThrow) LS_THROW("injected fault in a weight gradient");
+      host_enqueue(*stream, [] { std::this_thread::sleep_for(std::chrono::milliseconds(1500)); });
+    });
+    return out;
+  }
+
+ private:
+  Fault fault_;
+  int at_;
+  int runs_ = 0;
+  Parameter& weight_;
+};
+
+// Linear ReLU | Fault Linear: the fault lands on stage 1 of 2, whose order is F0 B0 F1 B1 W0 F2
+// B2 W1 F3 B3 W2 W3: its W1 comes after three backwards.
+ModelFactory faulty_mlp(WeightGradientFault::Fault fault) {
+  return [fault]() -> std::unique_ptr<nn::Module> {
+    auto model = std::make_unique<nn::Sequential>();
+    model->add(std::make_unique<nn::Linear>(20, 16));
+    model->add(std::make_unique<nn::ReLU>());
+    model->add(std::make_unique<WeightGradientFault>(fault, 1));
+    model->add(std::make_unique<nn::Linear>(16, 10));
+    return model;
+  };
+}
+
+PipelineOptions zero_bubble(int stages, int micro_batches) {
+  PipelineOptions o;
+  o.stages = stages;
+  o.micro_batches = micro_batches;
+  o.schedule = ScheduleKind::kZBH1;
+  return o;
+}
+
+TEST(ZeroBubble, AStageThatThrowsInAWeightGradientAbortsAllAndIsNamed) {
+  Pipeline pipe(hosts(2), faulty_mlp(WeightGradientFault::Fault::kThrow), adamw(),
+                zero_bubble(2, 4));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pipe.step(testing::random_batch(16, 20, 1));
+    FAIL() << "the injected fault did not fail the step";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("stage 1 on host:1 failed in step (step 1, weight gradient of "
+                        "micro-batch 1)"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("injected fault in a weight gradient"), std::string::npos) << what;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  try {
+    pipe.step(testing::random_batch(16, 20, 1));
+    FAIL() << "a failed pipeline stepped again";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a stage failed earlier"), std::string::npos);
+  }
+}
+
+TEST(ZeroBubble, AStallInAWeightGradientIsNamed) {
+  PipelineOptions o = zero_bubble(2, 4);
+  o.timeout = std::chrono::milliseconds(300);
+  Pipeline pipe(hosts(2), faulty_mlp(WeightGradientFault::Fault::kStall), adamw(), o);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pipe.step(testing::random_batch(16, 20, 1));
+    FAIL() << "the stall did not fail the step";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kTimeout) << what;
+    EXPECT_NE(what.find("stage 1 on host:1 stalled in weight gradient of micro-batch 1"),
+              std::string::npos)
+        << what;
+  }
+  // The sleeping job itself cannot be interrupted (1.5 s); nothing waits longer than it.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
 }
 
 }  // namespace
