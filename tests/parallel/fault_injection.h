@@ -32,7 +32,7 @@ struct Fault {
     kThrowInBackward,   // ... from its backward pass
     kThrowInOptimizer,  // ... from its optimizer's step
     kSkipCollective,    // the replica does not issue the step's last collective (the loss sum)
-    kWrongCount,        // it issues its first gradient bucket's all-reduce one element short
+    kWrongCount,        // it issues its first gradient bucket's collective one element short
     kStall,             // it sleeps in forward for `stall` (a replica stuck in user code)
     kNaN,               // its input batch is all NaN
   };
@@ -127,21 +127,29 @@ inline OptimizerFactory with_fault(OptimizerFactory optimizer, Fault fault) {
   };
 }
 
-// Passes every call on, except the faulty one. The step is told by the loss all-reduce, the
-// only one-element all-reduce of a step (the tests' models have more parameters than that).
+// Passes every call on, except the faulty one. The step is told by the loss all-reduce (labelled
+// "loss", or under ZeRO-2 "loss and non-finite count"); the bucket shortened is the first
+// collective labelled "bucket ..." (an all-reduce, or under ZeRO-2 a reduce to its owner).
 class FaultingCommunicator final : public CommunicatorDecorator {
  public:
   FaultingCommunicator(std::unique_ptr<Communicator> inner, Fault fault)
       : CommunicatorDecorator(std::move(inner)), fault_(fault) {}
+  void label_next(std::string label) override {
+    next_label_ = label;
+    CommunicatorDecorator::label_next(std::move(label));
+  }
 
  protected:
   void issue(CollectiveDesc desc, Stream& stream) override {
-    const bool all_reduce = desc.kind == CollectiveKind::kAllReduce;
-    const bool loss = all_reduce && desc.count == 1;
+    // Labels travel down the chain by label_next, not in desc (the recorder attaches them).
+    const std::string label = std::move(next_label_);
+    next_label_.clear();
+    const bool loss = desc.kind == CollectiveKind::kAllReduce && label.rfind("loss", 0) == 0;
+    const bool bucket = label.rfind("bucket ", 0) == 0;
     const bool here = rank() == fault_.replica && losses_ + 1 == fault_.step;
     if (loss) ++losses_;
     if (here && loss && fault_.kind == Fault::Kind::kSkipCollective) return;  // never issued
-    if (here && all_reduce && !loss && fault_.kind == Fault::Kind::kWrongCount && !shortened_) {
+    if (here && bucket && fault_.kind == Fault::Kind::kWrongCount && !shortened_) {
       shortened_ = true;
       --desc.count;
     }
@@ -150,6 +158,7 @@ class FaultingCommunicator final : public CommunicatorDecorator {
 
  private:
   Fault fault_;
+  std::string next_label_;
   int64_t losses_ = 0;
   bool shortened_ = false;
 };

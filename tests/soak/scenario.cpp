@@ -59,6 +59,11 @@ std::variant<Scenario, int> parse_scenario(int argc, char** argv) {
   app.add_option("--step", fault.step, "the step it fires in (1..)")->check(cli::positive());
   app.add_option("--steps", s.steps, "steps to train")->capture_default_str()->check(cli::positive());
   app.add_option("--seed", s.seed, "parameters and batches")->capture_default_str();
+  std::string shard_text = "none", recompute_text = "none";
+  app.add_option("--shard", shard_text, "none, optimizer (ZeRO-1) or gradients (ZeRO-2)")
+      ->capture_default_str()->check(cli::one_of({"none", "optimizer", "gradients"}, "shard mode"));
+  app.add_option("--recompute", recompute_text, "none or blocks (activation checkpointing)")
+      ->capture_default_str()->check(cli::one_of({"none", "blocks"}, "recompute mode"));
   app.add_option_function<int64_t>(
          "--collective-timeout-ms",
          [&s](int64_t ms) { s.collective_timeout = std::chrono::milliseconds(ms); },
@@ -74,6 +79,8 @@ std::variant<Scenario, int> parse_scenario(int argc, char** argv) {
                "start without one)")->needs(dir);
   app.add_option("--digest-out", s.digest_out, "write the final parameters' digest (plain runs)");
   if (const std::optional<int> exit_code = cli::parse(app, argc, argv)) return *exit_code;
+  s.shard = cli::shard_mode_of(shard_text);
+  s.recompute = recompute_text == "blocks" ? Recompute::kBlocks : Recompute::kNone;
   if (fault_text != "none") {
     fault.kind = parse_fault(fault_text);
     if (fault.replica >= s.devices) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <variant>
 
+#include <lockstep/data_parallel.h>
 #include "parallel/fault_injection.h"
 
 namespace ls::soak {
@@ -18,6 +19,8 @@ struct Scenario {
   std::optional<testing::Fault> fault;  // nullopt: a plain run (the kill -9 scenario's runs)
   int64_t steps = 6;
   uint32_t seed = 1;  // parameters and batches
+  ShardMode shard = ShardMode::kNone;      // ZeRO-1, ZeRO-2
+  Recompute recompute = Recompute::kNone;  // activation checkpointing
   std::chrono::milliseconds collective_timeout{400};
   std::string checkpoint_dir;  // empty: no checkpoints
   int64_t checkpoint_every = 1;

@@ -85,7 +85,8 @@ class Soak:
         args = ["--fault", scenario["kind"], "--devices", str(scenario["devices"]),
                 "--replica", str(scenario["replica"]), "--step", str(scenario["step"]),
                 "--steps", str(STEPS), "--seed", str(scenario["seed"]),
-                "--collective-timeout-ms", str(TIMEOUT_MS)]
+                "--collective-timeout-ms", str(TIMEOUT_MS),
+                "--shard", scenario["shard"], "--recompute", scenario["recompute"]]
         result = self.run(args)
         ok = not result.hung and result.rc == 0
         return ok, None, ("" if ok else result.summary())
@@ -185,6 +186,9 @@ def draw(rng, deck):
         "replica": rng.randrange(devices),
         "step": rng.randint(1, last_step),
         "seed": rng.randint(1, KILL_SEEDS) if kind == "kill-9" else rng.randint(1, 1 << 30),
+        # Every mode meets every fault (kill-9's runs compare digests with plain references).
+        "shard": "none" if kind == "kill-9" else rng.choice(["none", "optimizer", "gradients"]),
+        "recompute": "none" if kind == "kill-9" else rng.choice(["none", "blocks"]),
     }
 
 
@@ -192,7 +196,7 @@ def describe(s):
     if s["kind"] == "kill-9":
         return f"kill-9 on host:{s['devices']}, seed {s['seed']}"
     return (f"{s['kind']} on host:{s['devices']}, replica {s['replica']}, step {s['step']}, "
-            f"seed {s['seed']}")
+            f"shard {s['shard']}, recompute {s['recompute']}, seed {s['seed']}")
 
 
 def main():

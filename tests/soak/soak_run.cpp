@@ -1,5 +1,6 @@
 // lockstep-soak-run: one scenario of the fault soak (tests/soak/soak.py draws them at random).
-// It trains a 16-32-10 MLP on host devices with seeded synthetic batches and one injected fault
+// It trains a 16-32-10 MLP on host devices (any shard and recompute mode) with seeded synthetic
+// batches and one injected fault
 // (tests/parallel/fault_injection.h), judges how the run ended and prints one line, PASS or FAIL
 // with what was expected and what was seen; exit 0 on PASS, 1 on FAIL, 2 on a usage error.
 // What must happen: an exception in forward/backward/optimizer arrives as one ls::Error naming
@@ -72,6 +73,8 @@ std::string describe(const Scenario& s) {
     out +=
         ", replica " + std::to_string(s.fault->replica) + ", step " + std::to_string(s.fault->step);
   }
+  if (s.shard != ShardMode::kNone) out += std::string(", shard ") + shard_mode_name(s.shard);
+  if (s.recompute != Recompute::kNone) out += std::string(", recompute ") + recompute_name(s.recompute);
   return out + ", " + std::to_string(s.steps) + " steps, seed " + std::to_string(s.seed);
 }
 
@@ -79,6 +82,8 @@ std::unique_ptr<DataParallel> make_run(const Scenario& s) {
   DataParallelOptions options;
   options.seed = s.seed;
   options.collective_timeout = s.collective_timeout;
+  options.shard = s.shard;
+  options.recompute = s.recompute;
   // A run that hangs outside the watchdog's reach still shows where every replica is (the
   // driver attaches this output to the failure).
   options.heartbeat_interval = std::chrono::seconds(1);
@@ -134,9 +139,21 @@ Expected expected_error(const Scenario& s) {
            "injected fault: exception in " + phase},
           kPromptS};
     }
-    case Kind::kSkipCollective:
-      return {
-          ErrorKind::kTimeout, {timeout_text, "(loss, 4 B)", never_issued}, timeout_s + kMarginS};
+    case Kind::kSkipCollective: {
+      // ZeRO-2's non-finite count rides with the loss (Replica::step_body).
+      const std::string loss = s.shard == ShardMode::kGradients
+                                   ? "(loss and non-finite count, 8 B)"
+                                   : "(loss, 4 B)";
+      if (s.shard == ShardMode::kNone) {  // the step's last collective: the others wait for it
+        return {ErrorKind::kTimeout, {timeout_text, loss, never_issued}, timeout_s + kMarginS};
+      }
+      // ZeRO: the replica goes on to the step's all-gather of updated parameters, which the
+      // others' loss all-reduce meets at the same number: a desync, seen at once.
+      return {ErrorKind::kDesync,
+              {"collective desync at #", loss, "replica " + r + " issued all_gather #",
+               "(updated parameters"},
+              kPromptS};
+    }
     case Kind::kStall: {
       // The stalled thread sleeps in user code, which no abort can cut short: the step returns
       // once it wakes, with the report the watchdog made at the timeout.
