@@ -57,7 +57,7 @@ void Tape::record(const Var& output, std::vector<Var> inputs,
   for (const Var& input : inputs) {
     if (input->parameter != nullptr) ++input->pending_uses;
   }
-  nodes_.push_back({output, std::move(inputs), std::move(backward), Tensor()});
+  nodes_.push_back({output, std::move(inputs), std::move(backward), Tensor(), false});
 }
 
 bool Tape::begin_grad(VarNode& v) {
@@ -73,6 +73,8 @@ bool Tape::begin_grad(VarNode& v) {
 }
 
 void Tape::backward(const Var& root, const Tensor& root_grad) {
+  LS_CHECK(weight_nodes_.empty(), "backward(): the weight gradients of a backward_input() are "
+           "still to compute; call backward_weights() first");
   run_backward(root, root_grad, Part::kAll);
 }
 
@@ -84,26 +86,51 @@ void Tape::backward_input(const Var& root, const Tensor& root_grad) {
 
 namespace {
 
-// Sets requires_grad to false on a node's inputs that are parameters (or on those that are not)
-// for as long as it lives: the node's closure then computes only the other gradients.
+// Hides a node's inputs that are parameters (or those that are not) from its closure for as long
+// as it lives: requires_grad unset, so the closure computes only the other gradients, and the
+// gradient itself set aside, so a closure that writes it anyway (an op that does not honour
+// requires_grad) is caught by check() instead of adding its contribution twice.
 class HideGradients {
  public:
   HideGradients(const std::vector<Var>& inputs, bool parameters) {
+    hidden_.reserve(inputs.size());
     for (const Var& v : inputs) {
-      if (v->requires_grad && (v->parameter != nullptr) == parameters) {
-        v->requires_grad = false;
-        hidden_.push_back(v.get());
-      }
+      if (!v->requires_grad || (v->parameter != nullptr) != parameters) continue;
+      hidden_.push_back({v.get(), v->grad, v->grad_storage});
+      v->requires_grad = false;
+      v->grad = Tensor();
+      v->grad_storage = nullptr;
     }
   }
   ~HideGradients() {
-    for (VarNode* v : hidden_) v->requires_grad = true;
+    for (const Hidden& h : hidden_) {
+      h.var->requires_grad = true;
+      h.var->grad = h.grad;
+      h.var->grad_storage = h.grad_storage;
+    }
   }
   HideGradients(const HideGradients&) = delete;
   HideGradients& operator=(const HideGradients&) = delete;
 
+  // After the closure has run: it wrote none of the hidden gradients.
+  void check() const {
+    for (const Hidden& h : hidden_) {
+      LS_CHECK(!h.var->grad.defined(), "a backward closure wrote the gradient of ",
+               h.var->parameter != nullptr ? "parameter '" + h.var->parameter->name + "'"
+                                           : std::string("an input"),
+               " although that input's requires_grad was unset; a closure recorded with "
+               "Tape::record must compute the gradients of the inputs whose requires_grad is "
+               "set, and of no other (split backward runs it twice: Tape::backward_input)");
+    }
+  }
+
  private:
-  std::vector<VarNode*> hidden_;
+  struct Hidden {
+    VarNode* var;
+    Tensor grad;
+    const std::function<Tensor(Parameter&)>* grad_storage;
+  };
+  std::vector<Hidden> hidden_;
 };
 
 }  // namespace
@@ -117,6 +144,7 @@ void Tape::run_backward(const Var& root, const Tensor& root_grad, Part part) {
     root->grad = root_grad;
     root->grad_written = true;
   }
+  part_ = part;
   for (auto node = nodes_.rbegin(); node != nodes_.rend(); ++node) {
     if (node->output == nullptr) {  // a layer's mark (begin_layer, end_layer)
       node->backward(Tensor());
@@ -132,6 +160,13 @@ void Tape::run_backward(const Var& root, const Tensor& root_grad, Part part) {
       node->backward = nullptr;  // frees what the closure held as soon as it has run
       continue;
     }
+    if (node->splits_itself) {  // a recomputed layer: its B now, its W in backward_weights
+      if (reached) node->backward(node->output->grad);
+      weight_nodes_.push_back({nullptr, std::move(node->inputs),
+                               reached ? std::move(node->backward) : nullptr, Tensor(), true});
+      node->backward = nullptr;
+      continue;
+    }
     bool to_parameters = false, to_others = false, uses_parameters = false;
     for (const Var& input : node->inputs) {
       uses_parameters = uses_parameters || input->parameter != nullptr;
@@ -140,12 +175,13 @@ void Tape::run_backward(const Var& root, const Tensor& root_grad, Part part) {
     if (reached && to_others) {
       HideGradients parameters(node->inputs, /*parameters=*/true);
       node->backward(node->output->grad);
+      parameters.check();
     }
     if (uses_parameters) {  // its parameter gradients (or only its uses' count) for later
       const bool later = reached && to_parameters;
       weight_nodes_.push_back({nullptr, std::move(node->inputs),
                                later ? std::move(node->backward) : nullptr,
-                               later ? node->output->grad : Tensor()});
+                               later ? node->output->grad : Tensor(), false});
     }
     node->backward = nullptr;
   }
@@ -163,18 +199,30 @@ void Tape::run_backward(const Var& root, const Tensor& root_grad, Part part) {
     }
   }
   nodes_.clear();
+  part_ = Part::kAll;
 }
 
 void Tape::backward_weights() {
-  for (Node& node : weight_nodes_) {
-    if (node.backward) {
-      HideGradients others(node.inputs, /*parameters=*/false);
-      node.backward(node.dy);
+  part_ = Part::kWeights;
+  try {
+    for (Node& node : weight_nodes_) {
+      if (node.backward && node.splits_itself) {
+        node.backward(Tensor());  // its replay's backward_weights
+      } else if (node.backward) {
+        HideGradients others(node.inputs, /*parameters=*/false);
+        node.backward(node.dy);
+        others.check();
+      }
+      finish_parameter_uses(node);
+      node = Node{};  // frees its closure's tensors now
     }
-    finish_parameter_uses(node);
-    node = Node{};  // frees its closure's tensors now
+  } catch (...) {  // the tape is spent: what is left cannot run again (the step has failed)
+    weight_nodes_.clear();
+    part_ = Part::kAll;
+    throw;
   }
   weight_nodes_.clear();
+  part_ = Part::kAll;
 }
 
 void Tape::finish_parameter_uses(const Node& node) {
@@ -209,7 +257,8 @@ void Tape::mark_layer(const std::string& name, LayerPoint forward, LayerPoint ba
                     [clock, stream, name, backward](const Tensor&) {
                       clock->stamp(name, backward, *stream);
                     },
-                    Tensor()});
+                    Tensor(),
+                    false});
 }
 
 // Note [Recomputed layers]
@@ -246,24 +295,42 @@ Var Tape::recomputable(const Var& input, Block block) {
   }
   Var out = constant(first->value);
   out->requires_grad = input->requires_grad || !parameters.empty();
+  // Split backward (backward_input, backward_weights) reaches this node twice: B replays the
+  // layer and runs the replay's own B, keeping the replay; W runs the replay's W.
   record(out, std::move(inputs),
-         [this, input, parameters, inner, block = std::move(block)](const Tensor& dy) {
-           Tape replay(stream_);
-           replay.set_context(inner);
-           replay.grad_storage_ = grad_storage_;  // what parameter() checks; the Vars are ours
-           for (const Var& p : parameters) replay.parameter_vars_[p->parameter] = p;
-           const Var x = input->requires_grad ? replay.differentiable_input(input->value)
-                                              : replay.constant(input->value);
+         [this, input, parameters, inner, block = std::move(block),
+          replay = std::shared_ptr<Tape>()](const Tensor& dy) mutable {
+           if (part_ == Part::kWeights) {
+             if (replay) replay->backward_weights();
+             replay.reset();
+             return;
+           }
+           replay = std::make_shared<Tape>(stream_);
+           replay->set_context(inner);
+           replay->grad_storage_ = grad_storage_;  // what parameter() checks; the Vars are ours
+           for (const Var& p : parameters) replay->parameter_vars_[p->parameter] = p;
+           const Var x = input->requires_grad ? replay->differentiable_input(input->value)
+                                              : replay->constant(input->value);
            // The input's gradient so far (from its uses after the layer) is where the layer's
            // contributions go, one by one as in the plain run: the same sums in the same order.
            x->grad = input->grad;
            x->grad_written = input->grad_written;
-           const Var y = block(replay, x);
-           if (!y->requires_grad) return;  // nothing in the layer needs a gradient after all
-           replay.backward(y, dy);
+           const Var y = block(*replay, x);
+           if (!y->requires_grad) {  // nothing in the layer needs a gradient after all
+             replay.reset();
+             return;
+           }
+           if (part_ == Part::kInputs) {
+             replay->backward_input(y, dy);
+           } else {
+             replay->backward(y, dy);
+           }
            input->grad = x->grad;
            input->grad_written = x->grad_written;
+           x->grad = Tensor();  // the replay's W (if kept) needs no input gradient
+           if (part_ != Part::kInputs) replay.reset();
          });
+  if (!nodes_.empty() && nodes_.back().output == out) nodes_.back().splits_itself = true;
   return out;
 }
 

@@ -29,10 +29,12 @@ DeviceUse stage_parts(const DeviceUseMeter::StageStep& s, double gap_ms) {
   part.input_ms = ms_between(s.begin_ns, s.input_ns);
   part.compute_ms = s.busy_ms + ms_between(s.optimizer_begin_ns, s.end_ns);
   // Between its actions, and from its own end to the optimizer (enqueued once every stage is
-  // done): waiting for the other stages.
+  // done) or, under post-validation, from its optimizer's end to the step's verdict: waiting
+  // for the other stages.
   part.bubble_ms = std::max(0.0, ms_between(s.input_ns, s.last_action_end_ns) - s.busy_ms) +
                    ms_between(s.actions_end_ns, s.optimizer_begin_ns);
   part.comm_wait_ms = ms_between(s.last_action_end_ns, s.actions_end_ns);
+  if (s.validated_ns > s.end_ns) part.bubble_ms += ms_between(s.end_ns, s.validated_ns);
   part.idle_ms = gap_ms;
   return part;
 }
@@ -81,7 +83,7 @@ void DeviceUseMeter::add_pipeline(int64_t step, const std::vector<StageStep>& st
   for (size_t i = 0; i < stages.size(); ++i) {
     const double gap = continuous ? ms_between(last_end_ns_[i], stages[i].begin_ns) : 0.0;
     record(step, i, stage_parts(stages[i], gap));
-    last_end_ns_[i] = stages[i].end_ns;
+    last_end_ns_[i] = std::max(stages[i].end_ns, stages[i].validated_ns);
   }
   last_step_ = step;
   continuous_ = true;

@@ -26,6 +26,9 @@ class DeviceUseMeter {
     int64_t begin_ns = 0, input_ns = 0, last_action_end_ns = 0, actions_end_ns = 0;
     int64_t optimizer_begin_ns = 0, end_ns = 0;  // the optimizer, once every stage is done
     double busy_ms = 0;                          // the actions' own time
+    // Post-validation (ZB-H1): the optimizer ran before the other stages were done; when the
+    // stage learnt the step's verdict (0 without post-validation). Waiting for it is bubble.
+    int64_t validated_ns = 0;
   };
   void add_pipeline(int64_t step, const std::vector<StageStep>& stages);
   // Work other than steps ran (evaluation, a checkpoint): the gap before the next step is not

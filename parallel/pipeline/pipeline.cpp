@@ -434,7 +434,8 @@ void Pipeline::Impl::account_step(const std::vector<StageOutcome>& outcomes,
     int64_t last_action_end = t.input_ns;
     for (const StageAction& a : t.actions) last_action_end = std::max(last_action_end, a.end_ns);
     stages.push_back({t.begin_ns, t.input_ns, last_action_end, t.actions_end_ns,
-                      optimizers[i].begin_ns, optimizers[i].end_ns, outcomes[i].busy_ms});
+                      optimizers[i].begin_ns, optimizers[i].end_ns, outcomes[i].busy_ms,
+                      optimizers[i].validated_ns});
     traced.push_back({t, optimizers[i]});
   }
   meter_->add_pipeline(steps_, stages);

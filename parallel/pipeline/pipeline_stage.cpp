@@ -116,7 +116,7 @@ PipelineStage::PipelineStage(const StageConfig& config, Device device, const Mod
   loss_sum_ = Tensor::empty({1}, DType::kF32, device);
   nonfinite_ = Tensor::empty({1}, DType::kI32, device);
   loss_seed_ = Tensor::empty({1}, DType::kF32, device);
-  marks_ = Tensor::empty({10}, DType::kI32, device);
+  marks_ = Tensor::empty({12}, DType::kI32, device);
   step_ref_ = runtime.create_event();  // timed
   clock_offset_ns_ = device_clock_offset_ns(device, *compute_);
   compute_->synchronize();
@@ -494,11 +494,15 @@ EvalCounts PipelineStage::evaluate(const Shard& rows, int64_t batch_size) {
 
 OptimizerSpan PipelineStage::step(bool apply) {
   if (post_validates()) {  // run() has stepped: keep it, or undo it
+    stamp_device_clock(marks_, 5, *compute_);  // the verdict is here
     if (!apply) roll_back();
+    marks_.view(10, {2}).copy_to_host_async(&marks_host_[5], sizeof(int64_t), *compute_);
     compute_->synchronize();
     keep_alive_.clear();  // every stage's run() has synchronized: every copy has run
     set_phase(StagePhase::kIdle, -1);
-    return optimistic_span_;
+    OptimizerSpan span = optimistic_span_;
+    span.validated_ns = marks_host_[5];
+    return span;
   }
   stamp_device_clock(marks_, 3, *compute_);
   if (apply) {

@@ -190,11 +190,11 @@ class PipelineStage final : public GroupMember {
   ForwardContext context_;
   float loss_sum_host_ = 0;
   int32_t nonfinite_host_ = 0;
-  // The step's stamps (i32 [10]: begin, input, actions end, optimizer begin and end) and their
-  // host copy;
-  // step_ref_ is recorded with the input stamp, the origin of the actions' events.
+  // The step's stamps (i32 [12]: begin, input, actions end, optimizer begin and end, and under
+  // post-validation the verdict's arrival) and their host copy; step_ref_ is recorded with the
+  // input stamp, the origin of the actions' events.
   Tensor marks_;
-  int64_t marks_host_[5] = {};
+  int64_t marks_host_[6] = {};
   std::unique_ptr<Event> step_ref_;
   int64_t clock_offset_ns_ = 0;
 };

@@ -25,6 +25,7 @@ struct StageTimeline {
 // (ZB-H1, Note [Post-validation]) by run() itself.
 struct OptimizerSpan {
   int64_t begin_ns = 0, end_ns = 0;
+  int64_t validated_ns = 0;  // post-validation: when the step's verdict reached the stage; else 0
 };
 
 }  // namespace ls

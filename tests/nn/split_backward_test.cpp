@@ -2,7 +2,8 @@
 // leaves every parameter gradient untouched and makes the input gradient backward() makes; W
 // then makes the parameter gradients bitwise backward()'s, and fires the grad-ready hooks in the
 // same order. Checked on a GPT (a weight tied between the embedding and the head, layernorms,
-// dropout), with and without recomputed blocks, and on an MLP with a differentiable input.
+// dropout), with and without recomputed blocks, and on an MLP with a differentiable input; an op
+// whose backward ignores requires_grad is refused.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -17,6 +18,7 @@
 #include <lockstep/transformer_config.h>
 #include "engine/core/runtime.h"
 #include "engine/model/nn/parameter_store.h"
+#include "ops/elementwise.h"
 
 namespace ls::nn {
 namespace {
@@ -26,6 +28,7 @@ const Device kHost0{DeviceKind::kHost, 0};
 struct Gradients {
   std::vector<float> parameters;  // the flat gradient buffer
   std::vector<float> input;       // the differentiable input's, where there is one
+  std::vector<float> input_after_b;  // split: the input's gradient once B alone has run
   std::vector<std::string> ready;  // grad-ready hooks, in firing order
 };
 
@@ -61,6 +64,7 @@ Gradients run(Module& model, ParameterStore& store, Stream& stream, const Tensor
     EXPECT_TRUE(out.ready.empty()) << "a parameter's gradient was final after B";
     const std::vector<float> after_b = host_values(store.grads(), stream);
     for (float g : after_b) EXPECT_EQ(g, 0.0f) << "B wrote a parameter gradient";
+    if (float_input) out.input_after_b = host_values(x->grad, stream);
     tape.backward_weights();
   }
   out.parameters = host_values(store.grads(), stream);
@@ -71,6 +75,7 @@ Gradients run(Module& model, ParameterStore& store, Stream& stream, const Tensor
 void expect_bitwise(const Gradients& whole, const Gradients& split) {
   EXPECT_EQ(split.parameters, whole.parameters);
   EXPECT_EQ(split.input, whole.input);
+  EXPECT_EQ(split.input_after_b, whole.input);  // B alone made it: the previous stage's input
   EXPECT_EQ(split.ready, whole.ready);
   EXPECT_FALSE(whole.ready.empty());
 }
@@ -114,6 +119,40 @@ TEST(SplitBackward, AnMlpsInputGradientComesFromBAlone) {
     const Gradients split = run(*model, store, *stream, x, y, true, recompute, How::kSplit);
     expect_bitwise(whole, split);
     EXPECT_EQ(whole.input.size(), inputs.size());
+    EXPECT_EQ(split.input_after_b.size(), inputs.size());
+  }
+}
+
+// An op of one's own whose backward writes its weight's gradient whether asked or not: split
+// backward would add it twice, so B refuses it, naming the parameter.
+TEST(SplitBackward, AnOpThatIgnoresRequiresGradIsAnError) {
+  auto model = std::make_unique<Sequential>();
+  model->add(std::make_unique<Linear>(2, 2));
+  auto stream = device_runtime(kHost0).create_stream();
+  ParameterStore store(*model, kHost0, *stream, 1);
+  Tape tape(*stream);
+  const Var x = tape.differentiable_input(
+      Tensor::from_host(std::vector<float>{1, 2}, {1, 2}, kHost0, *stream));
+  const Var w = tape.parameter(*model->parameters()[0]);
+  const Var y = linear(tape, x, w, nullptr);
+  const Var out = tape.output(y->value, {&y, &w});  // y again, reading w in its backward
+  Stream* s = stream.get();
+  tape.record(out, {y, w}, [y, w, s](const Tensor& dy) {
+    if (y->requires_grad) {
+      Tape::begin_grad(*y);
+      y->grad.copy_from(dy, *s);
+    }
+    Tape::begin_grad(*w);  // whatever w->requires_grad says
+    fill(w->grad, 1.0f, *s);
+  });
+  const Tensor labels = Tensor::from_host_i32(std::vector<int32_t>{1}, {1}, kHost0, *stream);
+  try {
+    tape.backward_input(cross_entropy(tape, out, labels));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("wrote the gradient of parameter '0.weight' although"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -191,11 +191,12 @@ TEST(ZeroBubble, StatsReportTheZeroBubbleTheory) {
 
 // ---- failures in a weight gradient ---------------------------------------------------------
 
-// A linear layer whose weight gradient (W) throws or makes its stream sleep on its `at`-th run
-// (0-based, one per micro-batch on the stage that holds it); its input gradient (B) is plain.
+// A linear layer whose weight gradient (W) throws, makes its stream sleep, or turns NaN on its
+// `at`-th run (0-based, one per micro-batch on the stage that holds it, over the steps); its
+// input gradient (B) is plain.
 class WeightGradientFault final : public nn::Module {
  public:
-  enum class Fault { kThrow, kStall };
+  enum class Fault { kThrow, kStall, kNaN };
   WeightGradientFault(Fault fault, int at)
       : fault_(fault),
         at_(at),
@@ -215,6 +216,10 @@ class WeightGradientFault final : public nn::Module {
         }
       }
       if (!w->requires_grad || runs_++ != at_) return;
+      if (fault_ == Fault::kNaN) {
+        fill(w->grad, std::numeric_limits<float>::quiet_NaN(), *stream);
+        return;
+      }
       if (fault_ == Fault::kThrow) LS_THROW("injected fault in a weight gradient");
       host_enqueue(*stream, [] { std::this_thread::sleep_for(std::chrono::milliseconds(1500)); });
     });
@@ -230,12 +235,12 @@ class WeightGradientFault final : public nn::Module {
 
 // Linear ReLU | Fault Linear: the fault lands on stage 1 of 2, whose order is F0 B0 F1 B1 W0 F2
 // B2 W1 F3 B3 W2 W3: its W1 comes after three backwards.
-ModelFactory faulty_mlp(WeightGradientFault::Fault fault) {
-  return [fault]() -> std::unique_ptr<nn::Module> {
+ModelFactory faulty_mlp(WeightGradientFault::Fault fault, int at = 1) {
+  return [fault, at]() -> std::unique_ptr<nn::Module> {
     auto model = std::make_unique<nn::Sequential>();
     model->add(std::make_unique<nn::Linear>(20, 16));
     model->add(std::make_unique<nn::ReLU>());
-    model->add(std::make_unique<WeightGradientFault>(fault, 1));
+    model->add(std::make_unique<WeightGradientFault>(fault, at));
     model->add(std::make_unique<nn::Linear>(16, 10));
     return model;
   };
@@ -247,6 +252,21 @@ PipelineOptions zero_bubble(int stages, int micro_batches) {
   o.micro_batches = micro_batches;
   o.schedule = ScheduleKind::kZBH1;
   return o;
+}
+
+// Only the last stage's gradients turn non-finite (its W of step 3's micro-batch 1): stage 0 has
+// already stepped with finite gradients when the verdict comes, and must be undone too.
+TEST(ZeroBubble, AStageWithFiniteGradientsIsUndoneWhenAnotherStageIsNot) {
+  const ModelFactory model = faulty_mlp(WeightGradientFault::Fault::kNaN, 9);  // 4 per step
+  auto batches = [](int step) { return testing::random_batch(16, 20, 500 + step); };
+  for (int devices : {2, 4}) {  // one pipeline of 2 stages, and two
+    const std::string what = std::to_string(devices / 2) + " pipeline(s)";
+    const TrainRun reference =
+        train(devices, model, adamw(), batches, 5, 2, 4, ScheduleKind::k1F1B);
+    ASSERT_EQ(reference.skipped, (std::vector<bool>{false, false, true, false, false})) << what;
+    expect_bitwise(reference, train(devices, model, adamw(), batches, 5, 2, 4, ScheduleKind::kZBH1),
+                   what);
+  }
 }
 
 TEST(ZeroBubble, AStageThatThrowsInAWeightGradientAbortsAllAndIsNamed) {

@@ -130,7 +130,8 @@ class Tape {
   // backward_weights then computes the parameters' gradients (W), in backward()'s order, so the
   // parameter gradients are bitwise backward()'s, and fires their grad-ready hooks. Ops whose one
   // kernel makes both kinds of gradient (layernorm) run it in both parts; a recomputed layer
-  // replays its forward in both.
+  // replays its forward once, in B, and keeps the replay for W. A closure that writes a gradient
+  // it was not asked for is an ls::Error naming the input.
   void backward_input(const Var& root, const Tensor& root_grad = Tensor());
   void backward_weights();
 
@@ -159,8 +160,11 @@ class Tape {
     std::vector<Var> inputs;
     std::function<void(const Tensor&)> backward;
     Tensor dy;  // a node kept for backward_weights: its output's gradient
+    // A recomputed layer: split backward runs its closure in both parts, unhidden (it splits
+    // its replay's backward itself, reading part_).
+    bool splits_itself = false;
   };
-  enum class Part { kAll, kInputs };
+  enum class Part { kAll, kInputs, kWeights };
   void run_backward(const Var& root, const Tensor& root_grad, Part part);
   // After a node's parameter gradients are done: counts down their uses and fires the hooks.
   void finish_parameter_uses(const Node& node);
@@ -171,6 +175,7 @@ class Tape {
   bool step_dependent_ = false;
   std::vector<Node> nodes_;
   std::vector<Node> weight_nodes_;  // backward_input's, for backward_weights, in backward order
+  Part part_ = Part::kAll;          // the backward running now
   // One Var per parameter per tape, so a parameter used twice (tied weights) has one use count.
   std::unordered_map<Parameter*, Var> parameter_vars_;
   GradReadyHook grad_ready_hook_;
