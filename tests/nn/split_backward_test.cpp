@@ -26,10 +26,10 @@ namespace {
 const Device kHost0{DeviceKind::kHost, 0};
 
 struct Gradients {
-  std::vector<float> parameters;  // the flat gradient buffer
-  std::vector<float> input;       // the differentiable input's, where there is one
+  std::vector<float> parameters;     // the flat gradient buffer
+  std::vector<float> input;          // the differentiable input's, where there is one
   std::vector<float> input_after_b;  // split: the input's gradient once B alone has run
-  std::vector<std::string> ready;  // grad-ready hooks, in firing order
+  std::vector<std::string> ready;    // grad-ready hooks, in firing order
 };
 
 std::vector<float> host_values(const Tensor& t, Stream& stream) {
@@ -41,8 +41,8 @@ std::vector<float> host_values(const Tensor& t, Stream& stream) {
 
 enum class How { kWhole, kSplit };
 
-// One forward and backward of `model` on `input` (a constant, or differentiable when `float_input`),
-// from zeroed gradients, the backward whole or split into B and W.
+// One forward and backward of `model` on `input` (a constant, or differentiable when
+// `float_input`), from zeroed gradients, the backward whole or split into B and W.
 Gradients run(Module& model, ParameterStore& store, Stream& stream, const Tensor& input,
               const Tensor& labels, bool float_input, bool recompute, How how) {
   store.zero_grad(stream);

@@ -95,8 +95,8 @@ TEST(ZeroBubble, AGptWithTiedHeadAndDropoutTrainsBitwiseAsOneFOneB) {
       const std::string what = "p " + std::to_string(p) + " recompute " + recompute_name(recompute);
       const TrainRun reference =
           train(p, gpt, adamw(), batches, 3, p, 4, ScheduleKind::k1F1B, recompute);
-      expect_bitwise(reference, train(p, gpt, adamw(), batches, 3, p, 4, ScheduleKind::kZBH1,
-                                      recompute),
+      expect_bitwise(reference,
+                     train(p, gpt, adamw(), batches, 3, p, 4, ScheduleKind::kZBH1, recompute),
                      what);
     }
   }
@@ -146,10 +146,12 @@ std::vector<int64_t> activation_peaks(ScheduleKind schedule, int stages, int mic
   std::vector<int64_t> out;
   for (int s = 0; s < stages; ++s) {
     int64_t numel = 0;
-    for (const auto& p : pipe.stage_parameters(0, s)) numel += static_cast<int64_t>(p.values.size());
+    for (const auto& p : pipe.stage_parameters(0, s))
+      numel += static_cast<int64_t>(p.values.size());
     const int64_t state = numel * (splits_backward(schedule) ? 28 : 16);
-    out.push_back(device_runtime(devices[static_cast<size_t>(s)]).allocator().stats()
-                      .peak_bytes_in_use - state);
+    out.push_back(
+        device_runtime(devices[static_cast<size_t>(s)]).allocator().stats().peak_bytes_in_use -
+        state);
   }
   return out;
 }
