@@ -24,11 +24,21 @@
 //   and the boundary tensors it sends (all m, kept until the optimizer) and receives (in flight),
 //   each stage's share of the per-example activations taken from the per-layer profile (an
 //   APPROXIMATION: per-block bytes from a depth probe for transformers, else by parameter share).
-// Step time (ESTIMATES): compute = training FLOPs / GEMM rate; DP adds an all-reduce of
-// 2(n-1)/n x gradient bytes at the link's bus bandwidth; ZeRO-1 adds an all-gather of (n-1)/n x
-// P; ZeRO-2 costs about the all-reduce; recompute adds one forward of the recomputed layers
-// (a third of their training FLOPs); a pipeline runs compute / p x (m + p - 1) / m plus the
-// boundary transfers of (m + p - 1) micro-batch activations.
+// Step time (ESTIMATES): compute = training FLOPs / GEMM rate; DP adds what its gradient
+// all-reduce leaves exposed after backward: buckets in plan order become ready as backward
+// (two thirds of the compute) makes their gradients, at an even rate, and the comm stream runs
+// them one after another, each costing the collective latency plus 2(n-1)/n x its bytes at the
+// link's bus bandwidth; ZeRO-1 adds an all-gather of (n-1)/n x P; ZeRO-2 costs about the
+// all-reduce; recompute adds one forward of the recomputed layers
+// (a third of their training FLOPs); a pipeline runs compute / p / (1 - the schedule's
+// theoretical bubble: 1F1B and GPipe (p-1)/(m+p-1), ZB-H1 (p-1)/(3m+p-1)) plus the boundary
+// transfers of (m + p - 1) micro-batch activations. ZB-H1's stages are counted with min(p, m)
+// micro-batches in flight (those waiting for their weight gradient counted whole: an upper
+// bound) plus post-validation's copy of P and O.
+// Buckets (PlanRequest::choose_buckets): each data-parallel strategy takes the bucket cap, of
+// kBucketCapCandidates, with the shortest estimated step among those whose bytes fit (ZeRO-2's
+// staging grows with the cap), the larger on a tie; when none fits, the one needing the least.
+// Small buckets start communicating earlier; each costs a collective's latency.
 // Errors: bad inputs (no devices, batch 0, ...) are ls::Error naming the field.
 #pragma once
 
@@ -71,13 +81,22 @@ struct MachineSpec {
   int64_t device_bytes = 0;
   double gemm_flops = 0;        // FLOP/s per device
   double link_bytes_per_s = 0;  // all-reduce bus bandwidth
+  // Each collective's fixed cost (launch and synchronization): an ASSUMPTION, not measured;
+  // NCCL's small all-reduces within a machine take tens of microseconds.
+  double collective_latency_s = 50e-6;
 };
+
+// The bucket caps the planner chooses among (bytes of f32 gradients): 1, 2, 5, 10, 25 and 50 MiB.
+inline constexpr int64_t kBucketCapCandidates[] = {1ll << 20,  2ll << 20,  5ll << 20,
+                                                   10ll << 20, 25ll << 20, 50ll << 20};
 
 struct PlanRequest {
   int64_t global_batch = 0;
   int micro_batches = 4;  // pipelines
   ScheduleKind schedule = ScheduleKind::k1F1B;
   BucketOptions buckets;  // as DataParallelOptions::buckets (ZeRO-2's staging)
+  // Choose each data-parallel strategy's bucket cap (see above); false: buckets.cap_bytes.
+  bool choose_buckets = true;
   int accumulate = 1;     // data parallel: micro-batches per step (pipelines cannot combine it)
   bool allow_uneven_shards = false;  // data parallel: the batch need not divide by the devices
   double headroom = 0.9;  // a strategy fits when total <= headroom x device memory
@@ -99,6 +118,7 @@ struct StrategyEstimate {
   bool fits = false;                  // feasible, and worst.total() within the headroom
   std::string infeasible;  // why this strategy cannot run this batch at all ("" when it can)
   double step_ms = 0;
+  int64_t bucket_cap_bytes = 0;  // data parallel: the bucket cap it is planned with; else 0
 };
 
 struct Plan {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
+#include <optional>
 
 #include <lockstep/allocator.h>
 #include <lockstep/error.h>
@@ -91,8 +93,37 @@ double all_reduce_ms(double bytes, int n, double busbw) {
   return n <= 1 ? 0.0 : 2.0 * (n - 1) / n * bytes / busbw * 1e3;
 }
 
+// The gradient all-reduce left after backward ends, in ms (lockstep/planner.h, Step time):
+// bucket b is ready once backward (backward_ms long, making gradient bytes at an even rate in
+// the buckets' plan order) has made it and every bucket before it; the comm stream runs them in
+// order, each for the collective latency plus its ring all-reduce.
+double exposed_reduce_ms(const ModelProfile& m, const MachineSpec& machine,
+                         const BucketOptions& options, double backward_ms) {
+  const int n = machine.devices;
+  if (n <= 1) return 0.0;
+  std::vector<ParameterExtent> extents;
+  int64_t offset = 0;
+  for (int64_t numel : m.parameter_numel) {
+    const int64_t extent = (numel + kAlign - 1) / kAlign * kAlign;
+    extents.push_back({offset, extent});
+    offset += extent;
+  }
+  const std::vector<Bucket> buckets = plan_buckets(extents, 4, options);
+  double total = 0;
+  for (const Bucket& b : buckets) total += static_cast<double>(b.count);
+  double made = 0, comm_free_ms = 0;
+  for (const Bucket& b : buckets) {
+    made += static_cast<double>(b.count);
+    const double ready_ms = backward_ms * made / total;
+    comm_free_ms = std::max(comm_free_ms, ready_ms) + machine.collective_latency_s * 1e3 +
+                   all_reduce_ms(4.0 * static_cast<double>(b.count), n, machine.link_bytes_per_s);
+  }
+  return std::max(0.0, comm_free_ms - backward_ms);
+}
+
 StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine,
-                               const PlanRequest& r, ShardMode mode, Recompute recompute) {
+                               const PlanRequest& r, ShardMode mode, Recompute recompute,
+                               const BucketOptions& buckets) {
   const int n = machine.devices;
   const bool again = recompute == Recompute::kBlocks;
   StrategyEstimate e;
@@ -103,6 +134,7 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
   e.shard = mode;
   e.recompute = recompute;
   e.pipelines = n;
+  e.bucket_cap_bytes = buckets.cap_bytes;
   const int shards = mode == ShardMode::kNone ? 1 : n;
   // On one device ZeRO-2 keeps the flat gradient buffer (parallel/data_parallel/replica.cpp): no
   // staging.
@@ -121,7 +153,7 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
                      : m.activation_fixed_bytes + m.activation_bytes_per_example * micro;
   if (layout == ShardMode::kGradients) {
     act += static_cast<double>(
-        std::min(rounded(padded_elements(m.parameter_numel, 1) * 4), staging_bytes(m, r.buckets)));
+        std::min(rounded(padded_elements(m.parameter_numel, 1) * 4), staging_bytes(m, buckets)));
   }
   b.activations = static_cast<int64_t>(act);
   e.per_stage = {b};
@@ -129,12 +161,43 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
   const double grad_bytes = 4.0 * static_cast<double>(padded_elements(m.parameter_numel, shards));
   const double flops =
       m.train_flops_per_example + (again ? m.recompute_flops_per_example : 0.0);
-  e.step_ms = flops * rows / machine.gemm_flops * 1e3 +
-              all_reduce_ms(grad_bytes, n, machine.link_bytes_per_s);
+  const double compute_ms = flops * rows / machine.gemm_flops * 1e3;
+  // Backward: two thirds of a step's training FLOPs (and all of recompute's second forward).
+  const double backward_ms =
+      (m.train_flops_per_example * 2.0 / 3.0 + (again ? m.recompute_flops_per_example : 0.0)) *
+      rows / machine.gemm_flops * 1e3;
+  e.step_ms = compute_ms + exposed_reduce_ms(m, machine, buckets, backward_ms);
   if (mode == ShardMode::kOptimizer && n > 1) {
     e.step_ms += (n - 1.0) / n * grad_bytes / machine.link_bytes_per_s * 1e3;
   }
   return e;
+}
+
+// data_parallel with the request's bucket cap, or (choose_buckets) the candidate with the
+// shortest step among those that fit, the larger on a tie; when none fits, the smallest.
+StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine,
+                               const PlanRequest& r, ShardMode mode, Recompute recompute) {
+  if (!r.choose_buckets) return data_parallel(m, machine, r, mode, recompute, r.buckets);
+  const double usable = r.headroom * static_cast<double>(machine.device_bytes);
+  std::optional<StrategyEstimate> best;
+  for (auto cap = std::rbegin(kBucketCapCandidates); cap != std::rend(kBucketCapCandidates);
+       ++cap) {
+    BucketOptions buckets = r.buckets;
+    buckets.cap_bytes = *cap;
+    buckets.first_bucket_bytes = std::min(buckets.first_bucket_bytes, *cap);
+    StrategyEstimate e = data_parallel(m, machine, r, mode, recompute, buckets);
+    if (!best) {
+      best = std::move(e);
+      continue;
+    }
+    const bool fits = static_cast<double>(e.worst.total()) <= usable;
+    const bool best_fits = static_cast<double>(best->worst.total()) <= usable;
+    const bool better = fits != best_fits ? fits
+                        : fits            ? e.step_ms < best->step_ms
+                                          : e.worst.total() < best->worst.total();
+    if (better) best = std::move(e);
+  }
+  return *best;
 }
 
 int layers_with_parameters(const ModelProfile& m) {

@@ -110,7 +110,9 @@ void add_optimizer(CLI::App& app, OptimizerFlags& flags) {
 }
 
 CLI::Option* add_bucket_mb(CLI::App& app, double& mib) {
-  return app.add_option("--bucket-mb", mib, "gradient bucket cap in MiB (the first bucket is 1 MiB)")
+  return app.add_option("--bucket-mb", mib,
+                        "gradient bucket cap in MiB (the first bucket is 1 MiB); without it "
+                        "lockstep-plan and --strategy auto choose one")
       ->capture_default_str()
       ->check(positive())
       ->group(kParallelGroup);

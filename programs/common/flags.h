@@ -50,6 +50,7 @@ CLI::Option* add_bucket_mb(CLI::App& app, double& mib);
 // --bucket-mb, --shard, --recompute, --precision, --graphs / --no-graphs, --host-threads.
 struct DataParallelFlags {
   double bucket_mb = 25.0;
+  bool choose_buckets = true;  // --bucket-mb not given: --strategy auto may choose the cap
   ShardMode shard = ShardMode::kNone;
   Recompute recompute = Recompute::kNone;
   Precision precision = Precision::kF32;

@@ -95,20 +95,27 @@ void print_plan(const ls::ModelProfile& model, const ls::MachineSpec& spec,
               spec.link_bytes_per_s / 1e9);
   std::printf("global batch %lld, %d micro-batches (pipelines)\n\n",
               static_cast<long long>(request.global_batch), request.micro_batches);
-  std::printf("%-26s %10s %10s %10s %10s %10s  %-5s %10s\n", "strategy", "P MB", "G MB", "O MB",
-              "A MB", "total MB", "fits", "step ms");
+  std::printf("%-26s %10s %10s %10s %10s %10s  %-5s %10s %10s\n", "strategy", "P MB", "G MB",
+              "O MB", "A MB", "total MB", "fits", "step ms", "bucket MiB");
   for (const ls::StrategyEstimate& e : plan.strategies) {
-    std::printf("%-26s %10.1f %10.1f %10.1f %10.1f %10.1f  %-5s %10.2f\n", e.name.c_str(),
+    char bucket[16] = "-";
+    if (e.bucket_cap_bytes > 0) {
+      std::snprintf(bucket, sizeof bucket, "%g", static_cast<double>(e.bucket_cap_bytes) / (1 << 20));
+    }
+    std::printf("%-26s %10.1f %10.1f %10.1f %10.1f %10.1f  %-5s %10.2f %10s\n", e.name.c_str(),
                 mb(e.worst.parameters), mb(e.worst.gradients), mb(e.worst.optimizer),
                 mb(e.worst.activations), mb(e.worst.total()),
-                e.fits ? "yes" : (e.infeasible.empty() ? "no" : "n/a"), e.step_ms);
+                e.fits ? "yes" : (e.infeasible.empty() ? "no" : "n/a"), e.step_ms, bucket);
   }
   for (const ls::StrategyEstimate& e : plan.strategies) {
     if (!e.infeasible.empty()) std::printf("n/a: %s: %s\n", e.name.c_str(), e.infeasible.c_str());
   }
   std::printf(
       "\n(pipelines: the stage with the most memory; A includes ZeRO-2's bucket staging and a\n"
-      "pipeline's boundary tensors; step times are estimates)\n");
+      "pipeline's boundary tensors; step times are estimates; bucket: the gradient bucket cap\n"
+      "%s)\n",
+      request.choose_buckets ? "the planner chose for the strategy (--bucket-mb fixes it)"
+                             : "given by --bucket-mb");
   std::printf("recommendation: %s\n", plan.reason.c_str());
 }
 
@@ -136,6 +143,7 @@ void write_plan_json(const std::string& path, const ls::ModelProfile& model,
     json.field("fits", e.fits);
     json.field("infeasible", e.infeasible);
     json.field("step_ms", e.step_ms);
+    json.field("bucket_bytes", e.bucket_cap_bytes);
     json.end_object();
   }
   json.end_array();

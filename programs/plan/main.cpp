@@ -29,6 +29,7 @@ struct PlanOptions : ls::cli::ModelShapeFlags,
   std::string devices = "auto";
   int64_t batch = 32;
   double bucket_mb = 25;
+  bool choose_buckets = true;  // no --bucket-mb: the planner chooses each strategy's cap
   std::string json_path;
 };
 
@@ -59,6 +60,7 @@ std::variant<PlanOptions, int> parse(int argc, char** argv) {
       ->check(ls::cli::positive())->group("Machine");
   ls::cli::add_json(app, o.json_path);
   if (const std::optional<int> exit_code = ls::cli::parse(app, argc, argv)) return *exit_code;
+  o.choose_buckets = app.count("--bucket-mb") == 0;
   if (o.model == "gpt" && o.hidden.size() > 1)
     return ls::cli::usage_error(app, "--hidden takes one width for --model gpt");
   return o;
@@ -129,6 +131,7 @@ int main(int argc, char** argv) {
     request.micro_batches = static_cast<int>(o.micro_batches);
     request.schedule = ls::parse_schedule(o.schedule);
     request.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+    request.choose_buckets = o.choose_buckets;
     const ls::Plan plan = ls::plan_strategies(model, spec, request);
     print_plan(model, spec, request, plan);
     if (!o.json_path.empty()) write_plan_json(o.json_path, model, spec, plan);

@@ -31,6 +31,7 @@ void apply_auto_strategy(TrainOptions& o, const WorkloadOptions& workload,
   request.micro_batches = static_cast<int>(o.micro_batches);
   request.schedule = ls::parse_schedule(o.schedule);
   request.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
+  request.choose_buckets = o.choose_buckets;
   request.accumulate = static_cast<int>(o.accumulate);
   request.allow_uneven_shards = o.uneven_shards;
   const ls::Plan plan = ls::plan_strategies(profile, spec, request);
@@ -40,6 +41,9 @@ void apply_auto_strategy(TrainOptions& o, const WorkloadOptions& workload,
   o.shard = chosen.shard;
   o.recompute = chosen.recompute;
   o.pipeline = chosen.stages > 1 ? chosen.stages : 0;
-  std::printf("--strategy auto: training with %s\n", chosen.name.c_str());
+  if (chosen.stages == 1) o.bucket_mb = static_cast<double>(chosen.bucket_cap_bytes) / (1 << 20);
+  std::printf("--strategy auto: training with %s", chosen.name.c_str());
+  if (chosen.stages == 1) std::printf(", %g MiB gradient buckets", o.bucket_mb);
+  std::printf("\n");
   std::fflush(stdout);
 }

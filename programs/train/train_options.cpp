@@ -206,6 +206,7 @@ std::variant<TrainOptions, int> parse_train_options(int argc, char** argv) {
   add_output_flags(app, o);
   add_checkpoint_flags(app, o);
   if (const std::optional<int> exit_code = ls::cli::parse(app, argc, argv)) return *exit_code;
+  o.choose_buckets = app.count("--bucket-mb") == 0;
   try {
     check_combinations(app, o);
   } catch (const UsageError& e) {

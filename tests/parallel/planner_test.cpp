@@ -73,7 +73,8 @@ TEST(Planner, PredictsDataParallelAndZeroPeaksWithinTenPercent) {
     const ModelProfile profile = profile_model(c.model, probe);
     PlanRequest request;
     request.global_batch = 8;  // 4 rows per device; the probe ran 1 and 2
-    request.buckets = {4 << 10, 4 << 10};
+    request.buckets = {4 << 10, 4 << 10};  // several buckets even for these small models
+    request.choose_buckets = false;
     const Plan plan = plan_strategies(profile, machine(2, 1ll << 30), request);
     int checked = 0;
     for (const StrategyEstimate& e : plan.strategies) {
@@ -175,6 +176,7 @@ TEST(Planner, RecommendsTheFirstStrategyThatFits) {
   request.global_batch = 4;  // 1 row per device on 4 devices
   request.micro_batches = 2;  // a 2 x 2 pipeline gets 2 rows per pipeline: at most 2
   request.buckets = {4 << 20, 4 << 20};
+  request.choose_buckets = false;
   // 8M floats: 33.5 MB each of P and G, 67.1 MB of AdamW state, 10 MB of activations: 144 MB.
   Plan plan = plan_strategies(synthetic(), machine(4, 1ll << 30), request);
   EXPECT_EQ(plan.recommended, 0);
@@ -213,6 +215,7 @@ TEST(Planner, RecomputesOnlyWhenShardingAloneDoesNotFit) {
   request.global_batch = 4;
   request.micro_batches = 2;
   request.buckets = {4 << 20, 4 << 20};
+  request.choose_buckets = false;
   // 100 MB: ZeRO-2 fits without recompute (81.3 MB), so recompute is not used.
   Plan plan = plan_strategies(m, machine(4, 100'000'000), request);
   ASSERT_GE(plan.recommended, 0) << plan.reason;
@@ -230,6 +233,81 @@ TEST(Planner, RecomputesOnlyWhenShardingAloneDoesNotFit) {
   EXPECT_NE(plan.reason.find("ZeRO-1 + recompute needs"), std::string::npos) << plan.reason;
   // Recompute costs a third more compute, which the estimate says.
   EXPECT_GT(chosen.step_ms, plan.strategies[2].step_ms);
+}
+
+// The bucket cap: the synthetic model's 8 gradients of 4 MB on 4 devices (all-reduce 10 GB/s:
+// 4.8 ms for all of them). Backward of 1 row at 6.7 GFLOP/s takes 5 ms, so the buckets reduced
+// during it cost nothing, and what the step waits for is what comes after: the last bucket. Free
+// collectives: the smallest buckets (one gradient each: the caps of 1, 2 and 5 MiB plan them
+// alike; the larger of equals is taken) leave the least. 10 ms a collective: the fewest.
+TEST(Planner, ChoosesTheBucketCapThatLeavesTheLeastCommunicationExposed) {
+  PlanRequest request;
+  request.global_batch = 4;
+  MachineSpec spec{4, 1ll << 30, 6.7e9, 1e10};
+  spec.collective_latency_s = 0;
+  Plan plan = plan_strategies(synthetic(), spec, request);
+  const StrategyEstimate& free_collectives = plan.strategies[0];
+  ASSERT_EQ(free_collectives.name, "data parallel");
+  EXPECT_EQ(free_collectives.bucket_cap_bytes, 5ll << 20);
+  request.choose_buckets = false;
+  request.buckets.cap_bytes = 50ll << 20;
+  const double with_big_buckets = plan_strategies(synthetic(), spec, request).strategies[0].step_ms;
+  EXPECT_LT(free_collectives.step_ms, with_big_buckets);
+  EXPECT_EQ(plan_strategies(synthetic(), spec, request).strategies[0].bucket_cap_bytes, 50ll << 20);
+  request.choose_buckets = true;
+  spec.collective_latency_s = 10e-3;
+  plan = plan_strategies(synthetic(), spec, request);
+  EXPECT_EQ(plan.strategies[0].bucket_cap_bytes, 50ll << 20);
+  for (const StrategyEstimate& e : plan.strategies) {
+    if (e.stages > 1) {
+      EXPECT_EQ(e.bucket_cap_bytes, 0) << e.name;
+    }
+  }
+}
+
+// ZeRO-2's staging grows with the cap: at 100 MB a device (90 usable) it needs 102 MB with
+// 25 MiB buckets but 81.3 MB with one gradient a bucket, so the planner picks small buckets and
+// ZeRO-2 fits (ZeRO-1 needs 93.9 MB).
+TEST(Planner, ChoosesBucketsSmallEnoughForZeroTwoToFit) {
+  PlanRequest request;
+  request.global_batch = 4;
+  request.micro_batches = 2;
+  request.choose_buckets = false;
+  request.buckets.cap_bytes = 25ll << 20;
+  Plan plan = plan_strategies(synthetic(), machine(4, 100'000'000), request);
+  EXPECT_FALSE(plan.strategies[2].fits) << plan.strategies[2].worst.total();
+  request.choose_buckets = true;
+  plan = plan_strategies(synthetic(), machine(4, 100'000'000), request);
+  ASSERT_GE(plan.recommended, 0) << plan.reason;
+  const StrategyEstimate& chosen = plan.strategies[static_cast<size_t>(plan.recommended)];
+  EXPECT_EQ(chosen.name, "ZeRO-2");
+  EXPECT_LE(chosen.bucket_cap_bytes, 5ll << 20);
+  EXPECT_NEAR(static_cast<double>(chosen.worst.total()), 81.3e6, 0.1e6);
+}
+
+// The chosen cap's ZeRO-2 prediction against a real run with that cap, on an MLP large enough
+// for several MiB buckets.
+TEST(Planner, PredictsZeroTwoWithTheChosenBucketsWithinTenPercent) {
+  const ModelFactory model = mlp_factory({64, 1024, 1024, 10});
+  auto batch = [](int64_t rows) { return testing::random_batch(rows, 64, 3); };
+  ProbeOptions probe;
+  probe.batch = batch;
+  probe.optimizer = kAdamW;
+  probe.probe_recompute = false;
+  const ModelProfile profile = profile_model(model, probe);
+  PlanRequest request;
+  request.global_batch = 8;
+  const Plan plan = plan_strategies(profile, machine(2, 1ll << 30), request);
+  const StrategyEstimate& e = plan.strategies[2];
+  ASSERT_EQ(e.name, "ZeRO-2");
+  ASSERT_GT(e.bucket_cap_bytes, 0);
+  DataParallelOptions options;
+  options.shard = ShardMode::kGradients;
+  options.buckets.cap_bytes = e.bucket_cap_bytes;
+  DataParallel dp(hosts(2), model, make_optimizer_factory(kAdamW), options);
+  const int64_t peak = measured_peak(dp.devices(), [&] { dp.step(batch(8)); });
+  EXPECT_NEAR(static_cast<double>(e.worst.total()), static_cast<double>(peak), 0.1 * peak)
+      << "bucket cap " << e.bucket_cap_bytes;
 }
 
 std::string error_of(const ModelProfile& m, const MachineSpec& machine, PlanRequest r) {
