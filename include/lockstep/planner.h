@@ -28,14 +28,17 @@
 // all-reduce leaves exposed after backward: buckets in plan order become ready as backward
 // (two thirds of the compute) makes their gradients, at an even rate, and the comm stream runs
 // them one after another, each costing the collective latency plus 2(n-1)/n x its bytes at the
-// link's bus bandwidth; ZeRO-1 adds an all-gather of (n-1)/n x P; ZeRO-2 costs about the
-// all-reduce; recompute adds one forward of the recomputed layers
+// link's bus bandwidth (bf16 reduction: half the bytes); data parallel and ZeRO-1 reduce during
+// the last micro-batch's backward only, ZeRO-2 reduces to the owners ((n-1)/n x its bytes)
+// during every micro-batch's; ZeRO-1 and ZeRO-2 add an all-gather of (n-1)/n x P after the
+// optimizer; recompute adds one forward of the recomputed layers
 // (a third of their training FLOPs); a pipeline runs compute / p / (1 - the schedule's
 // theoretical bubble: 1F1B and GPipe (p-1)/(m+p-1), ZB-H1 (p-1)/(3m+p-1)) plus the boundary
 // transfers of (m + p - 1) micro-batch activations. ZB-H1's stages are counted with min(p, m)
 // micro-batches in flight (those waiting for their weight gradient counted whole: an upper
 // bound) plus post-validation's copy of P and O.
-// Buckets (PlanRequest::choose_buckets): each data-parallel strategy takes the bucket cap, of
+// Buckets (PlanRequest::choose_buckets; not on one device, which reduces nothing): each
+// data-parallel strategy takes the bucket cap, of
 // kBucketCapCandidates, with the shortest estimated step among those whose bytes fit (ZeRO-2's
 // staging grows with the cap), the larger on a tie; when none fits, the one needing the least.
 // Small buckets start communicating earlier; each costs a collective's latency.

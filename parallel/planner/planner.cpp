@@ -47,6 +47,8 @@ void check_inputs(const ModelProfile& m, const MachineSpec& machine, const PlanR
            " bytes; it must be positive");
   LS_CHECK(machine.gemm_flops > 0 && machine.link_bytes_per_s > 0,
            "planner: the GEMM rate and link bandwidth must be positive");
+  LS_CHECK(machine.collective_latency_s >= 0, "planner: the collective latency is ",
+           machine.collective_latency_s, " s; it cannot be negative");
   LS_CHECK(r.global_batch >= 1, "planner: batch is ", r.global_batch, "; need at least 1");
   LS_CHECK(r.micro_batches >= 1, "planner: micro-batches is ", r.micro_batches,
            "; need at least 1");
@@ -93,12 +95,13 @@ double all_reduce_ms(double bytes, int n, double busbw) {
   return n <= 1 ? 0.0 : 2.0 * (n - 1) / n * bytes / busbw * 1e3;
 }
 
-// The gradient all-reduce left after backward ends, in ms (lockstep/planner.h, Step time):
+// The gradient reduction left after a backward ends, in ms (lockstep/planner.h, Step time):
 // bucket b is ready once backward (backward_ms long, making gradient bytes at an even rate in
 // the buckets' plan order) has made it and every bucket before it; the comm stream runs them in
-// order, each for the collective latency plus its ring all-reduce.
+// order, each for the collective latency plus its bytes (bf16: half) x `volume` (a ring
+// all-reduce 2(n-1)/n, ZeRO-2's reduce to the owners (n-1)/n) at the bus bandwidth.
 double exposed_reduce_ms(const ModelProfile& m, const MachineSpec& machine,
-                         const BucketOptions& options, double backward_ms) {
+                         const BucketOptions& options, double volume, double backward_ms) {
   const int n = machine.devices;
   if (n <= 1) return 0.0;
   std::vector<ParameterExtent> extents;
@@ -111,12 +114,14 @@ double exposed_reduce_ms(const ModelProfile& m, const MachineSpec& machine,
   const std::vector<Bucket> buckets = plan_buckets(extents, 4, options);
   double total = 0;
   for (const Bucket& b : buckets) total += static_cast<double>(b.count);
+  const double element_bytes = options.reduce_dtype == DType::kBF16 ? 2.0 : 4.0;
   double made = 0, comm_free_ms = 0;
   for (const Bucket& b : buckets) {
     made += static_cast<double>(b.count);
     const double ready_ms = backward_ms * made / total;
     comm_free_ms = std::max(comm_free_ms, ready_ms) + machine.collective_latency_s * 1e3 +
-                   all_reduce_ms(4.0 * static_cast<double>(b.count), n, machine.link_bytes_per_s);
+                   volume * element_bytes * static_cast<double>(b.count) /
+                       machine.link_bytes_per_s * 1e3;
   }
   return std::max(0.0, comm_free_ms - backward_ms);
 }
@@ -140,6 +145,10 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
   // staging.
   const ShardMode layout = mode == ShardMode::kGradients && n == 1 ? ShardMode::kOptimizer : mode;
   StageBytes b = state_of(m, m.parameter_numel, shards, layout);
+  // bf16 reduction keeps a bf16 copy of the gradients to reduce (BucketOptions::reduce_dtype).
+  if (buckets.reduce_dtype == DType::kBF16 && n > 1 && layout != ShardMode::kGradients) {
+    b.gradients += rounded(padded_elements(m.parameter_numel, shards) * 2);
+  }
   const double rows = std::ceil(static_cast<double>(r.global_batch) / n);
   if (r.global_batch % n != 0 && !r.allow_uneven_shards) {
     e.infeasible = "the batch of " + std::to_string(r.global_batch) + " does not divide by " +
@@ -162,13 +171,22 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
   const double flops =
       m.train_flops_per_example + (again ? m.recompute_flops_per_example : 0.0);
   const double compute_ms = flops * rows / machine.gemm_flops * 1e3;
-  // Backward: two thirds of a step's training FLOPs (and all of recompute's second forward).
+  // Backward: two thirds of a micro-batch's training FLOPs (and all of recompute's second
+  // forward). Data parallel and ZeRO-1 reduce during the step's last micro-batch only; ZeRO-2
+  // reduces to the owners during every one.
   const double backward_ms =
       (m.train_flops_per_example * 2.0 / 3.0 + (again ? m.recompute_flops_per_example : 0.0)) *
-      rows / machine.gemm_flops * 1e3;
-  e.step_ms = compute_ms + exposed_reduce_ms(m, machine, buckets, backward_ms);
-  if (mode == ShardMode::kOptimizer && n > 1) {
+      micro / machine.gemm_flops * 1e3;
+  const bool zero2 = layout == ShardMode::kGradients;
+  const double volume = n <= 1 ? 0.0 : (zero2 ? 1.0 : 2.0) * (n - 1.0) / n;
+  e.step_ms = compute_ms + (zero2 ? r.accumulate : 1) *
+                               exposed_reduce_ms(m, machine, buckets, volume, backward_ms);
+  // ZeRO-1 and ZeRO-2: every replica all-gathers the updated ranges after the optimizer.
+  if (mode != ShardMode::kNone && n > 1) {
     e.step_ms += (n - 1.0) / n * grad_bytes / machine.link_bytes_per_s * 1e3;
+  }
+  if (zero2 && buckets.reduce_dtype == DType::kBF16 && e.infeasible.empty()) {
+    e.infeasible = "ZeRO-2 reduces gradients in f32 only (drop --grad-reduce bf16)";
   }
   return e;
 }
@@ -177,7 +195,10 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
 // shortest step among those that fit, the larger on a tie; when none fits, the smallest.
 StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine,
                                const PlanRequest& r, ShardMode mode, Recompute recompute) {
-  if (!r.choose_buckets) return data_parallel(m, machine, r, mode, recompute, r.buckets);
+  // One device reduces nothing: every cap is the same, and none is chosen.
+  if (!r.choose_buckets || machine.devices == 1) {
+    return data_parallel(m, machine, r, mode, recompute, r.buckets);
+  }
   const double usable = r.headroom * static_cast<double>(machine.device_bytes);
   std::optional<StrategyEstimate> best;
   for (auto cap = std::rbegin(kBucketCapCandidates); cap != std::rend(kBucketCapCandidates);

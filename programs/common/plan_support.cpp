@@ -100,7 +100,8 @@ void print_plan(const ls::ModelProfile& model, const ls::MachineSpec& spec,
   for (const ls::StrategyEstimate& e : plan.strategies) {
     char bucket[16] = "-";
     if (e.bucket_cap_bytes > 0) {
-      std::snprintf(bucket, sizeof bucket, "%g", static_cast<double>(e.bucket_cap_bytes) / (1 << 20));
+      std::snprintf(bucket, sizeof bucket, "%g",
+                    static_cast<double>(e.bucket_cap_bytes) / (1 << 20));
     }
     std::printf("%-26s %10.1f %10.1f %10.1f %10.1f %10.1f  %-5s %10.2f %10s\n", e.name.c_str(),
                 mb(e.worst.parameters), mb(e.worst.gradients), mb(e.worst.optimizer),
