@@ -1,7 +1,8 @@
 // The planner (lockstep/planner.h): its memory predictions within 10% of the allocator peaks of
 // real runs on host devices (a small GPT and an MLP; data parallel, ZeRO-1, ZeRO-2, each with
-// and without recompute, and a 2-stage pipeline, at a batch other than the probe's), the recommendation rule on synthetic profiles,
-// and clear errors for bad inputs.
+// and without recompute, and a 2-stage pipeline, at a batch other than the probe's; ZeRO-2 at the
+// bucket cap the planner chose), the recommendation rule and the bucket choice on synthetic
+// profiles, and clear errors for bad inputs.
 #include <lockstep/planner.h>
 
 #include <gtest/gtest.h>
@@ -72,7 +73,7 @@ TEST(Planner, PredictsDataParallelAndZeroPeaksWithinTenPercent) {
     probe.optimizer = kAdamW;
     const ModelProfile profile = profile_model(c.model, probe);
     PlanRequest request;
-    request.global_batch = 8;  // 4 rows per device; the probe ran 1 and 2
+    request.global_batch = 8;              // 4 rows per device; the probe ran 1 and 2
     request.buckets = {4 << 10, 4 << 10};  // several buckets even for these small models
     request.choose_buckets = false;
     const Plan plan = plan_strategies(profile, machine(2, 1ll << 30), request);
@@ -173,7 +174,7 @@ ModelProfile synthetic() {
 
 TEST(Planner, RecommendsTheFirstStrategyThatFits) {
   PlanRequest request;
-  request.global_batch = 4;  // 1 row per device on 4 devices
+  request.global_batch = 4;   // 1 row per device on 4 devices
   request.micro_batches = 2;  // a 2 x 2 pipeline gets 2 rows per pipeline: at most 2
   request.buckets = {4 << 20, 4 << 20};
   request.choose_buckets = false;
@@ -302,11 +303,11 @@ TEST(Planner, PredictsZeroTwoWithTheChosenBucketsWithinTenPercent) {
   request.global_batch = 8;
   request.choose_buckets = false;
   request.buckets.cap_bytes = 5ll << 20;
-  const int64_t small = plan_strategies(profile, machine(2, 1ll << 30), request)
-                            .strategies[2].worst.total();
+  const int64_t small =
+      plan_strategies(profile, machine(2, 1ll << 30), request).strategies[2].worst.total();
   request.buckets.cap_bytes = 25ll << 20;
-  const int64_t large = plan_strategies(profile, machine(2, 1ll << 30), request)
-                            .strategies[2].worst.total();
+  const int64_t large =
+      plan_strategies(profile, machine(2, 1ll << 30), request).strategies[2].worst.total();
   ASSERT_LT(small, large) << "ZeRO-2 stages less with small buckets";
   request.choose_buckets = true;
   const auto device_bytes = static_cast<int64_t>(static_cast<double>(small + large) / 2 / 0.9);
