@@ -154,8 +154,7 @@ double theoretical_bubble(int stages, int micro_batches, ScheduleKind kind) {
             ready = input->second;
           }
         }
-        const int64_t duration = a.kind == Kind::kForward ? 1 : a.kind == Kind::kWeight ? 1
-                                                                                         : backward_time;
+        const int64_t duration = a.kind == Kind::kBackward ? backward_time : 1;
         int64_t& now = free_at[static_cast<size_t>(s)];
         now = std::max(now, ready) + duration;
         finished[{s, a.kind, a.micro_batch}] = now;

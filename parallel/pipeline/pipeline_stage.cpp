@@ -531,7 +531,9 @@ void PipelineStage::step_optimistically() {
   set_phase(StagePhase::kOptimizer, -1);
   const std::vector<Tensor> state = stepped_state(*store_, *optimizer_);
   if (before_step_.empty()) {
-    for (const Tensor& t : state) before_step_.push_back(Tensor::empty(t.shape(), t.dtype(), device_));
+    for (const Tensor& t : state) {
+      before_step_.push_back(Tensor::empty(t.shape(), t.dtype(), device_));
+    }
   }
   for (size_t k = 0; k < state.size(); ++k) before_step_[k].copy_from(state[k], *compute_);
   optimizer_->step(store_->values(), store_->grads(), *compute_);

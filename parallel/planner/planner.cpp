@@ -59,10 +59,9 @@ void check_inputs(const ModelProfile& m, const MachineSpec& machine, const PlanR
            m.layer_activation_share.size(), " activation shares");
 }
 
-// ZeRO-2's staging: the kZero2StagingBuckets largest buckets at once, plus the buckets of tied
-// parameters (used by two layers: touched at the start of backward, reduced at its end), buckets
-// planned as the Reducer plans them (a parameter larger than the cap alone in one).
-int64_t staging_bytes(const ModelProfile& m, const BucketOptions& options) {
+// The model's gradient buckets as the Reducer plans them (a parameter larger than the cap alone
+// in one), in the order they are reduced.
+std::vector<Bucket> planned_buckets(const ModelProfile& m, const BucketOptions& options) {
   std::vector<ParameterExtent> extents;
   int64_t offset = 0;
   for (int64_t n : m.parameter_numel) {
@@ -70,13 +69,19 @@ int64_t staging_bytes(const ModelProfile& m, const BucketOptions& options) {
     extents.push_back({offset, extent});
     offset += extent;
   }
+  return plan_buckets(extents, 4, options);
+}
+
+// ZeRO-2's staging: the kZero2StagingBuckets largest buckets at once, plus the buckets of tied
+// parameters (used by two layers: touched at the start of backward, reduced at its end).
+int64_t staging_bytes(const ModelProfile& m, const BucketOptions& options) {
   std::vector<int> uses(m.parameter_numel.size(), 0);
   for (const auto& layer : m.layer_parameters) {
     for (int i : layer) ++uses[static_cast<size_t>(i)];
   }
   std::vector<int64_t> sizes;
   int64_t tied = 0;
-  for (const Bucket& b : plan_buckets(extents, 4, options)) {
+  for (const Bucket& b : planned_buckets(m, options)) {
     const bool holds_tied = std::any_of(b.parameters.begin(), b.parameters.end(),
                                         [&](int i) { return uses[static_cast<size_t>(i)] > 1; });
     if (holds_tied) {
@@ -104,14 +109,7 @@ double exposed_reduce_ms(const ModelProfile& m, const MachineSpec& machine,
                          const BucketOptions& options, double volume, double backward_ms) {
   const int n = machine.devices;
   if (n <= 1) return 0.0;
-  std::vector<ParameterExtent> extents;
-  int64_t offset = 0;
-  for (int64_t numel : m.parameter_numel) {
-    const int64_t extent = (numel + kAlign - 1) / kAlign * kAlign;
-    extents.push_back({offset, extent});
-    offset += extent;
-  }
-  const std::vector<Bucket> buckets = plan_buckets(extents, 4, options);
+  const std::vector<Bucket> buckets = planned_buckets(m, options);
   double total = 0;
   for (const Bucket& b : buckets) total += static_cast<double>(b.count);
   const double element_bytes = options.reduce_dtype == DType::kBF16 ? 2.0 : 4.0;

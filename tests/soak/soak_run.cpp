@@ -74,7 +74,9 @@ std::string describe(const Scenario& s) {
         ", replica " + std::to_string(s.fault->replica) + ", step " + std::to_string(s.fault->step);
   }
   if (s.shard != ShardMode::kNone) out += std::string(", shard ") + shard_mode_name(s.shard);
-  if (s.recompute != Recompute::kNone) out += std::string(", recompute ") + recompute_name(s.recompute);
+  if (s.recompute != Recompute::kNone) {
+    out += std::string(", recompute ") + recompute_name(s.recompute);
+  }
   return out + ", " + std::to_string(s.steps) + " steps, seed " + std::to_string(s.seed);
 }
 
