@@ -28,7 +28,7 @@ size_t CachingAllocator::round_size(size_t bytes) {
   constexpr size_t kSmallLimit = size_t{1} << 20;
   if (bytes == 0) return kSmallQuantum;
   if (bytes <= kSmallLimit) return (bytes + kSmallQuantum - 1) / kSmallQuantum * kSmallQuantum;
-  size_t quantum = std::bit_ceil(bytes) / 8;
+  size_t quantum = std::bit_ceil(bytes) / 16;
   return (bytes + quantum - 1) / quantum * quantum;
 }
 

@@ -23,7 +23,13 @@ Var Tape::differentiable_input(Tensor value) const {
 }
 
 Var Tape::parameter(Parameter& parameter) {
-  LS_CHECK(parameter.value.defined(), "parameter '", parameter.name,
+  if (parameters_from_ != nullptr) {  // a recomputed layer's first forward: the outer tape's Var
+    Var v = parameters_from_->parameter(parameter);
+    parameter_vars_.try_emplace(&parameter, v);
+    return v;
+  }
+  const bool gathered = !parameter.value.defined() && source_ != nullptr;
+  LS_CHECK(parameter.value.defined() || gathered, "parameter '", parameter.name,
            "' has no storage; build a ParameterStore over the model before running it");
   LS_CHECK(!record_ || parameter.grad.defined() || grad_storage_, "parameter '", parameter.name,
            "' has no gradient storage: its ParameterStore keeps no flat gradient buffer, so set "
@@ -31,13 +37,16 @@ Var Tape::parameter(Parameter& parameter) {
   auto [it, inserted] = parameter_vars_.try_emplace(&parameter);
   if (inserted) {
     auto v = std::make_shared<VarNode>();
-    v->value = parameter.value;
+    v->value = gathered ? source_->gather(parameter) : parameter.value;
+    v->gathered = gathered;
     v->grad = parameter.grad;
     if (!v->grad.defined()) v->grad_storage = &grad_storage_;
     v->grad_written = true;  // parameter gradients are always added to (their storage is zeroed)
     v->requires_grad = record_;
     v->parameter = &parameter;
     it->second = std::move(v);
+  } else if (!it->second->value.defined()) {  // dropped at a layer's end, used again (tied)
+    it->second->value = source_->gather(parameter);
   }
   return it->second;
 }
@@ -145,6 +154,10 @@ void Tape::run_backward(const Var& root, const Tensor& root_grad, Part part) {
     root->grad_written = true;
   }
   part_ = part;
+  if (source_ != nullptr) {
+    const std::vector<Parameter*> order = gather_order();
+    if (!order.empty()) source_->expect(order);  // a replay gathers nothing: keep the outer's
+  }
   for (auto node = nodes_.rbegin(); node != nodes_.rend(); ++node) {
     if (node->output == nullptr) {  // a layer's mark (begin_layer, end_layer)
       node->backward(Tensor());
@@ -154,6 +167,7 @@ void Tape::run_backward(const Var& root, const Tensor& root_grad, Part part) {
     // Nothing flowed into this output (it does not reach the root): skip its backward, but
     // still count the parameter uses so that every parameter's hook fires exactly once.
     const bool reached = node->output == root || node->output->grad.defined();
+    if (reached) gather_inputs(*node);
     if (part == Part::kAll) {
       if (reached) node->backward(node->output->grad);
       finish_parameter_uses(*node);
@@ -206,6 +220,7 @@ void Tape::backward_weights() {
   part_ = Part::kWeights;
   try {
     for (Node& node : weight_nodes_) {
+      if (node.backward) gather_inputs(node);
       if (node.backward && node.splits_itself) {
         node.backward(Tensor());  // its replay's backward_weights
       } else if (node.backward) {
@@ -234,7 +249,35 @@ void Tape::finish_parameter_uses(const Node& node) {
     // Storage from GradStorage belongs to whoever handed it out (the Reducer frees a bucket's
     // staging once reduced): the tape lets go of it as soon as the gradient is final.
     if (input->grad_storage != nullptr) input->grad = Tensor();
+    if (input->gathered) input->value = Tensor();  // its last use: the gathered copy goes
   }
+}
+
+void Tape::gather_inputs(const Node& node) {
+  for (const Var& input : node.inputs) {
+    if (input->gathered && !input->value.defined()) {
+      input->value = source_->gather(*input->parameter);
+    }
+  }
+}
+
+void Tape::release_gathered() {
+  for (auto& [parameter, var] : parameter_vars_) {
+    if (var->gathered) var->value = Tensor();
+  }
+}
+
+std::vector<Parameter*> Tape::gather_order() const {
+  std::vector<Parameter*> order;
+  std::unordered_set<const VarNode*> seen;
+  for (auto node = nodes_.rbegin(); node != nodes_.rend(); ++node) {
+    for (const Var& input : node->inputs) {
+      if (input->gathered && !input->value.defined() && seen.insert(input.get()).second) {
+        order.push_back(input->parameter);
+      }
+    }
+  }
+  return order;
 }
 
 void Tape::begin_layer(const std::string& name) {
@@ -243,6 +286,7 @@ void Tape::begin_layer(const std::string& name) {
 
 void Tape::end_layer(const std::string& name) {
   mark_layer(name, LayerPoint::kForwardEnd, LayerPoint::kBackwardBegin);
+  release_gathered();
 }
 
 void Tape::mark_layer(const std::string& name, LayerPoint forward, LayerPoint backward) {
@@ -277,6 +321,9 @@ Var Tape::recomputable(const Var& input, Block block) {
   inner.recompute = false;  // one level: the replay does not recompute again
   Tape forward_only(stream_, /*record=*/false);
   forward_only.set_context(inner);
+  // Sharded parameters: the layer's parameters are gathered once, onto this tape's Vars, which
+  // its backward then reads (Note [Sharded parameters], parameter_gather.cpp).
+  if (source_ != nullptr) forward_only.parameters_from_ = this;
   const Var first = block(forward_only, input);
   if (forward_only.step_dependent()) note_step_dependent();
   // In model order (not the map's, which follows addresses): every replica then finishes the
@@ -308,6 +355,7 @@ Var Tape::recomputable(const Var& input, Block block) {
            replay = std::make_shared<Tape>(stream_);
            replay->set_context(inner);
            replay->grad_storage_ = grad_storage_;  // what parameter() checks; the Vars are ours
+           replay->source_ = source_;
            for (const Var& p : parameters) replay->parameter_vars_[p->parameter] = p;
            const Var x = input->requires_grad ? replay->differentiable_input(input->value)
                                               : replay->constant(input->value);

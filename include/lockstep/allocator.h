@@ -72,8 +72,9 @@ class CachingAllocator {
   class CapturePool;
   std::shared_ptr<CapturePool> begin_capture_pool();
   void end_capture_pool();  // for the calling thread
-  // The size class a request is rounded up to: multiples of 512 B up to 1 MiB, then of 1/8 of the
-  // next power of two, which bounds the waste at 12.5%.
+  // The size class a request is rounded up to: multiples of 512 B up to 1 MiB, then of 1/16 of
+  // the next power of two, which bounds the waste at 6.25% (eighths wasted 15% on AdamW's two
+  // moment buffers of a 12.8 M-parameter model sharded two ways: docs/benchmarks.md, ZeRO-3).
   static size_t round_size(size_t bytes);
 
  private:

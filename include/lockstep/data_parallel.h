@@ -99,8 +99,19 @@ int current_replica();
 // Bitwise kNone on host devices with accumulate == 1; with accumulate > 1 the sum over
 // micro-batches and replicas is taken in another order (last-bit differences); on NCCL a
 // reduce may sum in another order than an all-reduce (last-bit differences).
-enum class ShardMode { kNone, kOptimizer, kGradients };
-const char* shard_mode_name(ShardMode mode);  // "none", "optimizer", "gradients"
+// kParameters (ZeRO stage 3, FSDP's full sharding): as kGradients, and replica r keeps only range
+// r of the parameters too, so its model state is 1/N of the whole (16 bytes a parameter with f32
+// AdamW: 4 value, 4 gradient, 8 optimizer, divided by N). A parameter's whole value is gathered
+// (broadcast from the replicas owning its pieces) when a layer's forward first uses it, dropped at
+// the layer's end, gathered again for its backward and dropped after its last use; the next
+// parameter's gather is issued ahead, on the comm stream, to overlap the current layer's work
+// (parallel/data_parallel/parameter_gather.cpp). Bitwise kGradients (the same values reach the
+// same kernels). f32 only; steps run eagerly (no graphs); evaluation gathers the whole parameters
+// once for its duration. The parameters a forward pass uses must not depend on its data: every
+// replica gathers the same ones in the same order (a replica that does not is a desync error).
+enum class ShardMode { kNone, kOptimizer, kGradients, kParameters };
+// "none", "optimizer", "gradients", "parameters"
+const char* shard_mode_name(ShardMode mode);
 
 struct DataParallelOptions : MonitorOptions {  // heartbeat, telemetry (lockstep/trainer.h)
   BucketOptions buckets;

@@ -3,7 +3,8 @@
 // recommends one.
 //
 // Strategies, in the order they are tried: data parallel (ShardMode::kNone), ZeRO-1
-// (kOptimizer), ZeRO-2 (kGradients), the same three with activation checkpointing
+// (kOptimizer), ZeRO-2 (kGradients), ZeRO-3 (kParameters), the same four with activation
+// checkpointing
 // (Recompute::kBlocks: only when sharding alone does not fit, as it costs compute; when the
 // profile measured it), then pipelines with p = 2, 4, 8, ... stages (p dividing the
 // device count, p <= the model's pipeline layers that hold parameters), each with devices / p
@@ -19,6 +20,9 @@
 //   rows of one micro-batch on the device; with recompute, measured so too). DP: P + G + O + A. ZeRO-1: O / N. ZeRO-2: G / N plus
 //   staging of the kZero2StagingBuckets largest buckets and of tied parameters' buckets, at most
 //   G (parallel/data_parallel/reducer.cpp, Note [Sharded gradients]); on one device as ZeRO-1.
+//   ZeRO-3: as ZeRO-2 with P / N, plus the parameters gathered where the step peaks (the turn
+//   from forward to backward): the last layer's, one parameter gathered ahead (the largest
+//   counted), and tied parameters (held through backward); on one device as ZeRO-1.
 //   Pipeline stage s: its own layers' P, G, O (tied parameters counted on every stage holding them)
 //   plus the activations of the micro-batches it keeps in flight (1F1B: min(p - s, m); GPipe: m)
 //   and the boundary tensors it sends (all m, kept until the optimizer) and receives (in flight),
@@ -31,7 +35,10 @@
 // link's bus bandwidth (bf16 reduction: half the bytes); data parallel and ZeRO-1 reduce during
 // the last micro-batch's backward only, ZeRO-2 reduces to the owners ((n-1)/n x its bytes)
 // during every micro-batch's; ZeRO-1 and ZeRO-2 add an all-gather of (n-1)/n x P after the
-// optimizer; recompute adds one forward of the recomputed layers
+// optimizer; ZeRO-3 reduces as ZeRO-2 and adds, per micro-batch, what its forward and backward
+// compute do not hide of gathering every parameter (a collective latency each plus P at the bus
+// bandwidth; the next parameter's gather overlaps this one's work); recompute adds one forward
+// of the recomputed layers
 // (a third of their training FLOPs); a pipeline runs compute / p / (1 - the schedule's
 // theoretical bubble: 1F1B and GPipe (p-1)/(m+p-1), ZB-H1 (p-1)/(3m+p-1)) plus the boundary
 // transfers of (m + p - 1) micro-batch activations. ZB-H1's stages are counted with min(p, m)
@@ -102,6 +109,7 @@ struct PlanRequest {
   bool choose_buckets = true;
   int accumulate = 1;     // data parallel: micro-batches per step (pipelines cannot combine it)
   bool allow_uneven_shards = false;  // data parallel: the batch need not divide by the devices
+  Precision precision = Precision::kF32;  // ZeRO-3 runs in f32 only
   double headroom = 0.9;  // a strategy fits when total <= headroom x device memory
 };
 

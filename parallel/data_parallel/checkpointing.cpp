@@ -96,7 +96,9 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
     s.loss_scale = control.loss_scale;
     s.loss_scale_good_steps = control.good_steps;
     s.parameters = r.store().parameters();
-    s.values = r.store().values_to_host(r.compute_stream());
+    s.values = r.store().values_sharded()
+                   ? std::vector<float>(static_cast<size_t>(r.store().flat_size()), 0.0f)
+                   : r.store().values_to_host(r.compute_stream());
     for (const auto& [name, tensor] : r.optimizer().state()) {
       s.optimizer.emplace_back(name, std::vector<float>(s.values.size(), 0.0f));
     }
@@ -104,10 +106,12 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
     s.optimizer_steps = r.optimizer().steps_taken();
     return s;
   });
-  // Every local replica's optimizer range into the flat state (replica 0 when not sharded).
+  // Every local replica's optimizer range (and, ZeRO-3, its range of the values) into the flat
+  // state (replica 0 when not sharded).
   const bool sharded = options_.shard != ShardMode::kNone;
   const int holders = sharded ? local_size() : 1;
   int64_t shard_size = 0;
+  bool values_sharded = false;
   for (int holder = 0; holder < holders; ++holder) {
     run_on<int>(holder, [&](Replica& r) {
       const auto tensors = r.optimizer().state();
@@ -116,43 +120,53 @@ std::string DataParallel::Impl::save(const std::string& dir, const TrainingPosit
         std::copy(part.begin(), part.end(),
                   state.optimizer[i].second.begin() + optimizer_offset(r));
       }
+      values_sharded = r.store().values_sharded();
+      if (values_sharded) {
+        const std::vector<float> part = r.store().values_to_host(r.compute_stream());
+        std::copy(part.begin(), part.end(), state.values.begin() + optimizer_offset(r));
+      }
       shard_size = r.store().shard_size();
       return 0;
     });
   }
-  if (sharded && multiprocess()) gather_optimizer_ranges(state, shard_size);
-  // Process 0 writes; every process then returns its result or raises its error.
+  if (sharded && multiprocess()) {
+    std::vector<std::vector<float>*> flats;
+    for (auto& [name, flat] : state.optimizer) flats.push_back(&flat);
+    if (values_sharded) flats.push_back(&state.values);
+    gather_ranges(flats, shard_size, "save: gathering the sharded optimizer state");
+  }
+// Process 0 writes; every process then returns its result or raises its error.
   return processes().on_process_zero([&] { return commit(dir, position, retention, state); },
                                      "save: waiting for process 0 to write the checkpoint (a slow "
                                      "disk needs a longer collective timeout)",
                                      "process 0 could not save the checkpoint: ");
 }
 
-// Sharded, several processes: process p holds the ranges of replicas first_replica(p).. (one
-// block of the flat layout per optimizer tensor); process 0 gathers every block into its state.
-void DataParallel::Impl::gather_optimizer_ranges(HostState& state, int64_t shard_size) {
+// Sharded, several processes: process p holds the ranges of replicas first_replica(p).. of each
+// flat vector (one block of the flat layout each); process 0 gathers every block into them.
+void DataParallel::Impl::gather_ranges(const std::vector<std::vector<float>*>& flats,
+                                       int64_t shard_size, const char* what) {
   const auto block_of = [&](int process) {
     const auto begin = static_cast<size_t>(shard_size * world_->first_replica(process));
     return std::pair{begin, static_cast<size_t>(shard_size * world_->local_device_count(process))};
   };
   std::vector<float> mine;
   const auto [begin, count] = block_of(world_->rank());
-  for (const auto& [name, flat] : state.optimizer) {
-    mine.insert(mine.end(), flat.begin() + static_cast<std::ptrdiff_t>(begin),
-                flat.begin() + static_cast<std::ptrdiff_t>(begin + count));
+  for (const std::vector<float>* flat : flats) {
+    mine.insert(mine.end(), flat->begin() + static_cast<std::ptrdiff_t>(begin),
+                flat->begin() + static_cast<std::ptrdiff_t>(begin + count));
   }
   const std::vector<std::vector<float>> blocks =
       between_processes<std::vector<std::vector<float>>>([&] {
-        return mpi::gather_floats(mine, 0, options_.collective_timeout,
-                                  "save: gathering the sharded optimizer state",
+        return mpi::gather_floats(mine, 0, options_.collective_timeout, what,
                                   processes().channel());
       });
   for (size_t p = 0; p < blocks.size(); ++p) {
     const auto [from, length] = block_of(static_cast<int>(p));
-    for (size_t i = 0; i < state.optimizer.size(); ++i) {
+    for (size_t i = 0; i < flats.size(); ++i) {
       const auto part = blocks[p].begin() + static_cast<std::ptrdiff_t>(i * length);
       std::copy(part, part + static_cast<std::ptrdiff_t>(length),
-                state.optimizer[i].second.begin() + static_cast<std::ptrdiff_t>(from));
+                flats[i]->begin() + static_cast<std::ptrdiff_t>(from));
     }
   }
 }
@@ -197,7 +211,7 @@ TrainingPosition DataParallel::Impl::load(const std::string& dir) {
   HostState state = run_on<HostState>(0, [](Replica& r) {
     HostState s;
     s.parameters = r.store().parameters();
-    s.values.assign(static_cast<size_t>(r.store().values().numel()), 0.0f);
+    s.values.assign(static_cast<size_t>(r.store().flat_size()), 0.0f);
     for (const auto& [name, tensor] : r.optimizer().state()) {
       s.optimizer.emplace_back(name, std::vector<float>(s.values.size(), 0.0f));
     }
@@ -216,8 +230,8 @@ TrainingPosition DataParallel::Impl::load(const std::string& dir) {
   run_on_all(
       [&](Replica& r) {
         Stream& stream = r.compute_stream();
-        LS_ASSERT(state.values.size() == static_cast<size_t>(r.store().values().numel()),
-                  "checkpoint values for ", r.store().values().describe());
+        LS_ASSERT(state.values.size() == static_cast<size_t>(r.store().flat_size()),
+                  "checkpoint values for a flat layout of ", r.store().flat_size());
         r.store().copy_values_from_host(state.values.data(), stream);
         const auto tensors = r.optimizer().state();
         for (size_t i = 0; i < tensors.size(); ++i) {  // the whole state, or this shard's range

@@ -79,7 +79,16 @@ int64_t DataParallel::skipped_steps() const { return impl_->skipped_steps(); }
 int64_t DataParallel::parameter_count() const { return impl_->parameter_count(); }
 const std::vector<Bucket>& DataParallel::buckets() const { return impl_->buckets(); }
 std::string DataParallel::layout() const {
-  return std::to_string(impl_->buckets().size()) + " gradient bucket(s)";
+  std::string out = std::to_string(impl_->buckets().size()) + " gradient bucket(s)";
+  switch (impl_->shard()) {
+    case ShardMode::kNone: break;
+    case ShardMode::kOptimizer: out += ", ZeRO-1 (optimizer state sharded)"; break;
+    case ShardMode::kGradients: out += ", ZeRO-2 (optimizer state and gradients sharded)"; break;
+    case ShardMode::kParameters:
+      out += ", ZeRO-3 (parameters, gradients, optimizer sharded)";
+      break;
+  }
+  return out;
 }
 std::vector<NamedParameter> DataParallel::model_parameters() { return named_parameters(0); }
 std::string DataParallel::save(const std::string& dir, const TrainingPosition& position,
@@ -117,6 +126,7 @@ const char* shard_mode_name(ShardMode mode) {
     case ShardMode::kNone: return "none";
     case ShardMode::kOptimizer: return "optimizer";
     case ShardMode::kGradients: return "gradients";
+    case ShardMode::kParameters: return "parameters";
   }
   return "?";
 }
@@ -560,8 +570,10 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
         const int64_t r = replica.rank();  // global
         const int64_t begin = dataset.count * r / n, end = dataset.count * (r + 1) / n;
         const Shard rows = shard_of(dataset, dataset.features, begin, end);
-        if (rows.rows > 0) counts[static_cast<size_t>(r - first_replica_)] =
-            replica.evaluate(rows, batch_size);
+        // Under ZeRO-3 evaluate gathers the parameters, a collective: every replica takes part.
+        if (rows.rows > 0 || options_.shard == ShardMode::kParameters) {
+          counts[static_cast<size_t>(r - first_replica_)] = replica.evaluate(rows, batch_size);
+        }
       },
       "evaluate");
   return combine_eval_counts(counts, processes());
@@ -569,8 +581,26 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
 
 std::vector<float> DataParallel::Impl::parameters(int replica) {
   finish_queued();
-  return run_on<std::vector<float>>(
-      replica, [](Replica& r) { return r.store().values_to_host(r.compute_stream()); });
+  check_replica(replica);
+  if (!this->replica(static_cast<size_t>(replica)).store().values_sharded()) {
+    return run_on<std::vector<float>>(
+        replica, [](Replica& r) { return r.store().values_to_host(r.compute_stream()); });
+  }
+  // ZeRO-3: each local replica's range (every replica keeps one; nothing to pick).
+  LS_CHECK_AS(ErrorKind::kUsage, !multiprocess(), "DataParallel::parameters: with sharded "
+              "parameters (--shard parameters) across processes no process holds them all; "
+              "save a checkpoint (it gathers them) and read it");
+  std::vector<float> values;
+  for (int holder = 0; holder < local_size(); ++holder) {
+    run_on<int>(holder, [&](Replica& r) {
+      values.resize(static_cast<size_t>(r.store().flat_size()));
+      const std::vector<float> part = r.store().values_to_host(r.compute_stream());
+      std::copy(part.begin(), part.end(),
+                values.begin() + static_cast<std::ptrdiff_t>(r.store().shard_size() * r.rank()));
+      return 0;
+    });
+  }
+  return values;
 }
 
 DataParallel::StateBytes DataParallel::Impl::state_bytes(int replica) {

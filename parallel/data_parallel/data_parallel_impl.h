@@ -84,6 +84,7 @@ class DataParallel::Impl {
     if (trace_) trace_->thread_span(thread, name, begin_ns, end_ns);
   }
 
+  ShardMode shard() const { return options_.shard; }
  private:
   StepOptions step_options() const;
   void say_if_bf16_is_emulated() const;
@@ -114,7 +115,9 @@ class DataParallel::Impl {
     return processes().failing_run(exchange);
   }
   // Checkpoints (parallel/data_parallel/checkpointing.cpp).
-  void gather_optimizer_ranges(HostState& state, int64_t shard_size);
+  // Several processes, sharded state: process 0 gathers every process's ranges of `flats`.
+  void gather_ranges(const std::vector<std::vector<float>*>& flats, int64_t shard_size,
+                     const char* what);
   std::string commit(const std::string& dir, const TrainingPosition& position,
                      const CheckpointRetention& retention, const HostState& state);
 

@@ -115,7 +115,8 @@ Reducer::Reducer(const GradientShard& shard, const std::vector<ParameterExtent>&
   buckets_ = plan_buckets(extents, sizeof(float), options);
   LS_CHECK(options.reduce_dtype == DType::kF32,
            "Reducer: BucketOptions::reduce_dtype = bf16 does not work with sharded gradients "
-           "(ShardMode::kGradients, ZeRO-2) yet; use reduce_dtype = DType::kF32 with them, or "
+           "(ShardMode::kGradients, ZeRO-2, and kParameters, ZeRO-3) yet; use reduce_dtype = "
+           "DType::kF32 with them, or "
            "bf16 with ShardMode::kOptimizer (ZeRO-1) or kNone");
   staging_.resize(buckets_.size());
   make_events();

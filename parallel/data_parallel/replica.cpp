@@ -39,7 +39,7 @@ std::vector<ParameterExtent> parameter_extents(const nn::ParameterStore& store) 
   const auto& params = store.parameters();
   std::vector<ParameterExtent> extents;
   for (size_t i = 0; i < params.size(); ++i) {
-    const int64_t end = i + 1 < params.size() ? params[i + 1]->offset : store.values().numel();
+    const int64_t end = i + 1 < params.size() ? params[i + 1]->offset : store.flat_size();
     extents.push_back({params[i]->offset, end - params[i]->offset});
   }
   return extents;
@@ -77,11 +77,19 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   LS_CHECK(model_ != nullptr, "the model factory returned no model");
   const CachingAllocator& allocator = runtime.allocator();
   const int shards = shard == ShardMode::kNone ? 1 : comm_->size();
-  // One replica owns everything: staging would only add to the whole gradient it keeps anyway.
-  const bool zero2 = shard == ShardMode::kGradients && comm_->size() > 1;
+  // One replica owns everything: staging would only add to the whole gradient it keeps anyway,
+  // and there is nothing to gather.
+  const bool zero3 = shard == ShardMode::kParameters && comm_->size() > 1;
+  const bool zero2 = (shard == ShardMode::kGradients && comm_->size() > 1) || zero3;
+  LS_CHECK_AS(ErrorKind::kUsage, !zero3 || step_options_.precision == Precision::kF32,
+              "sharded parameters (ZeRO-3, --shard parameters) train in f32 only; the ",
+              precision_name(step_options_.precision),
+              " weight copy is not sharded yet. Use --shard gradients with ",
+              precision_name(step_options_.precision), ", or f32");
   store_ = std::make_unique<nn::ParameterStore>(
       *model_, device, *compute_, seed, shards,
-      zero2 ? nn::ParameterStore::Gradients::kNone : nn::ParameterStore::Gradients::kFlat);
+      zero2 ? nn::ParameterStore::Gradients::kNone : nn::ParameterStore::Gradients::kFlat,
+      zero3 ? nn::ParameterStore::Values::range(rank) : nn::ParameterStore::Values::whole());
   // Note [The bf16 copy of the weights]: bf16 products multiply with the copy.
   if (step_options_.precision == Precision::kBF16 && step_options_.bf16_weight_copy) {
     store_->keep_bf16_copy(*compute_);
@@ -90,16 +98,19 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   if (zero2) owned_grads_ = Tensor::empty({store_->shard_size()}, DType::kF32, device);
   state_bytes_.gradients = zero2 ? owned_grads_.nbytes() : store_->grads().nbytes();
   const int64_t before_optimizer = allocator.stats().bytes_in_use;
-  optimizer_ = optimizer(optimizer_range(store_->values()), *compute_);
+  optimizer_ = optimizer(store_->owned_values(rank_), *compute_);
   state_bytes_.optimizer = allocator.stats().bytes_in_use - before_optimizer;
   LS_CHECK(optimizer_ != nullptr, "the optimizer factory returned no optimizer");
   if (zero2) {
-    const GradientShard range{store_->values().numel(), store_->shard_size(), owned_grads_};
+    const GradientShard range{store_->flat_size(), store_->shard_size(), owned_grads_};
     reducer_ = std::make_unique<Reducer>(range, parameter_extents(*store_), *comm_, *compute_,
                                          *comm_stream_, buckets);
   } else {
     reducer_ = std::make_unique<Reducer>(store_->grads(), parameter_extents(*store_), *comm_,
                                          *compute_, *comm_stream_, buckets);
+  }
+  if (zero3) {
+    gather_ = std::make_unique<ParameterGather>(*store_, *comm_, *compute_, *comm_stream_, runtime);
   }
   loss_sum_ = Tensor::empty({2}, DType::kF32, device);
   control_ = Tensor::empty({kStepControlWords}, DType::kI32, device);
@@ -123,6 +134,13 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
       notice_once("steps run eagerly and wait for the device once: optimizer '" +
                   optimizer_->name() + "' does not read the step's decision on the device " +
                   "(Optimizer::gated()), so the host reads it first");
+    }
+  }
+  if (gather_) {  // a gather allocates its tensor and records events: not in a graph
+    graphs_possible_ = false;
+    if (step_options_.graphs) {
+      notice_once("steps run eagerly, not as graphs: sharded parameters (ZeRO-3) are gathered "
+                  "into fresh memory as each layer needs them");
     }
   }
   optimizer_->set_step_control(control_);
@@ -168,6 +186,8 @@ void Replica::abort() {
 }
 
 void Replica::broadcast_parameters() {
+  // Sharded parameters: each range lives on one replica only, so no two copies can differ.
+  if (store_->values_sharded()) return;
   const Tensor& values = store_->values();
   comm_->label_next("initial parameters");
   comm_->broadcast(values.data(), values.data(), static_cast<size_t>(values.numel()), DType::kF32,
@@ -240,6 +260,10 @@ void Replica::forward_backward(const Shard& shard, int accumulate, const Forward
       tape.set_grad_storage(
           [this](Parameter& p) { return reducer_->gradient_storage(p.index, p.shape); });
     }
+    if (gather_) {
+      tape.set_parameter_source(gather_.get());
+      gather_->begin_forward();
+    }
     Var output = model_->forward(tape, input_rows(tape, shard, begin, end));
     const nn::Loss& loss = *step_options_.loss;
     if (nn::is_cross_entropy(loss)) {  // its gradient is fused into its forward pass
@@ -254,6 +278,7 @@ void Replica::forward_backward(const Shard& shard, int accumulate, const Forward
       phase_ = Phase::kBackward;
       tape.backward(sum, grad_seed);
     }
+    if (gather_) gather_->finish();
     if (tape.step_dependent() && graphs_possible_) {
       graphs_possible_ = false;
       if (step_options_.graphs) {
@@ -343,9 +368,11 @@ void Replica::step_body(const Shard& shard, int accumulate, const ForwardContext
   // replicas' ranges, which are rounded after it (Note [The bf16 copy of the weights]).
   const Tensor copy = sharded() ? Tensor() : store_->values16();
   if (optimizer_->gated() || !read_control().skip) {  // an ungated optimizer: the host decides
-    optimizer_->step_and_round(optimizer_range(store_->values()), grads, copy, stream);
+    optimizer_->step_and_round(store_->owned_values(rank_), grads, copy, stream);
   }
-  if (sharded()) {  // every replica gets every updated range (in place: NCCL's layout)
+  // Every replica gets every updated range (in place: NCCL's layout); sharded parameters stay
+  // where they are, each range on its replica.
+  if (sharded() && !store_->values_sharded()) {
     const Tensor mine = optimizer_range(store_->values());
     comm_->label_next("updated parameters");
     comm_->all_gather(mine.data(), store_->values().data(), static_cast<size_t>(mine.numel()),
@@ -459,6 +486,7 @@ void Replica::enqueue_step(const Shard& shard, int64_t global_rows, int64_t glob
     loss_contract_checked_ = true;
     if (step_options_.check_loss_contract && !nn::is_cross_entropy(*step_options_.loss)) {
       phase_ = Phase::kForward;
+      const auto whole = whole_values();  // every replica checks its own rows: no gathers
       check_loss_contract(shard, context);
     }
   }
@@ -527,9 +555,16 @@ void Replica::restore_control(int64_t optimizer_steps, float loss_scale, int32_t
   optimizer_->set_steps_taken(optimizer_steps);
 }
 
+std::unique_ptr<ParameterGather::WholeValues> Replica::whole_values() {
+  if (!gather_) return nullptr;
+  return std::make_unique<ParameterGather::WholeValues>(*store_, *comm_, *compute_);
+}
+
 EvalCounts Replica::evaluate(const Shard& rows, int64_t batch_size) {
   phase_ = Phase::kEvaluate;
   Stream& stream = *compute_;
+  // Replicas evaluate different numbers of batches: sharded parameters are gathered whole, once.
+  const auto whole = whole_values();
   Tensor correct = Tensor::empty({1}, DType::kI32, device_);
   EvalCounts counts;
   for (int64_t begin = 0; begin < rows.rows; begin += batch_size) {

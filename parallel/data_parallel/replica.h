@@ -17,7 +17,10 @@
 // Sharded (ZeRO): the optimizer steps this replica's range of the flat buffer and an all-gather
 // spreads the updated ranges. ZeRO-2 also keeps only that range of the summed gradients: every
 // micro-batch's buckets are reduced to their owners (Note [Sharded gradients], reducer.cpp), and
-// the non-finite count of each range rides in the loss's all-reduce.
+// the non-finite count of each range rides in the loss's all-reduce. ZeRO-3 keeps only that range
+// of the values as well, and a ParameterGather brings each parameter's whole value to the tapes
+// when they need it (Note [Sharded parameters], parameter_gather.cpp); nothing is all-gathered
+// after the optimizer.
 #pragma once
 
 #include <atomic>
@@ -37,6 +40,7 @@
 #include "parallel/observability/flight_recorder.h"
 #include "parallel/observability/layer_clock.h"
 #include "parallel/comm/graph_communicator.h"
+#include "parallel/data_parallel/parameter_gather.h"
 #include "parallel/data_parallel/reducer.h"
 #include "parallel/data_parallel/step_io.h"
 #include "parallel/runtime/worker_group.h"
@@ -175,6 +179,7 @@ class Replica final : public GroupMember {
   Tensor optimizer_range(const Tensor& flat) const {
     return sharded() ? store_->shard_view(flat, rank_) : flat;
   }
+  const ParameterGather* parameter_gather() const { return gather_.get(); }  // ZeRO-3 only
   DataParallel::StateBytes state_bytes() const { return state_bytes_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
   RecordingCommunicator& communicator() { return recorder_; }
@@ -216,6 +221,8 @@ class Replica final : public GroupMember {
                 const ForwardContext& context);
   void capture_body(const Shard& shard, int accumulate, const ForwardContext& context);
   void notice_once(const std::string& message);
+  // ZeRO-3: every parameter's whole value until the result goes (a collective); else null.
+  std::unique_ptr<ParameterGather::WholeValues> whole_values();
   // The uploaded inputs of rows [begin, end) as the model's inputs.
   nn::Inputs input_rows(Tape& tape, const Shard& shard, int64_t begin, int64_t end) const;
 
@@ -232,6 +239,7 @@ class Replica final : public GroupMember {
   GraphAwareCommunicator* graph_comm_ = nullptr;  // comm_ itself
   RecordingCommunicator& recorder_;  // inside comm_
   std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<ParameterGather> gather_;  // ZeRO-3 only
   std::unique_ptr<Event> step_start_;
   Tensor inputs_, labels_;  // device copies of the shard, reused across steps
   Tensor control_;          // i32 [kStepControlWords]: the StepControl

@@ -119,7 +119,7 @@ TrainingPosition Pipeline::Impl::load(const std::string& dir) {
   run_on_stages(
       [&](size_t, PipelineStage& stage) {
         Stream& stream = stage.compute_stream();
-        const size_t flat = static_cast<size_t>(stage.store().values().numel());
+        const size_t flat = static_cast<size_t>(stage.store().flat_size());
         std::vector<float> values(flat, 0.0f);
         const auto tensors = stage.optimizer().state();
         std::vector<std::vector<float>> state(tensors.size(), std::vector<float>(flat, 0.0f));

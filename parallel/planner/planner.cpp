@@ -33,12 +33,51 @@ StageBytes state_of(const ModelProfile& m, const std::vector<int64_t>& numel, in
   const int64_t flat = padded_elements(numel, shards);
   const int64_t range = flat / shards;
   StageBytes b;
-  b.parameters = rounded(flat * 4);
+  const bool sharded_gradients = mode == ShardMode::kGradients || mode == ShardMode::kParameters;
+  b.parameters = rounded((mode == ShardMode::kParameters ? range : flat) * 4);
   const int64_t opt_elems = mode == ShardMode::kNone ? flat : range;
   const int tensors = static_cast<int>(std::lround(m.optimizer_floats_per_parameter));
   b.optimizer = tensors * rounded(opt_elems * 4);
-  b.gradients = mode == ShardMode::kGradients ? rounded(range * 4) : rounded(flat * 4);
+  b.gradients = sharded_gradients ? rounded(range * 4) : rounded(flat * 4);
   return b;
+}
+
+// ZeRO-3's gathered parameters where a step peaks, at the turn from forward to backward (Note
+// [Sharded parameters]): the last layer's (backward gathers them again at once), the one
+// parameter gathered ahead of backward's first, and the tied parameters (backward holds them
+// from their first use to their last) that the last layer does not hold.
+int64_t gathered_bytes(const ModelProfile& m) {
+  std::vector<int> uses(m.parameter_numel.size(), 0);
+  for (const auto& layer : m.layer_parameters) {
+    for (int i : layer) ++uses[static_cast<size_t>(i)];
+  }
+  const auto bytes_of = [&](int i) {
+    return rounded(m.parameter_numel[static_cast<size_t>(i)] * 4);
+  };
+  std::vector<int> last;
+  for (const auto& layer : m.layer_parameters) {
+    if (!layer.empty()) last = layer;
+  }
+  int64_t gathered = 0, largest_parameter = 0;
+  for (int i : last) gathered += bytes_of(i);
+  for (size_t i = 0; i < uses.size(); ++i) {
+    const int index = static_cast<int>(i);
+    largest_parameter = std::max(largest_parameter, bytes_of(index));
+    const bool in_last = std::find(last.begin(), last.end(), index) != last.end();
+    if (uses[i] > 1 && !in_last) gathered += bytes_of(index);
+  }
+  return gathered + largest_parameter;
+}
+
+// ZeRO-3's gathers of one pass (every parameter broadcast from its owner, one collective each)
+// left exposed by the pass's compute, which the gather one parameter ahead overlaps, in ms.
+double exposed_gather_ms(const ModelProfile& m, const MachineSpec& machine, double pass_ms) {
+  double bytes = 0;
+  for (int64_t n : m.parameter_numel) bytes += 4.0 * static_cast<double>(n);
+  const double gather_ms =
+      (static_cast<double>(m.parameter_numel.size()) * machine.collective_latency_s +
+       bytes / machine.link_bytes_per_s) * 1e3;
+  return std::max(0.0, gather_ms - pass_ms);
 }
 
 void check_inputs(const ModelProfile& m, const MachineSpec& machine, const PlanRequest& r) {
@@ -132,19 +171,23 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
   StrategyEstimate e;
   e.name = mode == ShardMode::kNone        ? "data parallel"
            : mode == ShardMode::kOptimizer ? "ZeRO-1"
-                                           : "ZeRO-2";
+           : mode == ShardMode::kGradients ? "ZeRO-2"
+                                           : "ZeRO-3";
   if (again) e.name += " + recompute";
   e.shard = mode;
   e.recompute = recompute;
   e.pipelines = n;
   e.bucket_cap_bytes = buckets.cap_bytes;
   const int shards = mode == ShardMode::kNone ? 1 : n;
-  // On one device ZeRO-2 keeps the flat gradient buffer (parallel/data_parallel/replica.cpp): no
-  // staging.
-  const ShardMode layout = mode == ShardMode::kGradients && n == 1 ? ShardMode::kOptimizer : mode;
+  // On one device ZeRO-2 and ZeRO-3 keep the flat buffers (parallel/data_parallel/replica.cpp):
+  // no staging, nothing gathered.
+  const bool sharded_gradients = mode == ShardMode::kGradients || mode == ShardMode::kParameters;
+  const ShardMode layout = sharded_gradients && n == 1 ? ShardMode::kOptimizer : mode;
+  const bool zero2 = layout == ShardMode::kGradients || layout == ShardMode::kParameters;
+  const bool zero3 = layout == ShardMode::kParameters;
   StageBytes b = state_of(m, m.parameter_numel, shards, layout);
   // bf16 reduction keeps a bf16 copy of the gradients to reduce (BucketOptions::reduce_dtype).
-  if (buckets.reduce_dtype == DType::kBF16 && n > 1 && layout != ShardMode::kGradients) {
+  if (buckets.reduce_dtype == DType::kBF16 && n > 1 && !zero2) {
     b.gradients += rounded(padded_elements(m.parameter_numel, shards) * 2);
   }
   const double rows = std::ceil(static_cast<double>(r.global_batch) / n);
@@ -158,10 +201,11 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
   const double micro = std::ceil(rows / r.accumulate);
   double act = again ? m.recompute_fixed_bytes + m.recompute_bytes_per_example * micro
                      : m.activation_fixed_bytes + m.activation_bytes_per_example * micro;
-  if (layout == ShardMode::kGradients) {
+  if (zero2) {
     act += static_cast<double>(
         std::min(rounded(padded_elements(m.parameter_numel, 1) * 4), staging_bytes(m, buckets)));
   }
+  if (zero3) act += static_cast<double>(gathered_bytes(m));
   b.activations = static_cast<int64_t>(act);
   e.per_stage = {b};
   e.worst = b;
@@ -175,16 +219,24 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
   const double backward_ms =
       (m.train_flops_per_example * 2.0 / 3.0 + (again ? m.recompute_flops_per_example : 0.0)) *
       micro / machine.gemm_flops * 1e3;
-  const bool zero2 = layout == ShardMode::kGradients;
   const double volume = n <= 1 ? 0.0 : (zero2 ? 1.0 : 2.0) * (n - 1.0) / n;
   e.step_ms = compute_ms + (zero2 ? r.accumulate : 1) *
                                exposed_reduce_ms(m, machine, buckets, volume, backward_ms);
+  // ZeRO-3 gathers every parameter for each micro-batch's forward and again for its backward.
+  if (zero3) {
+    const double forward_ms = m.train_flops_per_example / 3.0 * micro / machine.gemm_flops * 1e3;
+    e.step_ms += r.accumulate * (exposed_gather_ms(m, machine, forward_ms) +
+                                 exposed_gather_ms(m, machine, backward_ms));
+  }
   // ZeRO-1 and ZeRO-2: every replica all-gathers the updated ranges after the optimizer.
-  if (mode != ShardMode::kNone && n > 1) {
+  if (mode != ShardMode::kNone && !zero3 && n > 1) {
     e.step_ms += (n - 1.0) / n * grad_bytes / machine.link_bytes_per_s * 1e3;
   }
   if (zero2 && buckets.reduce_dtype == DType::kBF16 && e.infeasible.empty()) {
-    e.infeasible = "ZeRO-2 reduces gradients in f32 only (drop --grad-reduce bf16)";
+    e.infeasible = e.name + " reduces gradients in f32 only (drop --grad-reduce bf16)";
+  }
+  if (zero3 && r.precision != Precision::kF32 && e.infeasible.empty()) {
+    e.infeasible = "ZeRO-3 trains in f32 only (drop --precision)";
   }
   return e;
 }
@@ -342,7 +394,8 @@ Plan plan_strategies(const ModelProfile& m, const MachineSpec& machine, const Pl
   std::vector<Recompute> recompute = {Recompute::kNone};
   if (m.recompute_measured) recompute.push_back(Recompute::kBlocks);
   for (Recompute again : recompute) {
-    for (ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
+    for (ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients,
+                           ShardMode::kParameters}) {
       plan.strategies.push_back(data_parallel(m, machine, r, mode, again));
     }
   }

@@ -132,11 +132,12 @@ std::optional<std::vector<Device>> devices_or_usage_error(std::string_view progr
 }
 
 ShardMode shard_mode_of(std::string_view value) {
-  for (ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
+  for (ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients,
+                         ShardMode::kParameters}) {
     if (value == shard_mode_name(mode)) return mode;
   }
   throw UsageError("--shard: unknown mode '" + std::string(value) +
-                   "'; use none, optimizer (ZeRO-1) or gradients (ZeRO-2)");
+                   "'; use none, optimizer (ZeRO-1), gradients (ZeRO-2) or parameters (ZeRO-3)");
 }
 
 }  // namespace ls::cli

@@ -123,10 +123,11 @@ void add_data_parallel(CLI::App& app, DataParallelFlags& flags) {
   app.add_option_function<std::string>(
          "--shard", [&flags](const std::string& v) { flags.shard = shard_mode_of(v); },
          "none (default); optimizer: ZeRO-1, each device keeps the optimizer state of 1/N of the "
-         "parameters; gradients: ZeRO-2, also 1/N of the summed gradients (same results, less "
-         "memory)")
+         "parameters; gradients: ZeRO-2, also 1/N of the summed gradients; parameters: ZeRO-3, "
+         "also 1/N of the parameters, each layer's gathered as it runs (f32 only) (same "
+         "results, less memory)")
       ->type_name("MODE")
-      ->check(one_of({"none", "optimizer", "gradients"}, "shard mode"))
+      ->check(one_of({"none", "optimizer", "gradients", "parameters"}, "shard mode"))
       ->group(kParallelGroup);
   app.add_option_function<std::string>(
          "--recompute",

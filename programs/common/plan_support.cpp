@@ -112,9 +112,9 @@ void print_plan(const ls::ModelProfile& model, const ls::MachineSpec& spec,
     if (!e.infeasible.empty()) std::printf("n/a: %s: %s\n", e.name.c_str(), e.infeasible.c_str());
   }
   std::printf(
-      "\n(pipelines: the stage with the most memory; A includes ZeRO-2's bucket staging and a\n"
-      "pipeline's boundary tensors; step times are estimates; bucket: the gradient bucket cap\n"
-      "%s)\n",
+      "\n(pipelines: the stage with the most memory; A includes ZeRO-2/3's bucket staging,\n"
+      "ZeRO-3's gathered parameters and a pipeline's boundary tensors; step times are\n"
+      "estimates; bucket: the gradient bucket cap %s)\n",
       request.choose_buckets ? "the planner chose for the strategy (--bucket-mb fixes it)"
                              : "given by --bucket-mb");
   std::printf("recommendation: %s\n", plan.reason.c_str());

@@ -33,6 +33,7 @@ void apply_auto_strategy(TrainOptions& o, const WorkloadOptions& workload,
   request.buckets.cap_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20));
   request.choose_buckets = o.choose_buckets;
   request.buckets.reduce_dtype = o.grad_reduce;
+  request.precision = o.precision;
   request.accumulate = static_cast<int>(o.accumulate);
   request.allow_uneven_shards = o.uneven_shards;
   const ls::Plan plan = ls::plan_strategies(profile, spec, request);

@@ -82,7 +82,7 @@ void add_parallel_flags(CLI::App& app, TrainOptions& o) {
          "--grad-reduce",
          [&o](const std::string& v) { o.grad_reduce = v == "bf16" ? ls::DType::kBF16 : ls::DType::kF32; },
          "f32 (default) or bf16: the type gradients are all-reduced in (bf16 halves the bytes; "
-         "not with --shard gradients)")
+         "not with --shard gradients or parameters)")
       ->type_name("T")->check(ls::cli::one_of({"f32", "bf16"}, "type"))->group(group);
   app.add_option("--strategy", o.strategy,
                  "manual (as --shard, --recompute and --pipeline say) or auto: run the planner "
@@ -154,9 +154,15 @@ void check_combinations(const CLI::App& app, const TrainOptions& o) {
     throw UsageError("--hidden takes one width (the hidden size) for --model " + o.model);
   if (o.strategy == "auto" && (given("--pipeline") || given("--shard") || given("--recompute")))
     throw UsageError("--strategy auto chooses --shard, --recompute and --pipeline itself; drop them");
-  if (o.grad_reduce == ls::DType::kBF16 && o.shard == ls::ShardMode::kGradients)
-    throw UsageError("--grad-reduce bf16 does not combine with --shard gradients; use --shard "
-                     "optimizer or f32 reduction");
+  const bool shards_gradients =
+      o.shard == ls::ShardMode::kGradients || o.shard == ls::ShardMode::kParameters;
+  if (o.grad_reduce == ls::DType::kBF16 && shards_gradients)
+    throw UsageError(std::string("--grad-reduce bf16 does not combine with --shard ") +
+                     ls::shard_mode_name(o.shard) + "; use --shard optimizer or f32 reduction");
+  if (o.shard == ls::ShardMode::kParameters && o.precision != ls::Precision::kF32)
+    throw UsageError(std::string("--shard parameters (ZeRO-3) trains in f32 only; drop ") +
+                     "--precision " + ls::precision_name(o.precision) +
+                     " or use --shard gradients with it");
   if (o.pipeline > 0) {
     // What a pipeline does not have yet is refused, not ignored (issue 23 gives it the rest).
     for (const char* flag : {"--accumulate", "--shard", "--uneven-shards", "--precision",

@@ -22,9 +22,10 @@ TEST(CachingAllocator, RoundsToSizeClasses) {
   EXPECT_EQ(CachingAllocator::round_size(1), 512u);
   EXPECT_EQ(CachingAllocator::round_size(513), 1024u);
   EXPECT_EQ(CachingAllocator::round_size(1 << 20), size_t{1} << 20);
-  // Above 1 MiB: multiples of 1/8 of the next power of two.
-  EXPECT_EQ(CachingAllocator::round_size((1 << 20) + 1), (size_t{1} << 20) + (size_t{1} << 18));
+  // Above 1 MiB: multiples of 1/16 of the next power of two.
+  EXPECT_EQ(CachingAllocator::round_size((1 << 20) + 1), (size_t{1} << 20) + (size_t{1} << 17));
   EXPECT_EQ(CachingAllocator::round_size(3'000'000), 3'145'728u);
+  EXPECT_EQ(CachingAllocator::round_size(25'518'080), 27'262'976u);  // 13/16 of 32 MiB
 }
 
 TEST(CachingAllocator, ReusesFreedBlocksWithoutSystemCalls) {

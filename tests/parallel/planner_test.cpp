@@ -1,7 +1,7 @@
 // The planner (lockstep/planner.h): its memory predictions within 10% of the allocator peaks of
-// real runs on host devices (a small GPT and an MLP; data parallel, ZeRO-1, ZeRO-2, each with
-// and without recompute, and a 2-stage pipeline, at a batch other than the probe's; ZeRO-2 at the
-// bucket cap the planner chose), the recommendation rule and the bucket choice on synthetic
+// real runs on host devices (a small GPT and an MLP; data parallel, ZeRO-1, ZeRO-2, ZeRO-3, each
+// with and without recompute, and a 2-stage pipeline, at a batch other than the probe's; ZeRO-2 at
+// the bucket cap the planner chose), the recommendation rule and the bucket choice on synthetic
 // profiles, and clear errors for bad inputs.
 #include <lockstep/planner.h>
 
@@ -90,8 +90,8 @@ TEST(Planner, PredictsDataParallelAndZeroPeaksWithinTenPercent) {
           << c.name << " " << e.name;
       ++checked;
     }
-    EXPECT_EQ(checked, 6) << c.name << ": data parallel, ZeRO-1 and ZeRO-2, with and without "
-                          << "recompute";
+    EXPECT_EQ(checked, 8) << c.name << ": data parallel, ZeRO-1, ZeRO-2 and ZeRO-3, with and "
+                          << "without recompute";
   }
 }
 
@@ -110,8 +110,8 @@ TEST(Planner, PredictsTwoStagePipelinePeaksWithinTenPercent) {
     request.global_batch = 8;
     request.micro_batches = 4;
     const Plan plan = plan_strategies(profile, machine(2, 1ll << 30), request);
-    ASSERT_EQ(plan.strategies.size(), 7u) << c.name;
-    const StrategyEstimate& e = plan.strategies[6];
+    ASSERT_EQ(plan.strategies.size(), 9u) << c.name;  // 4 data-parallel x 2, and the pipeline
+    const StrategyEstimate& e = plan.strategies[8];
     ASSERT_EQ(e.stages, 2);
     PipelineOptions options;
     options.stages = 2;
@@ -150,8 +150,8 @@ TEST(Planner, DepthProbeExtrapolatesToADeeperGpt) {
     options.recompute = recompute;
     DataParallel dp(hosts(2), model, make_optimizer_factory(kAdamW), options);
     const int64_t peak = measured_peak(dp.devices(), [&] { dp.step(token_batch(6)); });
-    // Data parallel, and data parallel + recompute (after the three without).
-    const StrategyEstimate& e = plan.strategies[recompute == Recompute::kNone ? 0 : 3];
+    // Data parallel, and data parallel + recompute (after the four without).
+    const StrategyEstimate& e = plan.strategies[recompute == Recompute::kNone ? 0 : 4];
     ASSERT_EQ(e.recompute, recompute);
     EXPECT_NEAR(static_cast<double>(e.worst.total()), static_cast<double>(peak), 0.1 * peak)
         << e.name;
@@ -188,22 +188,34 @@ TEST(Planner, RecommendsTheFirstStrategyThatFits) {
   ASSERT_GE(plan.recommended, 0) << plan.reason;
   EXPECT_EQ(plan.strategies[static_cast<size_t>(plan.recommended)].name, "ZeRO-2");
   EXPECT_NE(plan.reason.find("needs ZeRO-2"), std::string::npos) << plan.reason;
-  // 88 MB (79.2 usable): a 2-stage pipeline's first stage needs 4 layers' 67.1 MB of state and
-  // 2 micro-batches in flight of half the activations (10 MB): 77.1 MB.
+  // 88 MB (79.2 usable): ZeRO-3 needs 8.4 + 8.4 + 16.8 + 10 + 12.6 of staging + 8.4 gathered
+  // (the largest layer's 4.2 MB and the one parameter gathered ahead) = 64.5 MB.
+  plan = plan_strategies(synthetic(), machine(4, 88'000'000), request);
+  ASSERT_GE(plan.recommended, 0) << plan.reason;
+  EXPECT_EQ(plan.strategies[static_cast<size_t>(plan.recommended)].name, "ZeRO-3");
+  EXPECT_NEAR(static_cast<double>(plan.strategies[3].worst.total()), 64.5e6, 0.1e6);
+  EXPECT_NE(plan.reason.find("needs ZeRO-3"), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("ZeRO-2 needs 81.3 MB"), std::string::npos) << plan.reason;
+  // In bf16, which ZeRO-3 does not run: a 2-stage pipeline, whose first stage needs 4 layers'
+  // 67.1 MB of state and 2 micro-batches in flight of half the activations (10 MB): 77.1 MB.
+  request.precision = Precision::kBF16;
   plan = plan_strategies(synthetic(), machine(4, 88'000'000), request);
   ASSERT_GE(plan.recommended, 0) << plan.reason;
   EXPECT_EQ(plan.strategies[static_cast<size_t>(plan.recommended)].stages, 2);
   EXPECT_NE(plan.reason.find("needs a 2-stage pipeline"), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.strategies[3].infeasible.find("f32 only"), std::string::npos);
+  request.precision = Precision::kF32;
   // 10 MB: nothing fits, and the message says what would be needed.
   plan = plan_strategies(synthetic(), machine(4, 10'000'000), request);
   EXPECT_EQ(plan.recommended, -1);
   EXPECT_NE(plan.reason.find("nothing fits"), std::string::npos) << plan.reason;
   EXPECT_NE(plan.reason.find("use devices with at least"), std::string::npos) << plan.reason;
-  // One device: ZeRO-1 and ZeRO-2 divide nothing, and ZeRO-2 stages nothing (it keeps the flat
-  // gradients there), so all three predict the same bytes.
+  // One device: ZeRO-1, -2 and -3 divide nothing, and ZeRO-2 and -3 stage and gather nothing
+  // (they keep the flat buffers there), so all four predict the same bytes.
   plan = plan_strategies(synthetic(), machine(1, 1ll << 30), request);
-  ASSERT_EQ(plan.strategies.size(), 3u);
+  ASSERT_EQ(plan.strategies.size(), 4u);
   EXPECT_EQ(plan.strategies[2].worst.total(), plan.strategies[0].worst.total());
+  EXPECT_EQ(plan.strategies[3].worst.total(), plan.strategies[0].worst.total());
 }
 
 TEST(Planner, RecomputesOnlyWhenShardingAloneDoesNotFit) {
@@ -221,19 +233,26 @@ TEST(Planner, RecomputesOnlyWhenShardingAloneDoesNotFit) {
   Plan plan = plan_strategies(m, machine(4, 100'000'000), request);
   ASSERT_GE(plan.recommended, 0) << plan.reason;
   EXPECT_EQ(plan.strategies[static_cast<size_t>(plan.recommended)].name, "ZeRO-2");
-  // 85 MB (76.5 usable): ZeRO-2 (81.3) and ZeRO-1 + recompute (33.5 + 33.5 + 16.8 + 2 = 85.8)
-  // do not fit; ZeRO-2 + recompute (33.5 + 8.4 + 16.8 + 2 + 12.6 = 73.3) does, before the
-  // pipeline (77.1).
+  // 85 MB (76.5 usable): ZeRO-2 (81.3) does not fit, ZeRO-3 (64.5) does: sharding alone.
   plan = plan_strategies(m, machine(4, 85'000'000), request);
   ASSERT_GE(plan.recommended, 0) << plan.reason;
+  EXPECT_EQ(plan.strategies[static_cast<size_t>(plan.recommended)].name, "ZeRO-3");
+  // 68 MB (61.2 usable): ZeRO-3 (64.5) and ZeRO-2 + recompute (33.5 + 8.4 + 16.8 + 2 + 12.6 =
+  // 73.3) do not fit; ZeRO-3 + recompute (8.4 + 8.4 + 16.8 + 2 + 12.6 + 8.4 = 56.5) does, before
+  // the pipeline (77.1).
+  plan = plan_strategies(m, machine(4, 68'000'000), request);
+  ASSERT_GE(plan.recommended, 0) << plan.reason;
   const StrategyEstimate& chosen = plan.strategies[static_cast<size_t>(plan.recommended)];
-  EXPECT_EQ(chosen.name, "ZeRO-2 + recompute");
-  EXPECT_EQ(chosen.shard, ShardMode::kGradients);
+  EXPECT_EQ(chosen.name, "ZeRO-3 + recompute");
+  EXPECT_EQ(chosen.shard, ShardMode::kParameters);
   EXPECT_EQ(chosen.recompute, Recompute::kBlocks);
-  EXPECT_NE(plan.reason.find("needs ZeRO-2 + recompute"), std::string::npos) << plan.reason;
-  EXPECT_NE(plan.reason.find("ZeRO-1 + recompute needs"), std::string::npos) << plan.reason;
-  // Recompute costs a third more compute, which the estimate says.
-  EXPECT_GT(chosen.step_ms, plan.strategies[2].step_ms);
+  EXPECT_NEAR(static_cast<double>(chosen.worst.total()), 56.5e6, 0.1e6);
+  EXPECT_NE(plan.reason.find("needs ZeRO-3 + recompute"), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("ZeRO-2 + recompute needs"), std::string::npos) << plan.reason;
+  // Recompute costs a third more compute, which the estimate says (ZeRO-2's: ZeRO-3's gathers,
+  // exposed on this slow link, are partly hidden by the longer backward).
+  ASSERT_EQ(plan.strategies[6].name, "ZeRO-2 + recompute");
+  EXPECT_GT(plan.strategies[6].step_ms, plan.strategies[2].step_ms);
 }
 
 // The bucket cap: the synthetic model's 8 gradients of 4.19 MB on 4 devices (all-reduce at

@@ -60,8 +60,10 @@ std::variant<Scenario, int> parse_scenario(int argc, char** argv) {
   app.add_option("--steps", s.steps, "steps to train")->capture_default_str()->check(cli::positive());
   app.add_option("--seed", s.seed, "parameters and batches")->capture_default_str();
   std::string shard_text = "none", recompute_text = "none";
-  app.add_option("--shard", shard_text, "none, optimizer (ZeRO-1) or gradients (ZeRO-2)")
-      ->capture_default_str()->check(cli::one_of({"none", "optimizer", "gradients"}, "shard mode"));
+  app.add_option("--shard", shard_text,
+                 "none, optimizer (ZeRO-1), gradients (ZeRO-2) or parameters (ZeRO-3)")
+      ->capture_default_str()
+      ->check(cli::one_of({"none", "optimizer", "gradients", "parameters"}, "shard mode"));
   app.add_option("--recompute", recompute_text, "none or blocks (activation checkpointing)")
       ->capture_default_str()->check(cli::one_of({"none", "blocks"}, "recompute mode"));
   app.add_option_function<int64_t>(

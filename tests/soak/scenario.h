@@ -19,7 +19,7 @@ struct Scenario {
   std::optional<testing::Fault> fault;  // nullopt: a plain run (the kill -9 scenario's runs)
   int64_t steps = 6;
   uint32_t seed = 1;  // parameters and batches
-  ShardMode shard = ShardMode::kNone;      // ZeRO-1, ZeRO-2
+  ShardMode shard = ShardMode::kNone;      // ZeRO-1, ZeRO-2, ZeRO-3
   Recompute recompute = Recompute::kNone;  // activation checkpointing
   std::chrono::milliseconds collective_timeout{400};
   std::string checkpoint_dir;  // empty: no checkpoints

@@ -187,7 +187,8 @@ def draw(rng, deck):
         "step": rng.randint(1, last_step),
         "seed": rng.randint(1, KILL_SEEDS) if kind == "kill-9" else rng.randint(1, 1 << 30),
         # Every mode meets every fault (kill-9's runs compare digests with plain references).
-        "shard": "none" if kind == "kill-9" else rng.choice(["none", "optimizer", "gradients"]),
+        "shard": "none" if kind == "kill-9"
+                 else rng.choice(["none", "optimizer", "gradients", "parameters"]),
         "recompute": "none" if kind == "kill-9" else rng.choice(["none", "blocks"]),
     }
 

@@ -142,11 +142,14 @@ Expected expected_error(const Scenario& s) {
           kPromptS};
     }
     case Kind::kSkipCollective: {
-      // ZeRO-2's non-finite count rides with the loss (Replica::step_body).
-      const std::string loss = s.shard == ShardMode::kGradients
+      // ZeRO-2's and ZeRO-3's non-finite count rides with the loss (Replica::step_body).
+      const bool zero3 = s.shard == ShardMode::kParameters;
+      const std::string loss = s.shard == ShardMode::kGradients || zero3
                                    ? "(loss and non-finite count, 8 B)"
                                    : "(loss, 4 B)";
-      if (s.shard == ShardMode::kNone) {  // the step's last collective: the others wait for it
+      // The step's last collective (ZeRO-3 all-gathers nothing after the optimizer): the others
+      // wait for it.
+      if (s.shard == ShardMode::kNone || zero3) {
         return {ErrorKind::kTimeout, {timeout_text, loss, never_issued}, timeout_s + kMarginS};
       }
       // ZeRO: the replica goes on to the step's all-gather of updated parameters, which the

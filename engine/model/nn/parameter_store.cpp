@@ -53,13 +53,20 @@ std::vector<float> initial_values(const std::vector<Parameter*>& parameters, int
 }
 
 ParameterStore::ParameterStore(Module& model, Device device, Stream& stream, uint64_t seed,
-                               int shards, Gradients gradients)
-    : ParameterStore(model.parameters(), device, stream, seed, shards, gradients) {}
+                               int shards, Gradients gradients, Values values)
+    : ParameterStore(model.parameters(), device, stream, seed, shards, gradients, values) {}
 
 ParameterStore::ParameterStore(std::vector<Parameter*> parameters, Device device, Stream& stream,
-                               uint64_t seed, int shards, Gradients gradients)
-    : parameters_(std::move(parameters)), shards_(shards) {
+                               uint64_t seed, int shards, Gradients gradients, Values values)
+    : parameters_(std::move(parameters)),
+      shards_(shards),
+      values_kind_(values.kind),
+      values_rank_(values.rank) {
   LS_CHECK(shards >= 1, "ParameterStore: shards is ", shards, "; it must be at least 1");
+  LS_CHECK(!values_sharded() || (values.rank >= 0 && values.rank < shards &&
+                                 gradients == Gradients::kNone),
+           "ParameterStore: a store keeping range ", values.rank, " of ", shards,
+           " keeps no flat gradient buffer either (Gradients::kNone)");
   LS_CHECK(!parameters_.empty(), "ParameterStore: the model has no parameters");
   LS_CHECK(stream.device() == device, "ParameterStore: the stream is on ", stream.device().str(),
            ", the parameters go to ", device.str());
@@ -75,21 +82,21 @@ ParameterStore::ParameterStore(std::vector<Parameter*> parameters, Device device
   }
   // Equal aligned shards: any parameter count on any device count (the tail is zero padding).
   const int64_t shard = (offset + shards - 1) / shards;
-  offset = (shard + kAlignment - 1) / kAlignment * kAlignment * shards;
-  values_ = Tensor::empty({offset}, DType::kF32, device);
-  if (gradients == Gradients::kFlat) grads_ = Tensor::empty({offset}, DType::kF32, device);
+  flat_size_ = (shard + kAlignment - 1) / kAlignment * kAlignment * shards;
+  values_ = Tensor::empty({values_sharded() ? shard_size() : flat_size_}, DType::kF32, device);
+  if (gradients == Gradients::kFlat) grads_ = Tensor::empty({flat_size_}, DType::kF32, device);
   for (Parameter* p : parameters_) {
-    p->value = values_.view(p->offset, p->shape);
+    if (!values_sharded()) p->value = values_.view(p->offset, p->shape);
     if (grads_.defined()) p->grad = grads_.view(p->offset, p->shape);
   }
-  std::vector<float> init = initial_values(parameters_, offset, seed);
-  values_.copy_from_host_async(init.data(), init.size() * sizeof(float), stream);
+  std::vector<float> init = initial_values(parameters_, flat_size_, seed);
+  copy_values_from_host(init.data(), stream);
   zero_grad(stream);
   stream.synchronize();  // `init` must outlive the copy
 }
 
 Tensor ParameterStore::shard_view(const Tensor& flat, int shard) const {
-  LS_ASSERT(shard >= 0 && shard < shards_ && flat.numel() == values_.numel(),
+  LS_ASSERT(shard >= 0 && shard < shards_ && flat.numel() == flat_size_,
             "shard ", shard, " of ", shards_);
   return flat.view(shard * shard_size(), {shard_size()});
 }
@@ -100,6 +107,8 @@ void ParameterStore::zero_grad(Stream& stream) {
 
 void ParameterStore::keep_bf16_copy(Stream& stream) {
   LS_CHECK(!values16_.defined(), "ParameterStore: the bf16 copy is already kept");
+  LS_CHECK(!values_sharded(), "ParameterStore: a store keeping a range of the values keeps no "
+           "bf16 copy (sharded parameters train in f32)");
   values16_ = Tensor::empty(values_.shape(), DType::kBF16, values_.device());
   for (Parameter* p : parameters_) p->value16 = values16_.view(p->offset, p->shape);
   round_bf16_copy(stream);
@@ -110,7 +119,8 @@ void ParameterStore::round_bf16_copy(Stream& stream) {
 }
 
 void ParameterStore::copy_values_from_host(const float* values, Stream& stream) {
-  values_.copy_from_host_async(values, values_.nbytes(), stream);
+  const float* kept = values_sharded() ? values + values_rank_ * shard_size() : values;
+  values_.copy_from_host_async(kept, values_.nbytes(), stream);
   round_bf16_copy(stream);
 }
 

@@ -11,6 +11,10 @@
 // Parameter hooks: after the last recorded use of a parameter has been back-propagated, the
 // grad-ready hook fires with that parameter, in the order gradients become final; data parallel
 // training starts a bucket's all-reduce from it while backward goes on.
+// Sharded parameters (ZeRO-3): when the engine keeps only a range of the parameters on each
+// device, a parameter has no `value` of its own, and the tape gets its whole value from a
+// ParameterSource while it needs it: from its first use in forward to the end of the layer using
+// it (end_layer), and in backward from the first node that reads it to its last use.
 // Everything is enqueued on the tape's stream; nothing here synchronizes.
 // Thread-safety: a Tape belongs to one thread (each replica's).
 #pragma once
@@ -38,8 +42,27 @@ struct VarNode {
   int pending_uses = 0;         // recorded uses not yet back-propagated (parameters only)
   // Parameters without a gradient view: where begin_grad gets the gradient (the tape's).
   const std::function<Tensor(Parameter&)>* grad_storage = nullptr;
+  // A parameter without a value of its own: `value` was gathered from the tape's
+  // ParameterSource and is dropped (left undefined) whenever the tape does not need it.
+  bool gathered = false;
 };
 using Var = std::shared_ptr<VarNode>;
+
+// Where a tape gets the whole value of a parameter that has none of its own (the engine's
+// ZeRO-3, ShardMode::kParameters: each replica keeps one range of the flat values, and a
+// parameter is gathered from the replicas owning it while a tape needs it). Gathers are
+// collectives: every replica's tapes ask for the same parameters in the same order, which holds
+// when the parameters a forward pass uses do not depend on its data.
+class ParameterSource {
+ public:
+  virtual ~ParameterSource() = default;
+  // p's whole value, ready for the work enqueued next on the tape's stream. The tape holds the
+  // tensor while it needs it and then drops it.
+  virtual Tensor gather(Parameter& p) = 0;
+  // Backward will gather these parameters in this order, as far as its nodes are reached (a
+  // hint, for prefetching).
+  virtual void expect(const std::vector<Parameter*>& order) { (void)order; }
+};
 
 // Where a layer's forward and backward begin and end, for the engine's trace of a step
 // (lockstep/trainer.h's TraceOptions).
@@ -87,7 +110,8 @@ class Tape {
   // with the same name after it (Sequential and the built-in transformers do it for theirs).
   // They stamp the layer's forward, and record where backward enters and leaves the layer.
   // Without a LayerClock (the engine is not tracing) or on a tape that does not record, they
-  // do nothing.
+  // stamp nothing. end_layer also drops the parameter values gathered from a ParameterSource
+  // (ZeRO-3): a model that marks no layers holds them until backward is done with them.
   void begin_layer(const std::string& name);
   void end_layer(const std::string& name);
   void set_layer_clock(LayerClock* clock) { layer_clock_ = clock; }
@@ -99,8 +123,9 @@ class Tape {
   // before back-propagating through it. Gradients are bitwise those of the plain run: the same
   // kernels on the same values, and dropout masks are keyed by (seed, step, row, site), so the
   // second forward draws the same ones. `block` must compute the same function both times (no
-  // state it changes) and is kept until backward: capture by value what it needs. Parameters used inside count as used by the
-  // layer: their grad-ready hook fires once backward has passed through it.
+  // state it changes) and is kept until backward: capture by value what it needs. Parameters
+  // used inside count as used by the layer: their grad-ready hook fires once backward has passed
+  // through it.
   using Block = std::function<Var(Tape& tape, const Var& input)>;
   Var recomputable(const Var& input, Block block);
 
@@ -109,8 +134,9 @@ class Tape {
   // An input whose gradient the caller wants (a pipeline stage's received activations): after
   // backward, ->grad is d(root)/d(input), or undefined when nothing flowed into it.
   Var differentiable_input(Tensor value) const;
-  // The Var of a parameter: its value, with its gradient in the flat gradient buffer. The same
-  // Var is returned for every use of the parameter on this tape.
+  // The Var of a parameter: its value (or, without one, its value gathered from the
+  // ParameterSource), with its gradient in the flat gradient buffer. The same Var is returned for
+  // every use of the parameter on this tape.
   Var parameter(Parameter& parameter);
   // A Var for a new output; requires a gradient when any input does and the tape records.
   Var output(Tensor value, std::initializer_list<const Var*> inputs) const;
@@ -144,6 +170,10 @@ class Tape {
   using GradStorage = std::function<Tensor(Parameter&)>;
   void set_grad_storage(GradStorage storage) { grad_storage_ = std::move(storage); }
 
+  // Parameters without a value of their own (ZeRO-3) are gathered from `source`, which must
+  // outlive the tape's use of them. Set it before the forward pass.
+  void set_parameter_source(ParameterSource* source) { source_ = source; }
+
   // Drops every recorded closure and intermediate; parameters are untouched.
   void clear();
 
@@ -168,6 +198,12 @@ class Tape {
   void run_backward(const Var& root, const Tensor& root_grad, Part part);
   // After a node's parameter gradients are done: counts down their uses and fires the hooks.
   void finish_parameter_uses(const Node& node);
+  // Gathers the value of each of the node's parameter inputs that holds none (ZeRO-3).
+  void gather_inputs(const Node& node);
+  // Drops every gathered parameter value this tape holds (a layer's end in forward).
+  void release_gathered();
+  // The parameters backward will gather, in order (nodes_ run in reverse), for the source.
+  std::vector<Parameter*> gather_order() const;
 
   Stream& stream_;
   bool record_;
@@ -180,6 +216,8 @@ class Tape {
   std::unordered_map<Parameter*, Var> parameter_vars_;
   GradReadyHook grad_ready_hook_;
   GradStorage grad_storage_;
+  ParameterSource* source_ = nullptr;
+  Tape* parameters_from_ = nullptr;  // recomputable's forward-only tape under a source: the outer
   LayerClock* layer_clock_ = nullptr;
 };
 
