@@ -234,6 +234,45 @@ TEST(MpiTraining, ShardedCheckpointLoadsIntoAnyWorldShape) {
   }
 }
 
+// ZeRO-3 across processes: each replica of every process keeps its range of the parameters, and
+// the gathers (broadcasts from the owners) run over every process. The losses are bitwise ZeRO-2's
+// on the same world, and its checkpoint (every process's ranges gathered by process 0) loads
+// into one process with one device exactly as ZeRO-2's does.
+TEST(MpiTraining, ShardedParametersMatchZeroTwoAndCheckpointWhole) {
+  barrier();
+  const World& world = World::current();
+  std::string dir;
+  if (world.rank() == 0) {
+    char name[] = "/tmp/lockstep-mpi-zero3-XXXXXX";
+    ASSERT_NE(mkdtemp(name), nullptr);
+    dir = name;
+  }
+  dir = mpi::broadcast_string(dir, 0, std::chrono::seconds(30), "test: checkpoint directory");
+  std::vector<float> losses[2];
+  std::string saved[2];
+  for (int m = 0; m < 2; ++m) {
+    const ShardMode shard = m == 0 ? ShardMode::kGradients : ShardMode::kParameters;
+    DataParallel dp = world_run(shard, make_optimizer_factory({}));
+    for (int s = 0; s < 4; ++s) {
+      losses[m].push_back(dp.step(token_batch(kBatch, 100 + static_cast<uint32_t>(s))).loss);
+    }
+    saved[m] = dp.save(dir + "/" + shard_mode_name(shard), {0, 4});
+    if (shard == ShardMode::kParameters && world.size() > 1) {  // no process holds them all
+      EXPECT_THROW(dp.parameters(0), Error);
+    }
+  }
+  EXPECT_EQ(losses[1], losses[0]);
+  EXPECT_LT(losses[1].back(), losses[1].front());  // it trains
+  DataParallel zero2 = one_process_run(1, ShardMode::kNone, make_optimizer_factory({}));
+  DataParallel zero3 = one_process_run(1, ShardMode::kNone, make_optimizer_factory({}));
+  zero2.load(saved[0]);
+  zero3.load(saved[1]);
+  EXPECT_EQ(testing::max_relative_difference(zero3.named_parameters(0), zero2.named_parameters(0)),
+            0.0);
+  barrier();  // every process has loaded before process 0 removes the files
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+}
+
 // Pipelines across processes: every process holds whole 2-stage pipelines, stage s all-reduces
 // over every process; equal to one process driving every device the same way (same pipeline
 // numbering, so the same shards), and its checkpoint written by process 0 alone.
