@@ -40,6 +40,23 @@ const char* fault_name(Kind kind) {
   return "unknown";
 }
 
+std::string describe(const Scenario& s) {
+  std::string out = (s.fault ? fault_name(s.fault->kind) : "plain") + std::string(" on host:") +
+                    std::to_string(s.devices);
+  if (s.pipeline > 0) {
+    out += ", pipeline " + std::to_string(s.pipeline) + " (" + schedule_name(s.schedule) + ")";
+  }
+  if (s.fault) {
+    out += std::string(s.pipeline > 0 ? ", stage " : ", replica ") +
+           std::to_string(s.fault->replica) + ", step " + std::to_string(s.fault->step);
+  }
+  if (s.shard != ShardMode::kNone) out += std::string(", shard ") + shard_mode_name(s.shard);
+  if (s.recompute != Recompute::kNone) {
+    out += std::string(", recompute ") + recompute_name(s.recompute);
+  }
+  return out + ", " + std::to_string(s.steps) + " steps, seed " + std::to_string(s.seed);
+}
+
 std::variant<Scenario, int> parse_scenario(int argc, char** argv) {
   Scenario s;
   testing::Fault fault;
@@ -66,6 +83,13 @@ std::variant<Scenario, int> parse_scenario(int argc, char** argv) {
       ->check(cli::one_of({"none", "optimizer", "gradients", "parameters"}, "shard mode"));
   app.add_option("--recompute", recompute_text, "none or blocks (activation checkpointing)")
       ->capture_default_str()->check(cli::one_of({"none", "blocks"}, "recompute mode"));
+  std::string schedule_text = "1f1b";
+  app.add_option("--pipeline", s.pipeline,
+                 "a pipeline of P stages instead of data parallel (--replica names the stage; "
+                 "faults throw-forward, throw-backward, stall and nan)")
+      ->check(cli::positive());
+  app.add_option("--schedule", schedule_text, "the pipeline's schedule: 1f1b, gpipe or zb-h1")
+      ->capture_default_str()->check(cli::one_of({"1f1b", "gpipe", "zb-h1"}, "schedule"));
   app.add_option_function<int64_t>(
          "--collective-timeout-ms",
          [&s](int64_t ms) { s.collective_timeout = std::chrono::milliseconds(ms); },
@@ -83,9 +107,33 @@ std::variant<Scenario, int> parse_scenario(int argc, char** argv) {
   if (const std::optional<int> exit_code = cli::parse(app, argc, argv)) return *exit_code;
   s.shard = cli::shard_mode_of(shard_text);
   s.recompute = recompute_text == "blocks" ? Recompute::kBlocks : Recompute::kNone;
+  s.schedule = parse_schedule(schedule_text);
+  if (s.pipeline > 0) {
+    const bool pipeline_fault =
+        fault_text == "throw-forward" || fault_text == "throw-backward" || fault_text == "stall" ||
+        fault_text == "nan";
+    if (s.pipeline < 2 || s.devices % s.pipeline != 0) {
+      return cli::usage_error(app, "--pipeline " + std::to_string(s.pipeline) +
+                                       " needs at least 2 stages and a device count that is a "
+                                       "multiple of it (--devices " +
+                                       std::to_string(s.devices) + ")");
+    }
+    if (!pipeline_fault) {
+      return cli::usage_error(app, "--pipeline takes the faults throw-forward, throw-backward, "
+                                   "stall and nan, not '" + fault_text + "'");
+    }
+    if (s.shard != ShardMode::kNone || !s.checkpoint_dir.empty()) {
+      return cli::usage_error(app, "--pipeline takes neither --shard nor --checkpoint-dir");
+    }
+    if (fault.replica >= s.pipeline) {
+      return cli::usage_error(app, "--replica " + std::to_string(fault.replica) +
+                                       " names a stage: it must be below --pipeline " +
+                                       std::to_string(s.pipeline));
+    }
+  }
   if (fault_text != "none") {
     fault.kind = parse_fault(fault_text);
-    if (fault.replica >= s.devices) {
+    if (s.pipeline == 0 && fault.replica >= s.devices) {
       return cli::usage_error(app, "--replica " + std::to_string(fault.replica) +
                                        " is not one of the " + std::to_string(s.devices) +
                                        " replicas");

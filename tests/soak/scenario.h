@@ -10,6 +10,7 @@
 #include <variant>
 
 #include <lockstep/data_parallel.h>
+#include <lockstep/pipeline_schedule.h>
 #include "parallel/fault_injection.h"
 
 namespace ls::soak {
@@ -21,6 +22,10 @@ struct Scenario {
   uint32_t seed = 1;  // parameters and batches
   ShardMode shard = ShardMode::kNone;      // ZeRO-1, ZeRO-2, ZeRO-3
   Recompute recompute = Recompute::kNone;  // activation checkpointing
+  // A pipeline of this many stages (0: data parallel; tests/soak/pipeline_soak.h), and its
+  // schedule. The fault's `replica` then names the stage it fires in, in every pipeline.
+  int pipeline = 0;
+  ScheduleKind schedule = ScheduleKind::k1F1B;
   std::chrono::milliseconds collective_timeout{400};
   std::string checkpoint_dir;  // empty: no checkpoints
   int64_t checkpoint_every = 1;
@@ -30,6 +35,9 @@ struct Scenario {
 
 // "throw-forward", "stall", ...: the names the command line and the driver use.
 const char* fault_name(testing::Fault::Kind kind);
+
+// The scenario in one line, for PASS and FAIL lines.
+std::string describe(const Scenario& s);
 
 // The scenario, or the exit code to return at once (0 after --help, 2 after a usage error it
 // printed).

@@ -2,8 +2,9 @@
 """The fault soak's driver: runs RUNS randomized fault scenarios of lockstep-soak-run.
 
 Each run draws a fault kind (from a shuffled deck of all kinds, so a short soak still covers
-each), a device count, a replica, a step and a seed, runs the program under a hard wall-clock
-limit and checks that the run ended the way it must. The program judges in-process faults
+each), a device count, a replica, a step, a seed, a shard and recompute mode, or (for some of
+the kinds) a pipeline with its schedule and the stage the fault fires in; runs the program
+under a hard wall-clock limit and checks that the run ended the way it must. The program judges in-process faults
 itself (exit 0: the named error within its bound, or the skipped step); this driver judges the
 kill -9: it kills a checkpointing run at a random moment, resumes it to the end, and requires
 the final parameters to be bitwise those of an uninterrupted run. A run that outlives the wall-
@@ -27,6 +28,9 @@ import time
 THROWS = ["throw-forward", "throw-backward", "throw-optimizer"]
 COLLECTIVE = ["skip-collective", "stall", "wrong-count"]  # need a peer: 2 devices or more
 KINDS = THROWS + COLLECTIVE + ["nan", "kill-9"]
+# The faults a pipeline scenario takes (lockstep-soak-run --pipeline); a third of their draws
+# are pipelines of 2 or 4 stages under a random schedule.
+PIPELINE_KINDS = ["throw-forward", "throw-backward", "stall", "nan"]
 
 STEPS = 6  # in-process faults
 KILL_STEPS = 20  # the kill -9 runs: a checkpoint after every step
@@ -87,6 +91,8 @@ class Soak:
                 "--steps", str(STEPS), "--seed", str(scenario["seed"]),
                 "--collective-timeout-ms", str(TIMEOUT_MS),
                 "--shard", scenario["shard"], "--recompute", scenario["recompute"]]
+        if scenario["pipeline"]:
+            args += ["--pipeline", str(scenario["pipeline"]), "--schedule", scenario["schedule"]]
         result = self.run(args)
         ok = not result.hung and result.rc == 0
         return ok, None, ("" if ok else result.summary())
@@ -180,6 +186,15 @@ def draw(rng, deck):
     kind = deck.pop()
     devices = rng.randint(2, 4) if kind in COLLECTIVE else rng.randint(1, 4)
     last_step = STEPS - 1 if kind == "nan" else STEPS  # a step after the NaN shows training goes on
+    if kind in PIPELINE_KINDS and rng.random() < 1 / 3:
+        devices = rng.choice([2, 4])
+        stages = rng.choice([2, devices])
+        return {
+            "kind": kind, "devices": devices, "replica": rng.randrange(stages),
+            "step": rng.randint(1, last_step), "seed": rng.randint(1, 1 << 30),
+            "shard": "none", "recompute": rng.choice(["none", "blocks"]),
+            "pipeline": stages, "schedule": rng.choice(["1f1b", "gpipe", "zb-h1"]),
+        }
     return {
         "kind": kind,
         "devices": devices,
@@ -190,12 +205,17 @@ def draw(rng, deck):
         "shard": "none" if kind == "kill-9"
                  else rng.choice(["none", "optimizer", "gradients", "parameters"]),
         "recompute": "none" if kind == "kill-9" else rng.choice(["none", "blocks"]),
+        "pipeline": 0,
     }
 
 
 def describe(s):
     if s["kind"] == "kill-9":
         return f"kill-9 on host:{s['devices']}, seed {s['seed']}"
+    if s["pipeline"]:
+        return (f"{s['kind']} on host:{s['devices']}, pipeline {s['pipeline']} "
+                f"({s['schedule']}), stage {s['replica']}, step {s['step']}, "
+                f"recompute {s['recompute']}, seed {s['seed']}")
     return (f"{s['kind']} on host:{s['devices']}, replica {s['replica']}, step {s['step']}, "
             f"shard {s['shard']}, recompute {s['recompute']}, seed {s['seed']}")
 
@@ -220,6 +240,7 @@ def main():
     soak = Soak(os.path.abspath(args.program), work_dir, args.hang_s)
     counts = {kind: [0, 0] for kind in KINDS}  # passed, failed
     landings = collections.Counter()
+    pipelines = collections.Counter()  # the pipeline scenarios, by schedule
     deck = []
     start = time.monotonic()
     for i in range(1, args.runs + 1):
@@ -233,6 +254,8 @@ def main():
         except SoakError as e:
             ok, detail = False, str(e)
         counts[scenario["kind"]][0 if ok else 1] += 1
+        if scenario.get("pipeline"):
+            pipelines[scenario["schedule"]] += 1
         if not ok:
             print(f"FAIL run {i}: {describe(scenario)}: {detail.rstrip()}", flush=True)
 
@@ -240,6 +263,9 @@ def main():
     print(f"{'fault':<18}{'passed':>8}{'failed':>8}")
     for kind in KINDS:
         print(f"{kind:<18}{counts[kind][0]:>8}{counts[kind][1]:>8}")
+    if pipelines:
+        print("of them pipelines: " + ", ".join(f"{schedule} {pipelines[schedule]}"
+                                                for schedule in sorted(pipelines)))
     if landings:
         print("kill -9 landed: " + ", ".join(f"{where} {landings[where]}" for where in LANDINGS))
     passed = sum(c[0] for c in counts.values())

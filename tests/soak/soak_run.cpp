@@ -9,6 +9,7 @@
 // refusing further steps and destroyed without a blocked thread. A NaN batch skips the step on
 // every replica and training goes on. A plain run (no fault) may checkpoint, resume, and write a
 // digest of its final parameters: the driver kills it and compares the resumed run's digest.
+// With --pipeline the run is a pipeline (tests/soak/pipeline_soak.cpp).
 #include <zlib.h>
 
 #include <algorithm>
@@ -26,59 +27,14 @@
 #include <lockstep/data_parallel.h>
 #include "parallel/fault_injection.h"
 #include "parallel/random_batch.h"
+#include "soak/pipeline_soak.h"
 #include "soak/scenario.h"
+#include "soak/verdict.h"
 
 namespace ls::soak {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using Kind = testing::Fault::Kind;
-
-// Slack on top of each bound for a loaded 2-core machine running 4 replica threads: the
-// watchdog polls every 100 ms and first sees a wait up to one poll after it began.
-constexpr double kMarginS = 1.0;
-// An exception or a desync needs no timeout to be noticed: it aborts the run at once.
-constexpr double kPromptS = 2.0;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Collects unmet expectations; the run passes when there are none.
-class Verdict {
- public:
-  void expect(bool ok, const std::string& expected, const std::string& seen) {
-    if (!ok)
-      problems_ += (problems_.empty() ? "" : "; ") + ("expected " + expected + ", seen " + seen);
-  }
-  bool passed() const { return problems_.empty(); }
-  // Prints the one result line and returns the exit status.
-  int report(const std::string& scenario, const std::string& details) const {
-    if (passed()) {
-      std::printf("PASS %s: %s\n", scenario.c_str(), details.c_str());
-      return 0;
-    }
-    std::printf("FAIL %s: %s | %s\n", scenario.c_str(), problems_.c_str(), details.c_str());
-    return 1;
-  }
-
- private:
-  std::string problems_;
-};
-
-std::string describe(const Scenario& s) {
-  std::string out = (s.fault ? fault_name(s.fault->kind) : "plain") + std::string(" on host:") +
-                    std::to_string(s.devices);
-  if (s.fault) {
-    out +=
-        ", replica " + std::to_string(s.fault->replica) + ", step " + std::to_string(s.fault->step);
-  }
-  if (s.shard != ShardMode::kNone) out += std::string(", shard ") + shard_mode_name(s.shard);
-  if (s.recompute != Recompute::kNone) {
-    out += std::string(", recompute ") + recompute_name(s.recompute);
-  }
-  return out + ", " + std::to_string(s.steps) + " steps, seed " + std::to_string(s.seed);
-}
 
 std::unique_ptr<DataParallel> make_run(const Scenario& s) {
   DataParallelOptions options;
@@ -308,6 +264,7 @@ int run_plain(const Scenario& s) {
 }
 
 int run(const Scenario& s) {
+  if (s.pipeline > 0) return run_pipeline(s);
   if (!s.fault) return run_plain(s);
   if (s.fault->kind == Kind::kNaN) return run_nan(s);
   return run_error_fault(s);
