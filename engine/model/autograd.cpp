@@ -262,6 +262,7 @@ void Tape::gather_inputs(const Node& node) {
 }
 
 void Tape::release_gathered() {
+  if (borrows_parameters_) return;  // the outer tape's Vars: the outer tape decides
   for (auto& [parameter, var] : parameter_vars_) {
     if (var->gathered) var->value = Tensor();
   }
@@ -324,6 +325,7 @@ Var Tape::recomputable(const Var& input, Block block) {
   // Sharded parameters: the layer's parameters are gathered once, onto this tape's Vars, which
   // its backward then reads (Note [Sharded parameters], parameter_gather.cpp).
   if (source_ != nullptr) forward_only.parameters_from_ = this;
+  forward_only.borrows_parameters_ = true;
   const Var first = block(forward_only, input);
   if (forward_only.step_dependent()) note_step_dependent();
   // In model order (not the map's, which follows addresses): every replica then finishes the
@@ -356,6 +358,7 @@ Var Tape::recomputable(const Var& input, Block block) {
            replay->set_context(inner);
            replay->grad_storage_ = grad_storage_;  // what parameter() checks; the Vars are ours
            replay->source_ = source_;
+           replay->borrows_parameters_ = true;
            for (const Var& p : parameters) replay->parameter_vars_[p->parameter] = p;
            const Var x = input->requires_grad ? replay->differentiable_input(input->value)
                                               : replay->constant(input->value);

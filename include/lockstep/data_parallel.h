@@ -106,8 +106,9 @@ int current_replica();
 // the layer's end, gathered again for its backward and dropped after its last use; the next
 // parameter's gather is issued ahead, on the comm stream, to overlap the current layer's work
 // (parallel/data_parallel/parameter_gather.cpp). Bitwise kGradients (the same values reach the
-// same kernels). f32 only; steps run eagerly (no graphs); evaluation gathers the whole parameters
-// once for its duration. The parameters a forward pass uses must not depend on its data: every
+// same kernels). f32 only; steps run eagerly (no graphs); evaluation gathers layer by layer too,
+// every replica running as many forwards as the one with the most rows. The parameters a forward
+// pass uses must not depend on its data: every
 // replica gathers the same ones in the same order (a replica that does not is a desync error).
 enum class ShardMode { kNone, kOptimizer, kGradients, kParameters };
 // "none", "optimizer", "gradients", "parameters"

@@ -35,9 +35,11 @@
 // link's bus bandwidth (bf16 reduction: half the bytes); data parallel and ZeRO-1 reduce during
 // the last micro-batch's backward only, ZeRO-2 reduces to the owners ((n-1)/n x its bytes)
 // during every micro-batch's; ZeRO-1 and ZeRO-2 add an all-gather of (n-1)/n x P after the
-// optimizer; ZeRO-3 reduces as ZeRO-2 and adds, per micro-batch, what its forward and backward
-// compute do not hide of gathering every parameter (a collective latency each plus P at the bus
-// bandwidth; the next parameter's gather overlaps this one's work); recompute adds one forward
+// optimizer; ZeRO-3 reduces as ZeRO-2 and adds, per micro-batch, what its forward's compute does
+// not hide of gathering every parameter (a collective latency a piece plus P at the bus
+// bandwidth; the next parameter's gather overlaps this one's work), and in backward what the
+// gathers and the reductions, one after the other on the comm stream, need beyond the backward;
+// recompute adds one forward
 // of the recomputed layers
 // (a third of their training FLOPs); a pipeline runs compute / p / (1 - the schedule's
 // theoretical bubble: 1F1B and GPipe (p-1)/(m+p-1), ZB-H1 (p-1)/(3m+p-1)) plus the boundary

@@ -80,6 +80,7 @@ int64_t DataParallel::parameter_count() const { return impl_->parameter_count();
 const std::vector<Bucket>& DataParallel::buckets() const { return impl_->buckets(); }
 std::string DataParallel::layout() const {
   std::string out = std::to_string(impl_->buckets().size()) + " gradient bucket(s)";
+  if (size() == 1) return out;  // one replica shards nothing
   switch (impl_->shard()) {
     case ShardMode::kNone: break;
     case ShardMode::kOptimizer: out += ", ZeRO-1 (optimizer state sharded)"; break;
@@ -565,14 +566,25 @@ EvalResult DataParallel::Impl::evaluate(const data::Dataset& dataset, int64_t ba
   data::check_dataset(dataset);
   std::vector<EvalCounts> counts(group_->size());
   const int64_t n = size();
+  // ZeRO-3 gathers each layer's parameters as it runs, a collective: every replica (of every
+  // process: the split below is known to all) runs as many forwards as the one with the most.
+  EvalLockstep lockstep;
+  const bool gathers = options_.shard == ShardMode::kParameters && n > 1;
+  if (gathers) {
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t rows = dataset.count * (r + 1) / n - dataset.count * r / n;
+      lockstep.forwards = std::max(lockstep.forwards, (rows + batch_size - 1) / batch_size);
+    }
+    lockstep.filler = shard_of(dataset, dataset.features, 0, 1);
+  }
   run_on_all(
       [&](Replica& replica) {
         const int64_t r = replica.rank();  // global
         const int64_t begin = dataset.count * r / n, end = dataset.count * (r + 1) / n;
         const Shard rows = shard_of(dataset, dataset.features, begin, end);
-        // Under ZeRO-3 evaluate gathers the parameters, a collective: every replica takes part.
-        if (rows.rows > 0 || options_.shard == ShardMode::kParameters) {
-          counts[static_cast<size_t>(r - first_replica_)] = replica.evaluate(rows, batch_size);
+        if (rows.rows > 0 || gathers) {
+          counts[static_cast<size_t>(r - first_replica_)] =
+              replica.evaluate(rows, batch_size, gathers ? &lockstep : nullptr);
         }
       },
       "evaluate");

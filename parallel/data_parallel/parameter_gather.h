@@ -36,8 +36,8 @@ class ParameterGather final : public ParameterSource {
   void finish();
 
   // Every value at once (one all-gather on `compute`), with each parameter's `value` a view of
-  // it, for work whose replicas do not run alike (evaluation over each replica's own rows);
-  // the views go with the object.
+  // it, for work whose replicas do not run alike (the loss-contract check over each replica's own
+  // rows, once, for a loss other than cross-entropy); the views go with the object.
   class WholeValues {
    public:
     WholeValues(const nn::ParameterStore& store, Communicator& comm, Stream& compute);

@@ -82,10 +82,9 @@ Replica::Replica(int rank, Device device, const ModelFactory& model,
   const bool zero3 = shard == ShardMode::kParameters && comm_->size() > 1;
   const bool zero2 = (shard == ShardMode::kGradients && comm_->size() > 1) || zero3;
   LS_CHECK_AS(ErrorKind::kUsage, !zero3 || step_options_.precision == Precision::kF32,
-              "sharded parameters (ZeRO-3, --shard parameters) train in f32 only; the ",
-              precision_name(step_options_.precision),
-              " weight copy is not sharded yet. Use --shard gradients with ",
-              precision_name(step_options_.precision), ", or f32");
+              "sharded parameters (ZeRO-3, --shard parameters) train in f32 only (16-bit products "
+              "would need a sharded 16-bit copy of the weights, not built yet); use --shard "
+              "gradients with ", precision_name(step_options_.precision), ", or f32");
   store_ = std::make_unique<nn::ParameterStore>(
       *model_, device, *compute_, seed, shards,
       zero2 ? nn::ParameterStore::Gradients::kNone : nn::ParameterStore::Gradients::kFlat,
@@ -560,21 +559,31 @@ std::unique_ptr<ParameterGather::WholeValues> Replica::whole_values() {
   return std::make_unique<ParameterGather::WholeValues>(*store_, *comm_, *compute_);
 }
 
-EvalCounts Replica::evaluate(const Shard& rows, int64_t batch_size) {
+EvalCounts Replica::evaluate(const Shard& rows, int64_t batch_size,
+                             const EvalLockstep* lockstep) {
   phase_ = Phase::kEvaluate;
   Stream& stream = *compute_;
-  // Replicas evaluate different numbers of batches: sharded parameters are gathered whole, once.
-  const auto whole = whole_values();
+  LS_ASSERT(!gather_ || lockstep != nullptr, "ZeRO-3 evaluation needs its lockstep");
   Tensor correct = Tensor::empty({1}, DType::kI32, device_);
   EvalCounts counts;
-  for (int64_t begin = 0; begin < rows.rows; begin += batch_size) {
-    const Shard batch = rows.slice(begin, std::min(batch_size, rows.rows - begin));
-    const int64_t counted = batch.counted_labels();
-    if (counted == 0) continue;
+  const int64_t own = (rows.rows + batch_size - 1) / batch_size;
+  const int64_t forwards = gather_ ? lockstep->forwards : own;
+  for (int64_t i = 0; i < forwards; ++i) {
+    const int64_t begin = i * batch_size;
+    const Shard batch =
+        i < own ? rows.slice(begin, std::min(batch_size, rows.rows - begin)) : lockstep->filler;
+    const int64_t counted = i < own ? batch.counted_labels() : 0;
+    if (counted == 0 && !gather_) continue;  // nothing to count; ZeRO-3 runs it all the same
     upload(batch);
     Tape tape(stream, /*record=*/false);
     tape.set_context(ForwardContext{false, 0, 0, 0, step_options_.precision});
+    if (gather_) {
+      tape.set_parameter_source(gather_.get());
+      gather_->begin_forward();
+    }
     Var logits = model_->forward(tape, input_rows(tape, batch, 0, batch.rows));
+    if (gather_) gather_->finish();
+    if (counted == 0) continue;
     const ChunkLoss loss = evaluation_loss(*step_options_.loss, tape, logits, labels_, batch.rows,
                                            batch.label_width);
     count_correct(logits->value, labels_, correct, stream);
@@ -587,6 +596,7 @@ EvalCounts Replica::evaluate(const Shard& rows, int64_t batch_size) {
     counts.loss_sum += static_cast<double>(loss_host) * loss.to_sum;
     counts.rows += counted;
   }
+  stream.synchronize();  // the filler's and the uncounted batches' uploads read caller memory
   phase_ = Phase::kIdle;
   return counts;
 }

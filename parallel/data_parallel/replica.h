@@ -123,6 +123,14 @@ struct StepOptions {
   bool recompute = false;  // ForwardContext::recompute (DataParallelOptions::recompute)
 };
 
+// ZeRO-3: evaluation gathers each layer's parameters as it runs, a collective, so every replica
+// runs the same number of forward passes, `forwards` (the most batches any replica has); one with
+// fewer runs the rest on `filler` (a row of the data set) and counts nothing.
+struct EvalLockstep {
+  int64_t forwards = 0;
+  Shard filler;
+};
+
 struct EvalCounts {
   double loss_sum = 0;
   int64_t correct = 0;
@@ -166,7 +174,9 @@ class Replica final : public GroupMember {
   // Graph launches and captures so far, and the nodes of the current graph (0: none).
   int64_t graph_launches() const { return graph_launches_; }
   int64_t graph_nodes() const { return graph_ ? graph_->nodes() : 0; }
-  EvalCounts evaluate(const Shard& rows, int64_t batch_size);
+  // `lockstep`: required with sharded parameters (ZeRO-3), ignored otherwise.
+  EvalCounts evaluate(const Shard& rows, int64_t batch_size,
+                      const EvalLockstep* lockstep = nullptr);
 
   int rank() const { return rank_; }
   Device device() const { return device_; }

@@ -69,15 +69,13 @@ int64_t gathered_bytes(const ModelProfile& m) {
   return gathered + largest_parameter;
 }
 
-// ZeRO-3's gathers of one pass (every parameter broadcast from its owner, one collective each)
-// left exposed by the pass's compute, which the gather one parameter ahead overlaps, in ms.
-double exposed_gather_ms(const ModelProfile& m, const MachineSpec& machine, double pass_ms) {
+// ZeRO-3's gathers of one pass, in ms: every parameter broadcast from its owner, one collective
+// a piece (a parameter cut by a range boundary has two; the N - 1 boundaries add at most N - 1).
+double gather_pass_ms(const ModelProfile& m, const MachineSpec& machine) {
   double bytes = 0;
   for (int64_t n : m.parameter_numel) bytes += 4.0 * static_cast<double>(n);
-  const double gather_ms =
-      (static_cast<double>(m.parameter_numel.size()) * machine.collective_latency_s +
-       bytes / machine.link_bytes_per_s) * 1e3;
-  return std::max(0.0, gather_ms - pass_ms);
+  const double pieces = static_cast<double>(m.parameter_numel.size() + machine.devices - 1);
+  return (pieces * machine.collective_latency_s + bytes / machine.link_bytes_per_s) * 1e3;
 }
 
 void check_inputs(const ModelProfile& m, const MachineSpec& machine, const PlanRequest& r) {
@@ -220,14 +218,22 @@ StrategyEstimate data_parallel(const ModelProfile& m, const MachineSpec& machine
       (m.train_flops_per_example * 2.0 / 3.0 + (again ? m.recompute_flops_per_example : 0.0)) *
       micro / machine.gemm_flops * 1e3;
   const double volume = n <= 1 ? 0.0 : (zero2 ? 1.0 : 2.0) * (n - 1.0) / n;
-  e.step_ms = compute_ms + (zero2 ? r.accumulate : 1) *
-                               exposed_reduce_ms(m, machine, buckets, volume, backward_ms);
-  // ZeRO-3 gathers every parameter for each micro-batch's forward and again for its backward.
+  // ZeRO-3 gathers every parameter for each micro-batch's forward and again for its backward, on
+  // the comm stream: the forward's compute hides what it can of the first, and the backward's
+  // gathers take their time out of the window the backward leaves the reductions (one stream,
+  // one link: what both need beyond the backward is exposed).
+  double reduce_window_ms = backward_ms, gathers_exposed_ms = 0;
   if (zero3) {
+    const double gather_ms = gather_pass_ms(m, machine);
     const double forward_ms = m.train_flops_per_example / 3.0 * micro / machine.gemm_flops * 1e3;
-    e.step_ms += r.accumulate * (exposed_gather_ms(m, machine, forward_ms) +
-                                 exposed_gather_ms(m, machine, backward_ms));
+    gathers_exposed_ms =
+        std::max(0.0, gather_ms - forward_ms) + std::max(0.0, gather_ms - backward_ms);
+    reduce_window_ms = std::max(0.0, backward_ms - gather_ms);
   }
+  e.step_ms = compute_ms +
+              (zero2 ? r.accumulate : 1) *
+                  exposed_reduce_ms(m, machine, buckets, volume, reduce_window_ms) +
+              r.accumulate * gathers_exposed_ms;
   // ZeRO-1 and ZeRO-2: every replica all-gathers the updated ranges after the optimizer.
   if (mode != ShardMode::kNone && !zero3 && n > 1) {
     e.step_ms += (n - 1.0) / n * grad_bytes / machine.link_bytes_per_s * 1e3;

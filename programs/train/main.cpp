@@ -338,6 +338,12 @@ RunSummary run(const TrainOptions& o, const std::vector<ls::Device>& devices,
       ls::make_optimizer_factory({o.optimizer, o.lr, o.momentum, o.weight_decay});
   // The trainer's threads are joined when it goes out of scope, before the summary is printed.
   const ls::World& world = ls::World::current();
+  // Under ZeRO-3 across processes no process holds every parameter: the export would fail only
+  // after training (DataParallel::parameters refuses it), so it is refused before.
+  LS_CHECK_AS(ls::ErrorKind::kUsage,
+              o.shard != ls::ShardMode::kParameters || world.size() == 1 || o.export_hf.empty(),
+              "--export-hf with --shard parameters across processes: no process holds every "
+              "parameter to write; use --shard gradients, or one process");
   std::unique_ptr<Trainer> trainer;
   if (o.pipeline > 0) {  // under mpirun: whole pipelines in every process
     trainer = std::make_unique<ls::Pipeline>(world, work.model, optimizer, pipeline_options(o));

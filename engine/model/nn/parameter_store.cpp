@@ -42,12 +42,22 @@ void fill_init(const Init& init, std::span<float> out, std::mt19937_64& rng) {
 
 std::vector<float> initial_values(const std::vector<Parameter*>& parameters, int64_t flat_size,
                                   uint64_t seed) {
-  std::vector<float> values(static_cast<size_t>(flat_size), 0.0f);
+  return initial_values_range(parameters, 0, flat_size, seed);
+}
+
+std::vector<float> initial_values_range(const std::vector<Parameter*>& parameters, int64_t begin,
+                                        int64_t end, uint64_t seed) {
+  std::vector<float> values(static_cast<size_t>(end - begin), 0.0f);
+  std::vector<float> one;  // each parameter's values in turn: the draws follow the list
   std::mt19937_64 rng(seed);
   for (const Parameter* p : parameters) {
-    fill_init(p->init, std::span<float>(values).subspan(static_cast<size_t>(p->offset),
-                                                          static_cast<size_t>(p->numel())),
-              rng);
+    one.resize(static_cast<size_t>(p->numel()));
+    fill_init(p->init, one, rng);
+    const int64_t from = std::max(begin, p->offset), to = std::min(end, p->offset + p->numel());
+    if (from < to) {
+      std::copy(one.begin() + (from - p->offset), one.begin() + (to - p->offset),
+                values.begin() + (from - begin));
+    }
   }
   return values;
 }
@@ -63,10 +73,12 @@ ParameterStore::ParameterStore(std::vector<Parameter*> parameters, Device device
       values_kind_(values.kind),
       values_rank_(values.rank) {
   LS_CHECK(shards >= 1, "ParameterStore: shards is ", shards, "; it must be at least 1");
-  LS_CHECK(!values_sharded() || (values.rank >= 0 && values.rank < shards &&
-                                 gradients == Gradients::kNone),
-           "ParameterStore: a store keeping range ", values.rank, " of ", shards,
-           " keeps no flat gradient buffer either (Gradients::kNone)");
+  LS_CHECK(!values_sharded() || (values.rank >= 0 && values.rank < shards),
+           "ParameterStore: range ", values.rank, " of ", shards, " does not exist; keep one of "
+           "ranges 0 to ", shards - 1);
+  LS_CHECK(!values_sharded() || gradients == Gradients::kNone,
+           "ParameterStore: a store keeping one range of the values keeps no flat gradient "
+           "buffer either (Gradients::kNone)");
   LS_CHECK(!parameters_.empty(), "ParameterStore: the model has no parameters");
   LS_CHECK(stream.device() == device, "ParameterStore: the stream is on ", stream.device().str(),
            ", the parameters go to ", device.str());
@@ -89,8 +101,12 @@ ParameterStore::ParameterStore(std::vector<Parameter*> parameters, Device device
     if (!values_sharded()) p->value = values_.view(p->offset, p->shape);
     if (grads_.defined()) p->grad = grads_.view(p->offset, p->shape);
   }
-  std::vector<float> init = initial_values(parameters_, flat_size_, seed);
-  copy_values_from_host(init.data(), stream);
+  // A store keeping one range draws every value (the draws follow the parameter list) but keeps
+  // only its range: host memory of the range and the largest parameter, not of the model.
+  const int64_t begin = values_sharded() ? values_rank_ * shard_size() : 0;
+  std::vector<float> init =
+      initial_values_range(parameters_, begin, begin + values_.numel(), seed);
+  values_.copy_from_host_async(init.data(), init.size() * sizeof(float), stream);
   zero_grad(stream);
   stream.synchronize();  // `init` must outlive the copy
 }

@@ -111,5 +111,8 @@ class ParameterStore {
 // The initial values of a model's parameters for a seed, laid out as in a ParameterStore.
 std::vector<float> initial_values(const std::vector<Parameter*>& parameters, int64_t flat_size,
                                   uint64_t seed);
+// Elements [begin, end) of the same layout (every value is drawn; only these are kept).
+std::vector<float> initial_values_range(const std::vector<Parameter*>& parameters, int64_t begin,
+                                        int64_t end, uint64_t seed);
 
 }  // namespace ls::nn

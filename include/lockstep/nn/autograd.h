@@ -218,6 +218,9 @@ class Tape {
   GradStorage grad_storage_;
   ParameterSource* source_ = nullptr;
   Tape* parameters_from_ = nullptr;  // recomputable's forward-only tape under a source: the outer
+  // A recomputed layer's tapes (its forward-only pass and its replay) hold the outer tape's
+  // parameter Vars: a layer marked inside the block must not drop their gathered values.
+  bool borrows_parameters_ = false;
   LayerClock* layer_clock_ = nullptr;
 };
 
