@@ -68,7 +68,6 @@ ParameterGather::InFlight ParameterGather::issue(Parameter& p) {
                     static_cast<int>(owner), comm_stream_);
   }
   comm_stream_.record(*out.ready);
-  ++gathers_;
   return out;
 }
 

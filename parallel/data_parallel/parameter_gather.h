@@ -50,8 +50,6 @@ class ParameterGather final : public ParameterSource {
     Tensor values_;
   };
 
-  int64_t gathers() const { return gathers_; }  // parameters gathered so far (tests)
-
  private:
   struct InFlight {
     Tensor value;
@@ -75,7 +73,6 @@ class ParameterGather final : public ParameterSource {
   std::vector<Parameter*> forward_order_;  // what the first training forward gathered
   std::vector<Parameter*> observed_;       // this forward's gathers, while learning
   bool learning_ = false;
-  int64_t gathers_ = 0;
 };
 
 }  // namespace ls

@@ -189,7 +189,6 @@ class Replica final : public GroupMember {
   Tensor optimizer_range(const Tensor& flat) const {
     return sharded() ? store_->shard_view(flat, rank_) : flat;
   }
-  const ParameterGather* parameter_gather() const { return gather_.get(); }  // ZeRO-3 only
   DataParallel::StateBytes state_bytes() const { return state_bytes_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
   RecordingCommunicator& communicator() { return recorder_; }

@@ -16,6 +16,7 @@
 #include <lockstep/transformer_config.h>
 #include "ops/elementwise.h"
 #include <lockstep/data_parallel.h>
+#include "parallel/nan_gradient.h"
 #include "parallel/random_batch.h"
 #include "parallel/training_helpers.h"
 
@@ -218,34 +219,11 @@ TEST(ShardedParameters, EvaluationGathersLayerByLayer) {
   }
 }
 
-// Identity in forward; in backward it hands its input a NaN gradient on `replica` at forward
-// number `step`: the loss stays finite and only the parameters before it get NaN gradients.
-class NaNGradientOn final : public nn::Module {
- public:
-  NaNGradientOn(int replica, int step) : poison_(current_replica() == replica), step_(step) {}
-  Var forward(Tape& tape, const Var& input) override {
-    const bool poison = poison_ && tape.recording() && ++calls_ == step_;
-    Var out = tape.output(input->value, {&input});
-    Stream& stream = tape.stream();
-    tape.record(out, {input}, [input, poison, &stream](const Tensor& dy) {
-      Tape::begin_grad(*input);
-      input->grad.copy_from(dy, stream);
-      if (poison) fill(input->grad, std::numeric_limits<float>::quiet_NaN(), stream);
-    });
-    return out;
-  }
-
- private:
-  bool poison_;
-  int step_;
-  int calls_ = 0;
-};
-
 TEST(ShardedParameters, ANonFiniteGradientInOneRangeSkipsTheStepOnEveryReplica) {
   const ModelFactory model = [] {
     auto seq = std::make_unique<nn::Sequential>();
     seq->add(std::make_unique<nn::Linear>(4, 64));
-    seq->add(std::make_unique<NaNGradientOn>(1, 2));
+    seq->add(std::make_unique<testing::NaNGradientOn>(1, 2));
     seq->add(std::make_unique<nn::ReLU>());
     seq->add(std::make_unique<nn::Linear>(64, 64));
     seq->add(std::make_unique<nn::ReLU>());
