@@ -117,6 +117,13 @@ inline void check_fused_operands(const char* op, const Tensor& q, const Tensor& 
   }
 }
 
+// FLOPs of `products` [T, T] x D products per matrix of q [batch * heads, T, D]; causal halves.
+inline double attention_flops(const Tensor& q, bool causal, int products) {
+  const double t = static_cast<double>(q.dim(1));
+  return 2.0 * static_cast<double>(q.dim(0)) * t * t * static_cast<double>(q.dim(2)) * products *
+         (causal ? 0.5 : 1.0);
+}
+
 inline void check_fused_output(const char* op, const char* name, const Tensor& out, const Tensor& q,
                                const Stream& stream) {
   op_check::tensor(op, name, out, DType::kF32, stream);
@@ -151,7 +158,12 @@ inline void attention_softmax(const Tensor& scores, const Tensor& key_valid, int
   LS_CHECK(probs.shape() == scores.shape(), op, ": probs is ", probs.describe(),
            "; expected the shape of scores (", scores.describe(), ")");
   detail::check_same_or_disjoint(op, "probs", probs, "scores", scores);
-  op_entry(&AttentionOps::attention_softmax, op, stream)(scores.f32(), valid, scores.dim(0), heads,
+  op_entry(&AttentionOps::attention_softmax, op, stream, [&] {
+    // Reads the scores it does not mask (under causal, the lower half), writes every probability.
+    Launch launch = ledger::moves("attention_softmax_kernel", {&probs, &key_valid});
+    launch.bytes += ledger::bytes(scores) * (causal ? 0.5 : 1.0);
+    return OpLaunches{launch};
+  })(scores.f32(), valid, scores.dim(0), heads,
                                                          t, causal, scale, probs.f32(), stream);
 }
 
@@ -170,7 +182,11 @@ inline void attention_softmax_backward(const Tensor& probs, const Tensor& dprobs
   }
   detail::check_same_or_disjoint(op, "dscores", dscores, "dprobs", dprobs);
   detail::check_same_or_disjoint(op, "dscores", dscores, "probs", probs);
-  op_entry(&AttentionOps::attention_softmax_backward, op, stream)(
+  op_entry(&AttentionOps::attention_softmax_backward, op, stream, [&] {
+    Launch launch = ledger::moves("attention_softmax_backward_kernel", {&dscores});
+    launch.bytes += (ledger::bytes(probs) + ledger::bytes(dprobs)) * (causal ? 0.5 : 1.0);
+    return OpLaunches{launch};
+  })(
       probs.f32(), dprobs.f32(), probs.dim(0) * probs.dim(1), probs.dim(2), causal, scale,
       dscores.f32(), stream);
 }
@@ -181,7 +197,10 @@ inline void attention_softmax_backward(const Tensor& probs, const Tensor& dprobs
 inline void split_heads(const Tensor& x, const Tensor& y, const std::array<int64_t, 5>& dims,
                         bool accumulate, Stream& stream) {
   detail::check_heads_layout("split_heads", x, y, dims, stream);
-  op_entry(&AttentionOps::split_heads, "split_heads", stream)(x.f32(), y.f32(), dims, accumulate,
+  op_entry(&AttentionOps::split_heads, "split_heads", stream, [&] {
+    return OpLaunches{ledger::moves("permute_heads_kernel",
+                                    {&x, &y, accumulate ? &y : nullptr})};
+  })(x.f32(), y.f32(), dims, accumulate,
                                                               stream);
 }
 
@@ -190,7 +209,9 @@ inline void split_heads(const Tensor& x, const Tensor& y, const std::array<int64
 inline void split_heads_bf16(const Tensor& x, const Tensor& y, const std::array<int64_t, 5>& dims,
                              Stream& stream) {
   detail::check_heads_layout("split_heads_bf16", x, y, dims, stream, DType::kBF16);
-  op_entry(&AttentionOps::split_heads_bf16, "split_heads_bf16", stream)(x.f32(), y.bf16(), dims,
+  op_entry(&AttentionOps::split_heads_bf16, "split_heads_bf16", stream, [&] {
+    return OpLaunches{ledger::moves("split_heads_bf16_kernel", {&x, &y})};
+  })(x.f32(), y.bf16(), dims,
                                                                         stream);
 }
 
@@ -198,7 +219,10 @@ inline void split_heads_bf16(const Tensor& x, const Tensor& y, const std::array<
 inline void merge_heads(const Tensor& y, const Tensor& x, const std::array<int64_t, 5>& dims,
                         bool accumulate, Stream& stream) {
   detail::check_heads_layout("merge_heads", x, y, dims, stream);
-  op_entry(&AttentionOps::merge_heads, "merge_heads", stream)(y.f32(), x.f32(), dims, accumulate,
+  op_entry(&AttentionOps::merge_heads, "merge_heads", stream, [&] {
+    return OpLaunches{ledger::moves("permute_heads_kernel",
+                                    {&y, &x, accumulate ? &x : nullptr})};
+  })(y.f32(), x.f32(), dims, accumulate,
                                                               stream);
 }
 
@@ -242,7 +266,12 @@ inline void fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
     LS_CHECK(!op_check::overlaps(out, *in), op, ": out (", out.describe(),
              ") overlaps an operand (", in->describe(), "); pass a separate tensor");
   }
-  op_entry(&AttentionOps::fused_attention, op, stream)(
+  op_entry(&AttentionOps::fused_attention, op, stream, [&] {
+    Launch launch = ledger::moves("fused_attention_kernel", {&q, &k, &v, &out, &key_valid});
+    launch.rate = q.dtype() == DType::kBF16 ? LaunchRate::kTensorCore : LaunchRate::kF32Math;
+    launch.flops = detail::attention_flops(q, causal, 2);
+    return OpLaunches{launch};
+  })(
       q.data(), k.data(), v.data(), q.dtype() == DType::kBF16,
       key_valid.defined() ? key_valid.i32() : nullptr, q.dim(0), heads, q.dim(1), q.dim(2), causal,
       scale, block_rows, out.f32(), stream);
@@ -270,7 +299,13 @@ inline void fused_attention_backward(const Tensor& q, const Tensor& k, const Ten
                "); each gradient needs a tensor of its own");
     }
   }
-  op_entry(&AttentionOps::fused_attention_backward, op, stream)(
+  op_entry(&AttentionOps::fused_attention_backward, op, stream, [&] {
+    Launch launch = ledger::moves("fused_attention_backward_kernel",
+                                  {&q, &k, &v, &dout, &dq, &dk, &dv, &key_valid});
+    launch.rate = q.dtype() == DType::kBF16 ? LaunchRate::kTensorCore : LaunchRate::kF32Math;
+    launch.flops = detail::attention_flops(q, causal, 5);  // S again, dP, dV, dQ, dK
+    return OpLaunches{launch};
+  })(
       q.data(), k.data(), v.data(), dout.data(), q.dtype() == DType::kBF16,
       key_valid.defined() ? key_valid.i32() : nullptr, q.dim(0), heads, q.dim(1), q.dim(2), causal,
       scale, block_rows, dq.f32(), dk.f32(), dv.f32(), stream);

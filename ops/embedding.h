@@ -51,7 +51,7 @@ inline void check_embedding(const char* op, const char* table_name, const Tensor
 
 inline void embedding(const Tensor& table, const Tensor& ids, const Tensor& out, Stream& stream) {
   detail::check_embedding("embedding", "table", table, ids, "out", out, stream);
-  op_entry(&EmbeddingOps::embedding, "embedding", stream)(
+  op_entry(&EmbeddingOps::embedding, "embedding", stream, [&] { return OpLaunches{ledger::moves("embedding_kernel", {&ids, &out, &out})}; })(
       table.f32(), ids.i32(), ids.numel(), table.dim(0), table.dim(1), out.f32(), stream);
 }
 
@@ -61,7 +61,12 @@ inline void embedding_backward(const Tensor& dy, const Tensor& ids, const Tensor
   detail::check_embedding("embedding_backward", "dtable", dtable, ids, "dy", dy, stream);
   LS_CHECK(!op_check::overlaps(dy, dtable), "embedding_backward: dy (", dy.describe(),
            ") and dtable (", dtable.describe(), ") share memory; pass separate buffers");
-  op_entry(&EmbeddingOps::embedding_backward, "embedding_backward", stream)(
+  op_entry(&EmbeddingOps::embedding_backward, "embedding_backward", stream, [&] {
+    // Links each id to its next position, then walks each chain per column (ops/cuda/
+    // embedding.cu): the second reads dy and the table rows it adds to, once.
+    return OpLaunches{ledger::moves("embedding_links_kernel", {&ids, &ids, &ids}),
+                      ledger::moves("embedding_chains_kernel", {&ids, &dy, &dy, &dy})};
+  })(
       dy.f32(), ids.i32(), ids.numel(), dtable.dim(0), dtable.dim(1), dtable.f32(), stream);
 }
 

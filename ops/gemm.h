@@ -54,6 +54,36 @@ struct GemmDims {
   int64_t m, n, k;
 };
 
+// What ops/cuda/gemm.cu launches for `batch` products op(A) op(B) -> C (m x n x k), for the step
+// ledger (ops/op_ledger.h): cublasSgemm on f32 (the f32 units, no TF32); a 16-bit product
+// (cublasGemmEx, tensor cores) on operands stored in 16 bits, or on 16-bit copies of f32 operands
+// that one round_operand_kernel each writes first; only a scale of C when k == 0.
+inline OpLaunches gemm_launches(bool trans_a, bool trans_b, const GemmDims& d, int64_t batch,
+                                bool stored_16bit, Precision precision, float beta) {
+  const bool batched = batch != 1;
+  if (d.m == 0 || d.n == 0 || batch == 0) return {};
+  if (d.k == 0) {
+    return {Launch{"scale_matrix_kernel", "", LaunchRate::kMemory,
+                   8.0 * static_cast<double>(d.m * d.n * batch), 0}};
+  }
+  const bool reads_c = beta != 0.0f;
+  if (precision == Precision::kF32 && !stored_16bit) {
+    return {ledger::gemm(batched ? "cublasSgemmStridedBatched" : "cublasSgemm", trans_a, trans_b,
+                         d.m, d.n, d.k, batch, 4, 4, 4, reads_c, LaunchRate::kF32Math)};
+  }
+  OpLaunches launches;
+  if (!stored_16bit) {
+    for (const int64_t elements : {d.m * d.k * batch, d.k * d.n * batch}) {
+      launches.push_back(Launch{"round_operand_kernel", "[" + std::to_string(elements) + "]",
+                                LaunchRate::kMemory, 6.0 * static_cast<double>(elements), 0});
+    }
+  }
+  launches.push_back(ledger::gemm(batched ? "cublasGemmStridedBatchedEx" : "cublasGemmEx",
+                                  trans_a, trans_b, d.m, d.n, d.k, batch, 2, 2, 4, reads_c,
+                                  LaunchRate::kTensorCore));
+  return launches;
+}
+
 // "op(a) is 784 x 128 (a is f32[128, 784] on host:0, trans_a=true)"
 inline std::string describe_gemm_operand(const char* name, const Tensor& t, bool trans,
                                          int64_t rows, int64_t cols) {
@@ -119,7 +149,9 @@ inline void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                    float alpha, float beta, Stream& stream,
                    Precision precision = Precision::kF32) {
   const detail::GemmDims d = detail::check_matmul(a, trans_a, b, trans_b, c, stream);
-  op_entry(&GemmOps::gemm, "matmul", stream)(trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(),
+  op_entry(&GemmOps::gemm, "matmul", stream, [&] {
+    return detail::gemm_launches(trans_a, trans_b, d, 1, false, precision, beta);
+  })(trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(),
                                              a.dim(1), b.f32(), b.dim(1), beta, c.f32(), c.dim(1),
                                              precision, stream);
 }
@@ -136,7 +168,9 @@ inline void matmul_bf16(const Tensor& a, bool trans_a, const Tensor& b, bool tra
     op_check::tensor("matmul_bf16", name, *t, dtype, stream);
   }
   const detail::GemmDims d = detail::check_gemm_shapes("matmul_bf16", a, trans_a, b, trans_b, c, 0);
-  op_entry(&GemmOps::gemm_bf16, "matmul_bf16", stream)(trans_a, trans_b, d.m, d.n, d.k, alpha,
+  op_entry(&GemmOps::gemm_bf16, "matmul_bf16", stream, [&] {
+    return detail::gemm_launches(trans_a, trans_b, d, 1, true, Precision::kBF16, beta);
+  })(trans_a, trans_b, d.m, d.n, d.k, alpha,
                                                        a.bf16(), a.dim(1), b.bf16(), b.dim(1),
                                                        beta, c.f32(), c.dim(1), stream);
 }
@@ -147,7 +181,9 @@ inline void matmul_batched(const Tensor& a, bool trans_a, const Tensor& b, bool 
                            const Tensor& c, int64_t batch, float alpha, float beta,
                            Stream& stream, Precision precision = Precision::kF32) {
   const detail::GemmDims d = detail::check_matmul_batched(a, trans_a, b, trans_b, c, batch, stream);
-  op_entry(&GemmOps::gemm_strided_batched, "matmul_batched", stream)(
+  op_entry(&GemmOps::gemm_strided_batched, "matmul_batched", stream, [&] {
+    return detail::gemm_launches(trans_a, trans_b, d, batch, false, precision, beta);
+  })(
       trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(), a.dim(2), a.dim(1) * a.dim(2), b.f32(),
       b.dim(2), b.dim(1) * b.dim(2), beta, c.f32(), c.dim(2), c.dim(1) * c.dim(2), batch, precision,
       stream);
@@ -160,7 +196,9 @@ inline void matmul_batched_bf16(const Tensor& a, bool trans_a, const Tensor& b, 
                                 Stream& stream) {
   const detail::GemmDims d = detail::check_matmul_batched(a, trans_a, b, trans_b, c, batch, stream,
                                                           "matmul_batched_bf16", DType::kBF16);
-  op_entry(&GemmOps::gemm_strided_batched_bf16, "matmul_batched_bf16", stream)(
+  op_entry(&GemmOps::gemm_strided_batched_bf16, "matmul_batched_bf16", stream, [&] {
+    return detail::gemm_launches(trans_a, trans_b, d, batch, true, Precision::kBF16, beta);
+  })(
       trans_a, trans_b, d.m, d.n, d.k, alpha, a.bf16(), a.dim(2), a.dim(1) * a.dim(2), b.bf16(),
       b.dim(2), b.dim(1) * b.dim(2), beta, c.f32(), c.dim(2), c.dim(1) * c.dim(2), batch, stream);
 }

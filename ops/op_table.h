@@ -10,10 +10,12 @@
 #pragma once
 
 #include <array>
+#include <type_traits>
 #include <typeindex>
 
 #include <lockstep/device.h>
 #include <lockstep/stream.h>
+#include "ops/op_ledger.h"
 
 namespace ls {
 
@@ -47,13 +49,41 @@ const Table* find_op_table(DeviceKind kind) {
   return tables[static_cast<size_t>(kind)];
 }
 
+namespace detail {
+// A kernel of any slot's signature that does nothing: what a dry-running ledger's ops call.
+template <typename Fn>
+struct NoOpKernel;
+template <typename R, typename... Args>
+struct NoOpKernel<R (*)(Args...)> {
+  static R run(Args...) {
+    if constexpr (!std::is_void_v<R>) return R{};
+  }
+};
+}  // namespace detail
+
 // The kernel in `slot` for the stream's backend; "<op> is not supported on <device>" if absent.
-template <typename Table, typename Fn>
-Fn op_entry(Fn Table::*slot, const char* op, const Stream& stream) {
+// `describe` (a callable returning OpLaunches, ops/op_ledger.h) says what the call launches on a
+// GPU; it is called only while a ledger records, and in a dry run the kernel returned does
+// nothing. Without it a recording ledger counts the call as one it has no costs for.
+template <typename Table, typename Fn, typename Describe>
+Fn op_entry(Fn Table::*slot, const char* op, const Stream& stream, Describe&& describe) {
   const Table* table = find_op_table<Table>(stream.device().kind);
   if (table == nullptr || table->*slot == nullptr)
     detail::throw_unsupported_op(op, stream.device());
+  if (OpLedger* ledger = active_op_ledger(); ledger != nullptr) [[unlikely]] {
+    if constexpr (std::is_same_v<std::decay_t<Describe>, std::nullptr_t>) {
+      ledger->record_unmodelled(op);
+    } else {
+      ledger->record(op, describe());
+    }
+    if (ledger->dry_run()) return &detail::NoOpKernel<Fn>::run;
+  }
   return table->*slot;
+}
+
+template <typename Table, typename Fn>
+Fn op_entry(Fn Table::*slot, const char* op, const Stream& stream) {
+  return op_entry(slot, op, stream, nullptr);
 }
 
 }  // namespace ls

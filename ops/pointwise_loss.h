@@ -56,7 +56,11 @@ inline void pointwise_loss_sum(PointwiseLoss kind, const Tensor& pred, const Ten
   detail::check_pred_target(op, pred, target, stream);
   op_check::tensor(op, "sum", sum, DType::kF32, stream);
   op_check::scalar(op, "sum", sum);
-  op_entry(&PointwiseLossOps::loss_sum, op, stream)(kind, pred.f32(), target.f32(), pred.numel(),
+  op_entry(&PointwiseLossOps::loss_sum, op, stream, [&] {
+    // Fixed blocks of partial sums, then one block adds them (ops/cuda/pointwise_loss.cu).
+    return OpLaunches{ledger::moves("loss_block_sums_kernel", {&pred, &target}),
+                      ledger::moves("loss_total_kernel", {&sum})};
+  })(kind, pred.f32(), target.f32(), pred.numel(),
                                                     sum.f32(), stream);
 }
 
@@ -70,7 +74,10 @@ inline void pointwise_loss_backward(PointwiseLoss kind, const Tensor& pred, cons
   op_check::tensor(op, "dpred", dpred, DType::kF32, stream);
   LS_CHECK(dpred.shape() == pred.shape(), op, ": dpred is ", dpred.describe(),
            "; expected the shape of the prediction (", pred.describe(), ")");
-  op_entry(&PointwiseLossOps::loss_backward, op, stream)(kind, pred.f32(), target.f32(),
+  op_entry(&PointwiseLossOps::loss_backward, op, stream, [&] {
+    return OpLaunches{ledger::moves("loss_backward_kernel",
+                                    {&pred, &target, &dpred, accumulate ? &dpred : nullptr})};
+  })(kind, pred.f32(), target.f32(),
                                                          pred.numel(), seed.f32(), dpred.f32(),
                                                          accumulate, stream);
 }

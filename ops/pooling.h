@@ -71,14 +71,18 @@ inline PoolDims check_pool(const char* op, const Tensor& x, const char* x_name, 
 inline void pool(const Tensor& x, const Tensor& valid, Pooling mode, const Tensor& y,
                  Stream& stream) {
   const detail::PoolDims d = detail::check_pool("pool", x, "x", valid, y, "y", stream);
-  op_entry(&PoolingOps::pool, "pool", stream)(x.f32(), valid.i32(), d.batch, d.t, d.c, mode,
+  op_entry(&PoolingOps::pool, "pool", stream, [&] {
+    return OpLaunches{ledger::moves("pool_kernel", {&x, &valid, &y})};
+  })(x.f32(), valid.i32(), d.batch, d.t, d.c, mode,
                                               y.f32(), stream);
 }
 
 inline void pool_backward(const Tensor& dy, const Tensor& valid, Pooling mode, const Tensor& dx,
                           bool accumulate, Stream& stream) {
   const detail::PoolDims d = detail::check_pool("pool_backward", dx, "dx", valid, dy, "dy", stream);
-  op_entry(&PoolingOps::pool_backward, "pool_backward", stream)(
+  op_entry(&PoolingOps::pool_backward, "pool_backward", stream, [&] {
+    return OpLaunches{ledger::moves("pool_backward_kernel", {&dy, &valid, &dx})};
+  })(
       dy.f32(), valid.i32(), d.batch, d.t, d.c, mode, dx.f32(), accumulate, stream);
 }
 
@@ -89,7 +93,9 @@ inline void token_mask(const Tensor& tokens, int32_t pad_id, const Tensor& valid
   op_check::same_numel("token_mask", "valid", valid, "tokens", tokens);
   LS_CHECK(valid.data() == tokens.data() || !op_check::overlaps(valid, tokens),
            "token_mask: valid partly overlaps tokens; pass tokens itself or a separate tensor");
-  op_entry(&PoolingOps::token_mask, "token_mask", stream)(tokens.i32(), tokens.numel(), pad_id,
+  op_entry(&PoolingOps::token_mask, "token_mask", stream, [&] {
+    return OpLaunches{ledger::moves("token_mask_kernel", {&tokens, &valid})};
+  })(tokens.i32(), tokens.numel(), pad_id,
                                                           valid.i32(), stream);
 }
 

@@ -1,6 +1,8 @@
 // CollectiveDesc's text form, fingerprint comparison and names (see parallel/comm/collective.h).
 #include "parallel/comm/collective.h"
 
+#include "ops/op_ledger.h"
+
 #include <cstdio>
 
 namespace ls {
@@ -64,6 +66,17 @@ std::string format_bytes(double bytes) {
   else if (bytes >= 1 << 10) std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / (1 << 10));
   else std::snprintf(buf, sizeof buf, "%.0f B", bytes);
   return buf;
+}
+
+void record_collective_in_ledger(const CollectiveDesc& desc, int ranks) {
+  OpLedger* ledger = active_op_ledger();
+  if (ledger == nullptr) return;
+  const double bytes = static_cast<double>(desc.bytes());
+  ledger->record("collective",
+                 {Launch{"nccl " + std::string(collective_name(desc.kind)) + " (" +
+                             std::to_string(ranks) + (ranks == 1 ? " rank)" : " ranks)"),
+                         "[" + std::to_string(desc.count) + "] " + std::string(dtype_name(desc.dtype)),
+                         LaunchRate::kMemory, 2 * bytes, 0}});
 }
 
 }  // namespace ls

@@ -74,4 +74,9 @@ std::string describe(const CollectiveDesc& desc);
 // "1.0 MiB", "512 B"
 std::string format_bytes(double bytes);
 
+// Tells the active step ledger (ops/op_ledger.h), if any, that a communicator of `ranks` ranks
+// issues `desc`: one NCCL kernel that reads and writes the rank's buffer once (the ledger prices
+// one device's step; bus traffic across GPUs is not in it). Backends call it from issue().
+void record_collective_in_ledger(const CollectiveDesc& desc, int ranks);
+
 }  // namespace ls

@@ -115,6 +115,7 @@ HostCommunicator::HostCommunicator(std::shared_ptr<HostClique> clique, int rank,
 
 void HostCommunicator::issue(CollectiveDesc desc, Stream& stream) {
   check_collective(desc, rank_, size(), device_, stream);
+  record_collective_in_ledger(desc, size());
   clique_->throw_if_failed();  // sticky: a failed clique never starts another collective
   desc.seq = clique_->note_issued(rank_);
   if (group_depth_ > 0) {

@@ -624,6 +624,7 @@ std::string NcclCommunicator::abort_reason() const { return clique_->abort_reaso
 
 void NcclCommunicator::issue(CollectiveDesc desc, Stream& stream) {
   check_collective(desc, rank_, size(), device_, stream);
+  record_collective_in_ledger(desc, size());
   const ncclDataType_t type = nccl_dtype(desc.dtype);
   // NCCL before 2.29.7 can leave the last elements of a one-rank ncclAvg unwritten
   // (NVIDIA/nccl#1950; its oneRankReduce kernel; seen on the first GPU run). The average of one

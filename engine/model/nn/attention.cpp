@@ -87,7 +87,7 @@ Var unfused(Tape& tape, const Var& qkv, const Tensor& key_valid, const Heads& hd
   // The six products per head (ops/causal_gemm.h): s = a b^T, and c = L y or L^T y for L the
   // probabilities or dS. Under a causal mask they skip the key blocks above the diagonal, where
   // L is zero; otherwise one block of all T rows is the full product.
-  const int64_t block = causal ? causal_block_rows(t, precision, dev.kind) : t;
+  const int64_t block = causal ? causal_block_rows(t, precision, planning_kind(dev.kind)) : t;
   const auto scores_of = [=](const Tensor& a, const Tensor& b, const Tensor& s, Stream& on) {
     causal_scores(a, b, s, block, on, precision);
   };
@@ -157,7 +157,7 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
                     .dev = x.device()};
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const bool drop = tape.context().training && dropout_p > 0.0f;
-  if (!drop && use_fused_attention(heads.dev.kind, t, precision))
+  if (!drop && use_fused_attention(planning_kind(heads.dev.kind), t, precision))
     return fused(tape, qkv, key_valid, heads, shape.causal, scale);
   return unfused(tape, qkv, key_valid, heads, shape.causal, scale, dropout_p, site);
 }

@@ -1,0 +1,99 @@
+// The step ledger's recorder (ops/op_ledger.h).
+#include "ops/op_ledger.h"
+
+#include <atomic>
+
+#include <lockstep/error.h>
+
+namespace ls {
+namespace {
+std::atomic<OpLedger*> g_active{nullptr};
+}  // namespace
+
+const char* launch_rate_name(LaunchRate rate) {
+  switch (rate) {
+    case LaunchRate::kMemory: return "memory";
+    case LaunchRate::kTensorCore: return "tensor core";
+    case LaunchRate::kF32Math: return "f32";
+  }
+  return "?";
+}
+
+OpLedger::OpLedger(Options options) : options_(options) {
+  OpLedger* none = nullptr;
+  LS_CHECK(g_active.compare_exchange_strong(none, this), "an OpLedger is already recording; "
+           "end it before starting another (one ledger records at a time)");
+}
+
+OpLedger::~OpLedger() { g_active.store(nullptr); }
+
+void OpLedger::record_unmodelled(const char* op) {
+  std::lock_guard lock(mutex_);
+  add(op, Launch{"(no cost description)", "", LaunchRate::kMemory, 0, 0}, false);
+}
+
+void OpLedger::record(const char* op, OpLaunches launches) {
+  std::lock_guard lock(mutex_);
+  for (Launch& launch : launches) add(op, std::move(launch), true);
+}
+
+void OpLedger::add(const char* op, Launch launch, bool modelled) {
+  {
+    for (LedgerRow& row : rows_) {
+      if (row.op == op && row.launch.kernel == launch.kernel && row.launch.shape == launch.shape) {
+        ++row.count;
+        return;
+      }
+    }
+    rows_.push_back(LedgerRow{op, std::move(launch), 1, modelled});
+  }
+}
+
+void OpLedger::clear() {
+  std::lock_guard lock(mutex_);
+  rows_.clear();
+}
+
+std::vector<LedgerRow> OpLedger::rows() const {
+  std::lock_guard lock(mutex_);
+  return rows_;
+}
+
+OpLedger* active_op_ledger() { return g_active.load(std::memory_order_relaxed); }
+
+DeviceKind planning_kind(DeviceKind actual) {
+  const OpLedger* ledger = active_op_ledger();
+  return ledger != nullptr && ledger->plan_as() ? *ledger->plan_as() : actual;
+}
+
+namespace ledger {
+
+double bytes(const Tensor& t) { return t.defined() ? static_cast<double>(t.nbytes()) : 0.0; }
+
+std::string dims(const Tensor& t) { return t.defined() ? shape_str(t.shape()) : "[]"; }
+
+Launch moves(std::string kernel, std::initializer_list<const Tensor*> tensors) {
+  Launch launch{std::move(kernel), "", LaunchRate::kMemory, 0, 0};
+  for (const Tensor* t : tensors) {
+    if (t == nullptr) continue;
+    if (launch.shape.empty()) launch.shape = dims(*t);
+    launch.bytes += bytes(*t);
+  }
+  return launch;
+}
+
+Launch gemm(std::string kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+            int64_t batch, int a_size, int b_size, int c_size, bool reads_c, LaunchRate rate) {
+  std::string shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                      (trans_a ? "T" : "N") + (trans_b ? "T" : "N");
+  if (batch != 1) shape += " x" + std::to_string(batch);
+  const double mn = static_cast<double>(m) * static_cast<double>(n);
+  const double per_product = static_cast<double>(m * k) * a_size +
+                             static_cast<double>(k * n) * b_size + mn * c_size * (reads_c ? 2 : 1);
+  return Launch{std::move(kernel), std::move(shape), rate,
+                per_product * static_cast<double>(batch),
+                2.0 * mn * static_cast<double>(k) * static_cast<double>(batch)};
+}
+
+}  // namespace ledger
+}  // namespace ls
