@@ -4,6 +4,7 @@
 // (the ops record their launches and enqueue nothing) making the choices the CUDA backend makes
 // (ops/op_ledger.h). Measured numbers always win over it; it shows progress between GPU runs.
 // Default shape: GPT-2 124M (12 x 768, 12 heads, seq 1024, vocabulary 50,257), batch 16.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -92,8 +93,11 @@ int run(const LedgerFlags& flags) {
   LS_CHECK(precision.has_value(), "--precision: unknown precision '", flags.precision,
            "'; use f32, bf16 or f16");
   const ledger::GpuRates rates = ledger::gpu_rates(flags.gpu);
-  const nn::TransformerConfig config =
+  nn::TransformerConfig config =
       nn::gpt_config(flags.layers, flags.heads, flags.hidden, flags.seq, flags.vocab);
+  // The byte vocabulary's pad id (256) means nothing to a language model's loss; keep it inside
+  // a small vocabulary.
+  config.pad_id = static_cast<int32_t>(std::min<int64_t>(config.pad_id, flags.vocab - 1));
   config.validate();
   const ledger::StepPrediction p =
       ledger::predict(record_step(config, flags.batch, *precision), rates);
@@ -124,9 +128,12 @@ int run(const LedgerFlags& flags) {
 int main(int argc, char** argv) {
   ls::LedgerFlags flags;
   CLI::App app{"lockstep-step-ledger: a GPT training step's GPU launches, priced (no GPU needed)"};
-  app.add_option("--precision", flags.precision, "f32, bf16 or f16")->capture_default_str();
+  app.add_option("--precision", flags.precision, "f32, bf16 or f16")
+      ->capture_default_str()
+      ->check(ls::cli::one_of({"f32", "bf16", "f16"}, "precision"));
   app.add_option("--gpu", flags.gpu, "h100 or h200: whose rates price the launches")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(ls::cli::one_of({"h100", "h200"}, "GPU"));
   app.add_option("--layers", flags.layers)->capture_default_str()->check(ls::cli::positive());
   app.add_option("--heads", flags.heads)->capture_default_str()->check(ls::cli::positive());
   app.add_option("--hidden", flags.hidden)->capture_default_str()->check(ls::cli::positive());

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/core/cuda_emulator/emulator.h"
 #include "engine/core/cuda_emulator/runtime_state.h"
 
 struct cublasContext {
@@ -132,6 +133,7 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!dims_ok(transa, transb, m, n, k, lda, ldb, ldc) || batch < 0)
     return CUBLAS_STATUS_INVALID_VALUE;
+  ls::cuda_emu::note_library_launch();
   for (int i = 0; i < batch; ++i) {
     sgemm(transa, transb, m, n, k, *alpha, a + i * stride_a, lda, b + i * stride_b, ldb, *beta,
           c + i * stride_c, ldc);
@@ -158,6 +160,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!dims_ok(transa, transb, m, n, k, lda, ldb, ldc) || batch < 0)
     return CUBLAS_STATUS_INVALID_VALUE;
+  ls::cuda_emu::note_library_launch();
   if (!type_ok(a_type) || !type_ok(b_type) || c_type != CUDA_R_32F ||
       compute != CUBLAS_COMPUTE_32F)
     return CUBLAS_STATUS_NOT_SUPPORTED;

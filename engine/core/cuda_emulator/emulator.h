@@ -73,6 +73,11 @@ void syncwarp(unsigned mask);
 // first. LOCKSTEP_EMULATOR_LAUNCH_LOG=<file> also writes each name there, one a line, as it is
 // first launched (the file is truncated by the process's first launch).
 std::vector<std::string> launched_kernels();
+// Work items the device was given so far, in this process: kernel launches and cuBLAS GEMM calls
+// (what the step ledger counts as launches; ops/op_ledger.h). Copies and memsets are not counted.
+int64_t device_launches();
+// The emulated cuBLAS counts each GEMM call here.
+void note_library_launch();
 // "ns::kernel<true>" -> "kernel".
 std::string kernel_name(const char* launched_as);
 // Bytes cudaMalloc may hand out on `device` (default: LOCKSTEP_EMULATED_GPU_MEMORY, else 16 GiB),

@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -454,6 +455,13 @@ std::string kernel_name(const char* launched_as) {
   return name;
 }
 
+namespace {
+std::atomic<int64_t> g_device_launches{0};
+}  // namespace
+
+int64_t device_launches() { return g_device_launches.load(); }
+void note_library_launch() { g_device_launches.fetch_add(1); }
+
 std::vector<std::string> launched_kernels() {
   LaunchLog& log = launch_log();
   std::lock_guard lock(log.mutex);
@@ -483,6 +491,7 @@ void run_launch(const char* name, dim3 grid, dim3 block, size_t shared_bytes, cu
     return;
   }
   record_launch(name);
+  g_device_launches.fetch_add(1);
   auto launch = std::make_unique<Launch>();  // ~12 KiB: not on the caller's stack
   Launch& l = *launch;
   l.name = name;
