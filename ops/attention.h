@@ -39,10 +39,14 @@ struct AttentionOps {
   // x[b, t, g, h, d] (+)= y[g, b, h, t, d]; dims = {B, T, G, H, D}.
   void (*merge_heads)(const float* y, float* x, std::array<int64_t, 5> dims, bool accumulate,
                       Stream& stream) = nullptr;
-  // Fused attention over head-major q, k, v [batch_heads, t, d], each f32 or (bf16) bf16 bits:
+};
+
+// Fused attention: a table of its own, so each backend registers it from its own file
+// (ops/host/fused_attention.cpp, ops/cuda/fused_attention.cu).
+struct FusedAttentionOps {
+  // Over head-major q, k, v [batch_heads, t, d], each f32 or (bf16) bf16 bits:
   // out [batch_heads, t, d] = softmax(scale q k^T, masked as attention_softmax) v, the
-  // probabilities never stored whole. Host only (the CUDA slot is null; nn::attention then runs
-  // the unfused ops).
+  // probabilities never stored whole.
   void (*fused_attention)(const void* q, const void* k, const void* v, bool bf16,
                           const int32_t* key_valid, int64_t batch_heads, int64_t heads, int64_t t,
                           int64_t d, bool causal, float scale, int64_t block_rows, float* out,
@@ -54,6 +58,9 @@ struct AttentionOps {
                                    int64_t heads, int64_t t, int64_t d, bool causal, float scale,
                                    int64_t block_rows, float* dq, float* dk, float* dv,
                                    Stream& stream) = nullptr;
+  // Optional: whether the two kernels take head dim d with these operands (null: every d, f32
+  // and bf16). CUDA takes bf16 with d = 16, 32 or 64; nn::attention runs the unfused ops else.
+  bool (*supports)(int64_t d, bool bf16) = nullptr;
 };
 
 namespace detail {
@@ -226,8 +233,10 @@ inline void merge_heads(const Tensor& y, const Tensor& x, const std::array<int64
                                                               stream);
 }
 
-// Whether `kind` runs fused attention: its table fills the slots (the host's does).
+// Whether `kind` runs fused attention: it has a FusedAttentionOps table (the host; CUDA when built).
 bool fused_attention_available(DeviceKind kind);
+// Whether `kind`'s fused kernels take head dim d in `precision` (f32 or bf16 operands).
+bool fused_attention_supports(DeviceKind kind, int64_t d, Precision precision);
 
 // When nn::attention takes the fused kernels where available (process-wide): kWhenFaster (the
 // default) where fused_attention_pays, kAlways, or kNever. The environment variable
@@ -245,8 +254,11 @@ void set_fused_attention_use(FusedAttentionUse use);
 // f32's rule.
 bool fused_attention_pays(int64_t t, Precision precision);
 
-// Whether nn::attention fuses on `kind` for T keys in `precision`, by fused_attention_use().
-bool use_fused_attention(DeviceKind kind, int64_t t, Precision precision);
+// Whether nn::attention fuses on `kind` for T keys of head dim d in `precision`, by
+// fused_attention_use(): never where the kernels decline d or the precision; kWhenFaster: on the
+// host by fused_attention_pays, on CUDA always (its unfused path moves the [B*H, T, T] scores,
+// probabilities and their gradients through memory; compiled, not measured on a GPU yet).
+bool use_fused_attention(DeviceKind kind, int64_t t, int64_t d, Precision precision);
 
 // out = softmax(scale q k^T + mask) v per matrix of [batch * heads, T, D], masked as
 // attention_softmax: fused, so the [T, T] probabilities are never stored whole (ops/host/
@@ -266,9 +278,10 @@ inline void fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
     LS_CHECK(!op_check::overlaps(out, *in), op, ": out (", out.describe(),
              ") overlaps an operand (", in->describe(), "); pass a separate tensor");
   }
-  op_entry(&AttentionOps::fused_attention, op, stream, [&] {
-    Launch launch = ledger::moves("fused_attention_kernel", {&q, &k, &v, &out, &key_valid});
-    launch.rate = q.dtype() == DType::kBF16 ? LaunchRate::kTensorCore : LaunchRate::kF32Math;
+  op_entry(&FusedAttentionOps::fused_attention, op, stream, [&] {
+    // ops/cuda/fused_attention.cu: S = Q K^T and O = P V in one kernel.
+    Launch launch = ledger::moves("fused_attention_forward_kernel", {&q, &k, &v, &out, &key_valid});
+    launch.rate = LaunchRate::kFusedAttention;
     launch.flops = detail::attention_flops(q, causal, 2);
     return OpLaunches{launch};
   })(
@@ -299,12 +312,18 @@ inline void fused_attention_backward(const Tensor& q, const Tensor& k, const Ten
                "); each gradient needs a tensor of its own");
     }
   }
-  op_entry(&AttentionOps::fused_attention_backward, op, stream, [&] {
-    Launch launch = ledger::moves("fused_attention_backward_kernel",
-                                  {&q, &k, &v, &dout, &dq, &dk, &dv, &key_valid});
-    launch.rate = q.dtype() == DType::kBF16 ? LaunchRate::kTensorCore : LaunchRate::kF32Math;
-    launch.flops = detail::attention_flops(q, causal, 5);  // S again, dP, dV, dQ, dK
-    return OpLaunches{launch};
+  op_entry(&FusedAttentionOps::fused_attention_backward, op, stream, [&] {
+    // ops/cuda/fused_attention.cu: dQ (S and dP twice, dS K) then dK and dV (S, dP, P^T dO,
+    // dS^T Q); see Note [Fused attention on CUDA].
+    Launch for_dq =
+        ledger::moves("fused_attention_dq_kernel", {&q, &k, &v, &dout, &dq, &key_valid});
+    for_dq.rate = LaunchRate::kFusedAttention;
+    for_dq.flops = detail::attention_flops(q, causal, 5);
+    Launch for_dkdv =
+        ledger::moves("fused_attention_dkdv_kernel", {&q, &k, &v, &dout, &dk, &dv, &key_valid});
+    for_dkdv.rate = LaunchRate::kFusedAttention;
+    for_dkdv.flops = detail::attention_flops(q, causal, 4);
+    return OpLaunches{for_dq, for_dkdv};
   })(
       q.data(), k.data(), v.data(), dout.data(), q.dtype() == DType::kBF16,
       key_valid.defined() ? key_valid.i32() : nullptr, q.dim(0), heads, q.dim(1), q.dim(2), causal,

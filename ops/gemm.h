@@ -63,8 +63,8 @@ inline OpLaunches gemm_launches(bool trans_a, bool trans_b, const GemmDims& d, i
   const bool batched = batch != 1;
   if (d.m == 0 || d.n == 0 || batch == 0) return {};
   if (d.k == 0) {
-    return {Launch{"scale_matrix_kernel", "", LaunchRate::kMemory,
-                   8.0 * static_cast<double>(d.m * d.n * batch), 0}};
+    return {ledger::elementwise("scale_matrix_kernel", d.m * d.n * batch,
+                                8.0 * static_cast<double>(d.m * d.n * batch))};
   }
   const bool reads_c = beta != 0.0f;
   if (precision == Precision::kF32 && !stored_16bit) {
@@ -74,8 +74,8 @@ inline OpLaunches gemm_launches(bool trans_a, bool trans_b, const GemmDims& d, i
   OpLaunches launches;
   if (!stored_16bit) {
     for (const int64_t elements : {d.m * d.k * batch, d.k * d.n * batch}) {
-      launches.push_back(Launch{"round_operand_kernel", "[" + std::to_string(elements) + "]",
-                                LaunchRate::kMemory, 6.0 * static_cast<double>(elements), 0});
+      launches.push_back(ledger::elementwise("round_operand_kernel", elements,
+                                             6.0 * static_cast<double>(elements)));
     }
   }
   launches.push_back(ledger::gemm(batched ? "cublasGemmStridedBatchedEx" : "cublasGemmEx",

@@ -2,6 +2,7 @@
 #include "ops/op_ledger.h"
 
 #include <atomic>
+#include <cstdio>
 
 #include <lockstep/error.h>
 
@@ -15,6 +16,7 @@ const char* launch_rate_name(LaunchRate rate) {
     case LaunchRate::kMemory: return "memory";
     case LaunchRate::kTensorCore: return "tensor core";
     case LaunchRate::kF32Math: return "f32";
+    case LaunchRate::kFusedAttention: return "fused attention";
   }
   return "?";
 }
@@ -72,6 +74,12 @@ double bytes(const Tensor& t) { return t.defined() ? static_cast<double>(t.nbyte
 
 std::string dims(const Tensor& t) { return t.defined() ? shape_str(t.shape()) : "[]"; }
 
+Launch elementwise(std::string kernel, int64_t elements, double bytes) {
+  char shape[32];  // snprintf: GCC 12 warns falsely on "[" + std::to_string(...) (-Wrestrict)
+  std::snprintf(shape, sizeof shape, "[%lld]", static_cast<long long>(elements));
+  return Launch{std::move(kernel), shape, LaunchRate::kMemory, bytes, 0};
+}
+
 Launch moves(std::string kernel, std::initializer_list<const Tensor*> tensors) {
   Launch launch{std::move(kernel), "", LaunchRate::kMemory, 0, 0};
   for (const Tensor* t : tensors) {
@@ -84,13 +92,19 @@ Launch moves(std::string kernel, std::initializer_list<const Tensor*> tensors) {
 
 Launch gemm(std::string kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
             int64_t batch, int a_size, int b_size, int c_size, bool reads_c, LaunchRate rate) {
-  std::string shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
-                      (trans_a ? "T" : "N") + (trans_b ? "T" : "N");
-  if (batch != 1) shape += " x" + std::to_string(batch);
+  char shape[96];
+  const int written = std::snprintf(shape, sizeof shape, "%lldx%lldx%lld %c%c",
+                                    static_cast<long long>(m), static_cast<long long>(n),
+                                    static_cast<long long>(k), trans_a ? 'T' : 'N',
+                                    trans_b ? 'T' : 'N');
+  if (batch != 1) {
+    std::snprintf(shape + written, sizeof shape - static_cast<size_t>(written), " x%lld",
+                  static_cast<long long>(batch));
+  }
   const double mn = static_cast<double>(m) * static_cast<double>(n);
   const double per_product = static_cast<double>(m * k) * a_size +
                              static_cast<double>(k * n) * b_size + mn * c_size * (reads_c ? 2 : 1);
-  return Launch{std::move(kernel), std::move(shape), rate,
+  return Launch{std::move(kernel), shape, rate,
                 per_product * static_cast<double>(batch),
                 2.0 * mn * static_cast<double>(k) * static_cast<double>(batch)};
 }

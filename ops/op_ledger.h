@@ -22,9 +22,11 @@
 namespace ls {
 
 // Which ceiling bounds a launch's arithmetic: memory-bound kernels have none that matters; GEMMs
-// on 16-bit operands run on tensor cores; f32 GEMMs (no TF32) on the f32 units.
-enum class LaunchRate : uint8_t { kMemory, kTensorCore, kF32Math };
-const char* launch_rate_name(LaunchRate rate);  // "memory", "tensor core", "f32"
+// on 16-bit operands run on tensor cores; f32 GEMMs (no TF32) on the f32 units; fused attention
+// on tensor cores, at the lower rate flash-style kernels reach (softmax between the products).
+enum class LaunchRate : uint8_t { kMemory, kTensorCore, kF32Math, kFusedAttention };
+// "memory", "tensor core", "f32", "fused attention"
+const char* launch_rate_name(LaunchRate rate);
 
 // One kernel or library call of an op, as the CUDA backend makes it.
 struct Launch {
@@ -88,6 +90,8 @@ DeviceKind planning_kind(DeviceKind actual);
 namespace ledger {
 double bytes(const Tensor& t);  // 0 for an undefined tensor
 std::string dims(const Tensor& t);  // "[16384, 768]"
+// A memory-bound launch over `elements` elements (shape "[elements]") moving `bytes`.
+Launch elementwise(std::string kernel, int64_t elements, double bytes);
 // A memory-bound launch moving the given tensors once each (shape: the first's).
 Launch moves(std::string kernel, std::initializer_list<const Tensor*> tensors);
 // A GEMM C[m, n] (+)= op(A) op(B) of `batch` products: operands of a_size/b_size bytes an element,

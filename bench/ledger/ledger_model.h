@@ -3,7 +3,9 @@
 // Rates (issue 40): 16-bit GEMMs at 800 TFLOP/s (about 80% of the 989 TFLOP/s dense bf16 peak,
 // what a bf16 8192^3 product reaches on an H100 or H200), f32 GEMMs at 80% of the f32 peak
 // (67 TFLOP/s; gpu-check measured cublasSgemm at 51.1 on an H200), memory at 80% of the HBM
-// bandwidth (H100 SXM 3.35 TB/s, H200 4.8 TB/s), and no launch under kLaunchFloorUs.
+// bandwidth (H100 SXM 3.35 TB/s, H200 4.8 TB/s), and no launch under kLaunchFloorUs. Fused
+// attention at 300 TFLOP/s, about what FlashAttention-2 reaches on an H100 at head dim 64: an
+// assumption until gpu-check measures lockstep's own kernels (ops/cuda/fused_attention.cu).
 #pragma once
 
 #include <string>
@@ -17,6 +19,7 @@ struct GpuRates {
   std::string name;        // "h100"
   double tensor_flops;     // 16-bit GEMM FLOP/s reached
   double f32_flops;        // f32 GEMM FLOP/s reached
+  double attention_flops;  // fused attention FLOP/s reached
   double bytes_per_s;      // memory traffic reached
   double peak_bf16_flops;  // the MFU denominator: 989e12
 };

@@ -105,10 +105,11 @@ int run(const LedgerFlags& flags) {
   const double model_flops = tokens * config.train_flops_per_token(flags.seq);
   const double mfu = model_flops / (p.step_seconds * rates.peak_bf16_flops);
   std::printf("step ledger: %s, batch %lld, %s, on %s (GEMMs %.0f TFLOP/s, f32 %.1f TFLOP/s, "
-              "memory %.2f TB/s, each launch >= %.0f us)\n\n",
+              "fused attention %.0f TFLOP/s, memory %.2f TB/s, each launch >= %.0f us)\n\n",
               config.describe().c_str(), static_cast<long long>(flags.batch),
               precision_name(*precision), rates.name.c_str(), rates.tensor_flops / 1e12,
-              rates.f32_flops / 1e12, rates.bytes_per_s / 1e12, ledger::kLaunchFloorUs);
+              rates.f32_flops / 1e12, rates.attention_flops / 1e12, rates.bytes_per_s / 1e12,
+              ledger::kLaunchFloorUs);
   print_table(p);
   std::printf("\n%lld launches, %.1f GB moved, %.2f TFLOP launched (model: %.2f TFLOP)\n",
               static_cast<long long>(p.launches), p.bytes / 1e9, p.flops / 1e12,

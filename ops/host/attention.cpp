@@ -8,7 +8,6 @@
 
 #include "engine/core/host/host_device.h"
 #include "ops/host/bf16_convert.h"
-#include "ops/host/fused_attention.h"
 #include "ops/host/host_ops.h"
 #include "ops/host/softmax_rows.h"
 
@@ -108,8 +107,6 @@ const AttentionOps kHostAttention{
     .split_heads = split_heads,
     .split_heads_bf16 = split_heads_bf16,
     .merge_heads = merge_heads,
-    .fused_attention = host_fused_attention,
-    .fused_attention_backward = host_fused_attention_backward,
 };
 LS_REGISTER_OP_TABLE(AttentionOps, DeviceKind::kHost, kHostAttention);
 

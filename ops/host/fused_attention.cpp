@@ -286,10 +286,22 @@ std::atomic<FusedAttentionUse>& use_setting() {
 }
 }  // namespace
 
+const FusedAttentionOps kHostFusedAttention{
+    .fused_attention = host_fused_attention,
+    .fused_attention_backward = host_fused_attention_backward,
+};
+LS_REGISTER_OP_TABLE(FusedAttentionOps, DeviceKind::kHost, kHostFusedAttention);
+
 bool fused_attention_available(DeviceKind kind) {
-  const AttentionOps* table = find_op_table<AttentionOps>(kind);
+  const FusedAttentionOps* table = find_op_table<FusedAttentionOps>(kind);
   return table != nullptr && table->fused_attention != nullptr &&
          table->fused_attention_backward != nullptr;
+}
+
+bool fused_attention_supports(DeviceKind kind, int64_t d, Precision precision) {
+  if (!fused_attention_available(kind) || precision == Precision::kF16) return false;
+  const FusedAttentionOps* table = find_op_table<FusedAttentionOps>(kind);
+  return table->supports == nullptr || table->supports(d, precision == Precision::kBF16);
 }
 
 FusedAttentionUse fused_attention_use() { return use_setting().load(std::memory_order_relaxed); }
@@ -301,15 +313,15 @@ bool fused_attention_pays(int64_t t, Precision precision) {
   return t >= (precision == Precision::kBF16 && !onednn::native_bf16_enabled() ? 256 : 512);
 }
 
-bool use_fused_attention(DeviceKind kind, int64_t t, Precision precision) {
-  if (precision == Precision::kF16 || !fused_attention_available(kind)) return false;
+bool use_fused_attention(DeviceKind kind, int64_t t, int64_t d, Precision precision) {
+  if (!fused_attention_supports(kind, d, precision)) return false;
   switch (fused_attention_use()) {
     case FusedAttentionUse::kAlways:
       return true;
     case FusedAttentionUse::kNever:
       return false;
     case FusedAttentionUse::kWhenFaster:
-      return fused_attention_pays(t, precision);
+      return kind == DeviceKind::kCuda || fused_attention_pays(t, precision);
   }
   return false;
 }

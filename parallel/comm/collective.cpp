@@ -71,12 +71,13 @@ std::string format_bytes(double bytes) {
 void record_collective_in_ledger(const CollectiveDesc& desc, int ranks) {
   OpLedger* ledger = active_op_ledger();
   if (ledger == nullptr) return;
-  const double bytes = static_cast<double>(desc.bytes());
-  ledger->record("collective",
-                 {Launch{"nccl " + std::string(collective_name(desc.kind)) + " (" +
-                             std::to_string(ranks) + (ranks == 1 ? " rank)" : " ranks)"),
-                         "[" + std::to_string(desc.count) + "] " + std::string(dtype_name(desc.dtype)),
-                         LaunchRate::kMemory, 2 * bytes, 0}});
+  const std::string name(collective_name(desc.kind)), type(dtype_name(desc.dtype));
+  char kernel[64], shape[64];
+  std::snprintf(kernel, sizeof kernel, "nccl %s (%d rank%s)", name.c_str(), ranks,
+                ranks == 1 ? "" : "s");
+  std::snprintf(shape, sizeof shape, "[%zu] %s", desc.count, type.c_str());
+  ledger->record("collective", {Launch{kernel, shape, LaunchRate::kMemory,
+                                       2 * static_cast<double>(desc.bytes()), 0}});
 }
 
 }  // namespace ls

@@ -212,9 +212,15 @@ TEST_F(FusedAttentionTest, RepeatsBitForBit) {
   }
 }
 
-TEST_F(FusedAttentionTest, OnlyTheHostHasTheKernels) {
+TEST_F(FusedAttentionTest, TheHostAndCudaBuildsHaveTheKernels) {
   EXPECT_TRUE(fused_attention_available(DeviceKind::kHost));
-  EXPECT_FALSE(fused_attention_available(DeviceKind::kCuda));
+  EXPECT_EQ(fused_attention_available(DeviceKind::kCuda), built_with_cuda());
+  // The host takes any head dim in f32 and bf16; CUDA bf16 with 16, 32 or 64.
+  EXPECT_TRUE(fused_attention_supports(DeviceKind::kHost, 24, Precision::kF32));
+  EXPECT_FALSE(fused_attention_supports(DeviceKind::kHost, 16, Precision::kF16));
+  EXPECT_EQ(fused_attention_supports(DeviceKind::kCuda, 64, Precision::kBF16), built_with_cuda());
+  EXPECT_FALSE(fused_attention_supports(DeviceKind::kCuda, 64, Precision::kF32));
+  EXPECT_FALSE(fused_attention_supports(DeviceKind::kCuda, 128, Precision::kBF16));
 }
 
 // nn::attention's choice: by length where fusing measured faster, or forced either way; never
@@ -223,17 +229,20 @@ TEST_F(FusedAttentionTest, UseFollowsTheSettingAndTheMeasurements) {
   const FusedAttentionUse was = fused_attention_use();
   const auto host = DeviceKind::kHost;
   set_fused_attention_use(FusedAttentionUse::kWhenFaster);
-  EXPECT_FALSE(use_fused_attention(host, 128, Precision::kF32));
-  EXPECT_TRUE(use_fused_attention(host, 1024, Precision::kF32));
-  EXPECT_EQ(use_fused_attention(host, 300, Precision::kBF16), !onednn::native_bf16_enabled());
-  EXPECT_FALSE(use_fused_attention(host, 1024, Precision::kF16));
+  EXPECT_FALSE(use_fused_attention(host, 128, 16, Precision::kF32));
+  EXPECT_TRUE(use_fused_attention(host, 1024, 16, Precision::kF32));
+  EXPECT_EQ(use_fused_attention(host, 300, 16, Precision::kBF16), !onednn::native_bf16_enabled());
+  EXPECT_FALSE(use_fused_attention(host, 1024, 16, Precision::kF16));
   set_fused_attention_use(FusedAttentionUse::kAlways);
-  EXPECT_TRUE(use_fused_attention(host, 8, Precision::kF32));
-  EXPECT_TRUE(use_fused_attention(host, 8, Precision::kBF16));
-  EXPECT_FALSE(use_fused_attention(host, 8, Precision::kF16));
-  EXPECT_FALSE(use_fused_attention(DeviceKind::kCuda, 1024, Precision::kF32));
+  EXPECT_TRUE(use_fused_attention(host, 8, 16, Precision::kF32));
+  EXPECT_TRUE(use_fused_attention(host, 8, 16, Precision::kBF16));
+  EXPECT_FALSE(use_fused_attention(host, 8, 16, Precision::kF16));
+  EXPECT_FALSE(use_fused_attention(DeviceKind::kCuda, 1024, 16, Precision::kF32));
+  EXPECT_EQ(use_fused_attention(DeviceKind::kCuda, 1024, 64, Precision::kBF16), built_with_cuda());
+  set_fused_attention_use(FusedAttentionUse::kWhenFaster);  // CUDA fuses at any length
+  EXPECT_EQ(use_fused_attention(DeviceKind::kCuda, 64, 64, Precision::kBF16), built_with_cuda());
   set_fused_attention_use(FusedAttentionUse::kNever);
-  EXPECT_FALSE(use_fused_attention(host, 1024, Precision::kF32));
+  EXPECT_FALSE(use_fused_attention(host, 1024, 16, Precision::kF32));
   set_fused_attention_use(was);
 }
 

@@ -117,7 +117,7 @@ TEST(OpLedger, EveryOpOfTheStepDescribesItsLaunches) {
 TEST(OpLedger, ADryRunRecordsWhatARealRunLaunches) {
   for (Precision p : {Precision::kF32, Precision::kBF16}) {
     const auto real = record_step(TinyGpt{}, p, {});
-    const auto dry = record_step(TinyGpt{}, p, {.dry_run = true});
+    const auto dry = record_step(TinyGpt{}, p, {.dry_run = true, .plan_as = std::nullopt});
     ASSERT_EQ(real.size(), dry.size());
     for (size_t i = 0; i < real.size(); ++i) {
       EXPECT_EQ(real[i].op, dry[i].op);
@@ -132,13 +132,13 @@ TEST(OpLedger, PlanningAsCudaTakesCudasAttention) {
   // The host fuses bf16 attention from T = 256; CUDA has no fused kernel, so a ledger planning
   // as CUDA records the unfused softmax instead.
   const TinyGpt shape{.layers = 1, .batch = 1, .seq = 256};
-  const auto host = counts_of(record_step(shape, Precision::kBF16, {.dry_run = true}));
+  const auto host = counts_of(record_step(shape, Precision::kBF16, {.dry_run = true, .plan_as = std::nullopt}));
   const auto cuda = counts_of(
       record_step(shape, Precision::kBF16, {.dry_run = true, .plan_as = DeviceKind::kCuda}));
-  const bool host_fuses = use_fused_attention(DeviceKind::kHost, 256, Precision::kBF16);
+  const bool host_fuses = use_fused_attention(DeviceKind::kHost, 256, 8, Precision::kBF16);
   EXPECT_EQ(host.count({"attention_softmax", "attention_softmax_kernel"}), host_fuses ? 0u : 1u);
   EXPECT_EQ(cuda.count({"attention_softmax", "attention_softmax_kernel"}),
-            use_fused_attention(DeviceKind::kCuda, 256, Precision::kBF16) ? 0u : 1u);
+            use_fused_attention(DeviceKind::kCuda, 256, 8, Precision::kBF16) ? 0u : 1u);
 }
 
 TEST(OpLedger, OneRecordsAtATime) {

@@ -157,7 +157,7 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
                     .dev = x.device()};
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const bool drop = tape.context().training && dropout_p > 0.0f;
-  if (!drop && use_fused_attention(planning_kind(heads.dev.kind), t, precision))
+  if (!drop && use_fused_attention(planning_kind(heads.dev.kind), t, d, precision))
     return fused(tape, qkv, key_valid, heads, shape.causal, scale);
   return unfused(tape, qkv, key_valid, heads, shape.causal, scale, dropout_p, site);
 }
