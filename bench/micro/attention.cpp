@@ -63,6 +63,7 @@ void run_softmax(benchmark::State& state, Device device, int64_t t, int per_iter
   state.counters["GBps"] =
       benchmark::Counter(bytes * per_iteration * static_cast<double>(state.iterations()),
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  report_time_per_call(state, per_iteration);
 }
 
 void run_qk(benchmark::State& state, Device device, int64_t t, int per_iteration) {
@@ -83,6 +84,7 @@ void run_qk(benchmark::State& state, Device device, int64_t t, int per_iteration
   state.counters["GFLOPs"] = benchmark::Counter(
       gemm_flops(t, t, kHeadDim) * bh * per_iteration * static_cast<double>(state.iterations()),
       benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  report_time_per_call(state, per_iteration);
 }
 
 // x as attention's products take it: cast to bf16 once in bf16, as nn::attention does.
@@ -127,6 +129,7 @@ void run_causal_products(benchmark::State& state, Device device, Precision preci
   state.counters["GFLOPs"] = benchmark::Counter(
       6 * gemm_flops(t, t, kHeadDim) * bh * per_iteration * static_cast<double>(state.iterations()),
       benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  report_time_per_call(state, per_iteration);
 }
 
 // One layer's causal attention forward and backward, fused (block_rows >= 0) or unfused (< 0).

@@ -1,11 +1,13 @@
 // Small helpers shared by the benchmark files: the MLP the numbers are quoted for, a random
-// batch, and the flop count of a GEMM. Header-only; nothing here touches a device.
+// batch, the flop count of a GEMM, the per-call time counter. Header-only; nothing here touches a
+// device.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include <benchmark/benchmark.h>
 #include <lockstep/data/sampler.h>
 
 namespace ls::bench {
@@ -42,5 +44,14 @@ inline data::Batch random_tokens(int64_t size, int64_t seq, int32_t vocab) {
 }
 
 inline double gemm_flops(int64_t m, int64_t n, int64_t k) { return 2.0 * m * n * k; }
+
+// The time of one call, for benchmarks whose iteration makes `calls` of them between two
+// synchronizes (the CUDA ones enqueue 20): the Time column is per iteration, s_per_call is per
+// call ("280u": 280 us).
+inline void report_time_per_call(benchmark::State& state, int calls) {
+  state.counters["s_per_call"] =
+      benchmark::Counter(static_cast<double>(calls) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
 
 }  // namespace ls::bench

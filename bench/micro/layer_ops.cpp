@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench/micro/bench_config.h"
+#include "bench/micro/bench_util.h"
 #include "engine/core/runtime.h"
 #include <lockstep/tensor.h>
 #include "ops/embedding.h"
@@ -45,6 +46,7 @@ void timed(benchmark::State& state, Stream& stream, double bytes, int per_iterat
   state.counters["GBps"] =
       benchmark::Counter(bytes * per_iteration * static_cast<double>(state.iterations()),
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  report_time_per_call(state, per_iteration);
 }
 
 void run_layernorm(benchmark::State& state, Device device, bool backward, int per_iteration) {

@@ -71,6 +71,15 @@ std::string format_bytes(double bytes) {
 void record_collective_in_ledger(const CollectiveDesc& desc, int ranks) {
   OpLedger* ledger = active_op_ledger();
   if (ledger == nullptr) return;
+  // One rank: recv = send, so nothing, or a copy (Note [One rank needs no NCCL]).
+  if (ranks == 1) {
+    if (desc.send != desc.recv && desc.bytes() > 0) {
+      ledger->record("collective", {ledger::elementwise("copy (one rank)",
+                                                        static_cast<int64_t>(desc.count),
+                                                        2 * static_cast<double>(desc.bytes()))});
+    }
+    return;
+  }
   const std::string name(collective_name(desc.kind)), type(dtype_name(desc.dtype));
   char kernel[64], shape[64];
   std::snprintf(kernel, sizeof kernel, "nccl %s (%d rank%s)", name.c_str(), ranks,

@@ -75,8 +75,9 @@ std::string describe(const CollectiveDesc& desc);
 std::string format_bytes(double bytes);
 
 // Tells the active step ledger (ops/op_ledger.h), if any, that a communicator of `ranks` ranks
-// issues `desc`: one NCCL kernel that reads and writes the rank's buffer once (the ledger prices
-// one device's step; bus traffic across GPUs is not in it). Backends call it from issue().
+// issues `desc` as the NCCL backend does it: one kernel that reads and writes the rank's buffer
+// once (the ledger prices one device's step; bus traffic across GPUs is not in it), and for one
+// rank a copy or nothing (Note [One rank needs no NCCL]). Backends call it from issue().
 void record_collective_in_ledger(const CollectiveDesc& desc, int ranks);
 
 }  // namespace ls

@@ -79,6 +79,7 @@
 
 #include "engine/core/cuda/cuda_runtime.h"
 #include "engine/core/cuda/cuda_stream_access.h"
+#include "engine/core/runtime.h"
 #include <lockstep/device.h>
 #include <lockstep/error.h>
 #include "parallel/comm/collective.h"
@@ -626,12 +627,18 @@ void NcclCommunicator::issue(CollectiveDesc desc, Stream& stream) {
   check_collective(desc, rank_, size(), device_, stream);
   record_collective_in_ledger(desc, size());
   const ncclDataType_t type = nccl_dtype(desc.dtype);
-  // NCCL before 2.29.7 can leave the last elements of a one-rank ncclAvg unwritten
-  // (NVIDIA/nccl#1950; its oneRankReduce kernel; seen on the first GPU run). The average of one
-  // rank is its input, which a one-rank sum also gives (a copy), so one rank sums.
-  const ncclRedOp_t op =
-      desc.op == ReduceOp::kAvg && size() == 1 ? ncclSum : nccl_op(desc.op);
   desc.seq = ++issued_;
+  // Note [One rank needs no NCCL]: every collective of one rank leaves recv equal to send (the
+  // sum, average or maximum of one buffer, a gather or broadcast of one, is that buffer), so an
+  // in-place call does nothing and another one copies. NCCL would launch a kernel for each (a
+  // graph node per gradient bucket in a one-GPU step), and before 2.29.7 its one-rank average
+  // left the last elements unwritten (NVIDIA/nccl#1950, seen on the first GPU run).
+  if (size() == 1) {
+    if (desc.send != desc.recv && desc.bytes() > 0)
+      device_runtime(device_).copy_async(desc.recv, desc.send, desc.bytes(), stream);
+    return;
+  }
+  const ncclRedOp_t op = nccl_op(desc.op);
   clique_->collective(local_, desc, stream, [&](ncclComm_t comm, cudaStream_t s) {
     const CollectiveDesc& d = desc;
     switch (d.kind) {
