@@ -1,13 +1,16 @@
 // The GPU ceilings, registered only when cuda_availability() finds a GPU: device-to-device copy
 // bandwidth on cuda:0 through the runtime's copy_async (cudaMemcpyAsync). GBps counts the bytes
-// copied (the memory moves twice that: one read, one write), as nvbandwidth and
-// cudaMemcpy benchmarks report it. The GPU's GEMM rate is ceiling/gpu/gemm/... in gemm.cpp.
+// read plus the bytes written (twice the bytes copied), as the memory-bound kernels' GBps count
+// theirs, so a kernel's GBps over this one is its share of what the memory delivers (nvbandwidth
+// reports the bytes copied: half this). s_per_call is one copy's time. The GPU's GEMM rate is
+// ceiling/gpu/gemm/... in gemm.cpp.
 // Written against the backend-neutral runtime only, so it compiles in every build.
 #include <benchmark/benchmark.h>
 
 #include <string>
 
 #include "bench/micro/bench_config.h"
+#include "bench/micro/bench_util.h"
 #include "engine/core/runtime.h"
 #include <lockstep/tensor.h>
 
@@ -30,9 +33,11 @@ void run_d2d_copy(benchmark::State& state, Device device, size_t bytes) {
     stream->synchronize();
   }
   state.counters["GBps"] = benchmark::Counter(
-      static_cast<double>(bytes) * kCopiesPerIteration * static_cast<double>(state.iterations()),
+      2.0 * static_cast<double>(bytes) * kCopiesPerIteration *
+          static_cast<double>(state.iterations()),
       benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.counters["size"] = static_cast<double>(bytes);
+  report_time_per_call(state, kCopiesPerIteration);
 }
 
 void register_gpu_ceilings(const BenchConfig& config) {

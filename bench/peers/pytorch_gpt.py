@@ -26,6 +26,12 @@ master weights, grads and AdamW state stay f32. "precision" in the JSON says whi
   python3 bench/peers/pytorch_gpt.py --layers 4 --hidden 256 --heads 4 --seq 128 --vocab 258 \\
       --batch 8 --steps 30 --warmup 5 --threads 1 --precision bf16 --json out/gpt-pytorch.json
 
+--device cuda runs on the first GPU instead, as nanoGPT trains GPT-2 there: bf16 autocast on
+CUDA, F.scaled_dot_product_attention (its flash kernel for causal bf16), fused AdamW, TF32
+allowed for the f32 matmuls autocast leaves, and each step timed to a torch.cuda.synchronize().
+scripts/gpu-check runs it at the GPT-2 124M step (12 x 768, seq 1024, batch 16, vocabulary
+50,257, --compile on) as the same-card peer of lockstep-bench's Gpt2/124M/cuda:0/bf16.
+
 tokens_per_s = batch * seq / median step time over the timed steps (after --warmup);
 samples_per_s = sequences/s likewise. --processes N (> 1) runs N DDP processes over gloo
 (torch.multiprocessing spawn), each with --batch sequences of its own and --threads threads:
@@ -67,6 +73,8 @@ def parse_args(argv):
     p.add_argument("--precision", default="f32", choices=["f32", "bf16"],
                    help="bf16: forward and loss under torch.autocast bfloat16 (weights, grads, "
                         "optimizer f32)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="cuda: the first GPU (one process); cpu: host threads")
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
     for name in ("layers", "hidden", "heads", "seq", "vocab", "batch", "steps", "windows", "threads",
@@ -75,6 +83,8 @@ def parse_args(argv):
             p.error(f"--{name} must be positive")
     if a.hidden % a.heads:
         p.error(f"--hidden {a.hidden} does not divide by --heads {a.heads}")
+    if a.device == "cuda" and a.processes != 1:
+        p.error("--device cuda runs one process on the first GPU: drop --processes")
     if a.data and a.vocab < 256:
         p.error("--data gives byte tokens 0..255: --vocab must be at least 256")
     if not 0 <= a.dropout < 1:
@@ -160,16 +170,22 @@ def premade_batches(a, torch, rank=0):
 
 def measure(a, torch, use_compile, rank=0, world=1):
     torch.manual_seed(a.seed)
+    cuda = a.device == "cuda"
     model = build_model(a, torch).train()
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        model = model.to("cuda")
     opt, opt_impl = make_optimizer(model, a, torch)
     wrapped = model
     if world > 1:  # DDP: each process its own batch; gradients averaged over gloo, bucketed
         wrapped = torch.nn.parallel.DistributedDataParallel(model)
     net = torch.compile(wrapped) if use_compile else wrapped
-    batches = [(b[:, :-1].contiguous(), b[:, 1:].contiguous())
+    batches = [(b[:, :-1].contiguous().to(a.device), b[:, 1:].contiguous().to(a.device))
                for b in premade_batches(a, torch, rank)]
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     if a.precision == "bf16":
-        autocast = lambda: torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+        autocast = lambda: torch.autocast(device_type=a.device, dtype=torch.bfloat16)
     else:
         autocast = contextlib.nullcontext
     losses, step_s = [], []
@@ -182,6 +198,7 @@ def measure(a, torch, use_compile, rank=0, world=1):
             loss = net(ids, targets)
         loss.backward()
         opt.step()
+        sync()
         dt = time.perf_counter() - t0
         losses.append(loss.detach())
         if s >= a.warmup:
@@ -194,7 +211,8 @@ def measure(a, torch, use_compile, rank=0, world=1):
         windows.append(len(part) * a.batch * a.seq / sum(part))
     median = statistics.median(step_s)
     windows = [w * world for w in windows]
-    return {"devices": world, "device_list": ",".join(f"host:{r}" for r in range(world)),
+    device_list = "cuda:0" if cuda else ",".join(f"host:{r}" for r in range(world))
+    return {"devices": world, "device_list": device_list,
             "global_batch": a.batch * world,
             "samples_per_s": world * a.batch / median, "per_device_samples_per_s": a.batch / median,
             "tokens_per_s": world * a.batch * a.seq / median, "efficiency": None,
@@ -261,6 +279,9 @@ def main(argv):
     except ImportError:
         print("pytorch_gpt.py: PyTorch is missing: python3 -m pip install torch", file=sys.stderr)
         return 1
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("pytorch_gpt.py: --device cuda, but this torch sees no GPU", file=sys.stderr)
+        return 1
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
     variants = {"off": [False], "on": [True], "auto": [False, True]}[a.compile]
@@ -289,7 +310,7 @@ def main(argv):
     run = tried[best]
     run["compile_tokens_per_s"] = {("compiled" if c else "eager"): t["tokens_per_s"] for c, t in tried.items()}
     doc = {"mode": "weak" if a.processes > 1 else "single", "model": "gpt", "backend": "pytorch",
-           "device_kind": "host",
+           "device_kind": "cuda" if a.device == "cuda" else "host",
            "gpt": {"layers": a.layers, "hidden": a.hidden, "heads": a.heads, "seq": a.seq,
                    "vocab": a.vocab, "dropout": a.dropout},
            "widths": [a.layers, a.hidden, a.heads, a.seq, a.vocab], "params": params,
