@@ -78,51 +78,63 @@ inline void check_bias_activation(const char* op, const Tensor& x, const Tensor&
 
 inline void relu(const Tensor& x, const Tensor& y, Stream& stream) {
   detail::check_activation("relu", x, y, "y", stream);
-  op_entry(&ActivationOps::relu, "relu", stream, [&] { return OpLaunches{ledger::moves("relu_kernel", {&x, &y})}; })(x.f32(), y.f32(), x.numel(), stream);
+  op_entry(&ActivationOps::relu, "relu", stream, [&] {
+    return OpLaunches{ledger::moves("relu_kernel", {&x, &y})};
+  })(x.f32(), y.f32(), x.numel(), stream);
 }
 
 inline void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate,
                           Stream& stream) {
   detail::check_activation_backward("relu_backward", x, dy, dx, stream);
-  op_entry(&ActivationOps::relu_backward, "relu_backward", stream, [&] { return OpLaunches{ledger::moves("relu_backward_kernel", {&x, &dy, &dx})}; })(x.f32(), dy.f32(), dx.f32(),
-                                                                   x.numel(), accumulate, stream);
+  op_entry(&ActivationOps::relu_backward, "relu_backward", stream, [&] {
+    return OpLaunches{ledger::moves("relu_backward_kernel", {&x, &dy, &dx})};
+  })(x.f32(), dy.f32(), dx.f32(), x.numel(), accumulate, stream);
 }
 
 inline void gelu(const Tensor& x, const Tensor& y, Stream& stream) {
   detail::check_activation("gelu", x, y, "y", stream);
-  op_entry(&ActivationOps::gelu, "gelu", stream, [&] { return OpLaunches{ledger::moves("gelu_kernel", {&x, &y})}; })(x.f32(), y.f32(), x.numel(), stream);
+  op_entry(&ActivationOps::gelu, "gelu", stream, [&] {
+    return OpLaunches{ledger::moves("gelu_kernel", {&x, &y})};
+  })(x.f32(), y.f32(), x.numel(), stream);
 }
 
 inline void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate,
                           Stream& stream) {
   detail::check_activation_backward("gelu_backward", x, dy, dx, stream);
-  op_entry(&ActivationOps::gelu_backward, "gelu_backward", stream, [&] { return OpLaunches{ledger::moves("gelu_backward_kernel", {&x, &dy, &dx})}; })(x.f32(), dy.f32(), dx.f32(),
-                                                                   x.numel(), accumulate, stream);
+  op_entry(&ActivationOps::gelu_backward, "gelu_backward", stream, [&] {
+    return OpLaunches{ledger::moves("gelu_backward_kernel", {&x, &dy, &dx})};
+  })(x.f32(), dy.f32(), dx.f32(), x.numel(), accumulate, stream);
 }
 
 inline void gelu_erf(const Tensor& x, const Tensor& y, Stream& stream) {
   detail::check_activation("gelu_erf", x, y, "y", stream);
-  op_entry(&ActivationOps::gelu_erf, "gelu_erf", stream, [&] { return OpLaunches{ledger::moves("gelu_erf_kernel", {&x, &y})}; })(x.f32(), y.f32(), x.numel(), stream);
+  op_entry(&ActivationOps::gelu_erf, "gelu_erf", stream, [&] {
+    return OpLaunches{ledger::moves("gelu_erf_kernel", {&x, &y})};
+  })(x.f32(), y.f32(), x.numel(), stream);
 }
 
 inline void gelu_erf_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate,
                               Stream& stream) {
   detail::check_activation_backward("gelu_erf_backward", x, dy, dx, stream);
-  op_entry(&ActivationOps::gelu_erf_backward, "gelu_erf_backward", stream, [&] { return OpLaunches{ledger::moves("gelu_erf_backward_kernel", {&x, &dy, &dx})}; })(
-      x.f32(), dy.f32(), dx.f32(), x.numel(), accumulate, stream);
+  op_entry(&ActivationOps::gelu_erf_backward, "gelu_erf_backward", stream, [&] {
+    return OpLaunches{ledger::moves("gelu_erf_backward_kernel", {&x, &dy, &dx})};
+  })(x.f32(), dy.f32(), dx.f32(), x.numel(), accumulate, stream);
 }
 
 // tanh (BERT's pooler); its backward takes the forward's output y.
 inline void tanh(const Tensor& x, const Tensor& y, Stream& stream) {
   detail::check_activation("tanh", x, y, "y", stream);
-  op_entry(&ActivationOps::tanh, "tanh", stream, [&] { return OpLaunches{ledger::moves("tanh_kernel", {&x, &y})}; })(x.f32(), y.f32(), x.numel(), stream);
+  op_entry(&ActivationOps::tanh, "tanh", stream, [&] {
+    return OpLaunches{ledger::moves("tanh_kernel", {&x, &y})};
+  })(x.f32(), y.f32(), x.numel(), stream);
 }
 
 inline void tanh_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool accumulate,
                           Stream& stream) {
   detail::check_activation_backward("tanh_backward", y, dy, dx, stream);
-  op_entry(&ActivationOps::tanh_backward, "tanh_backward", stream, [&] { return OpLaunches{ledger::moves("tanh_backward_kernel", {&y, &dy, &dx})}; })(y.f32(), dy.f32(), dx.f32(),
-                                                                   y.numel(), accumulate, stream);
+  op_entry(&ActivationOps::tanh_backward, "tanh_backward", stream, [&] {
+    return OpLaunches{ledger::moves("tanh_backward_kernel", {&y, &dy, &dx})};
+  })(y.f32(), dy.f32(), dx.f32(), y.numel(), accumulate, stream);
 }
 
 // y = gelu(x + bias), bias broadcast over the rows of x; erf picks the erf form (gelu_erf).
@@ -131,8 +143,9 @@ inline void bias_gelu(const Tensor& x, const Tensor& bias, const Tensor& y, bool
                       Stream& stream) {
   detail::check_bias_activation("bias_gelu", x, bias, stream);
   detail::check_activation("bias_gelu", x, y, "y", stream);
-  op_entry(&ActivationOps::bias_gelu, "bias_gelu", stream, [&] { return OpLaunches{ledger::moves("bias_gelu_kernel", {&x, &bias, &y})}; })(x.f32(), bias.f32(), y.f32(), x.dim(0),
-                                                           x.dim(1), erf, stream);
+  op_entry(&ActivationOps::bias_gelu, "bias_gelu", stream, [&] {
+    return OpLaunches{ledger::moves("bias_gelu_kernel", {&x, &bias, &y})};
+  })(x.f32(), bias.f32(), y.f32(), x.dim(0), x.dim(1), erf, stream);
 }
 
 // dx = dy * gelu'(x + bias) (overwritten; dx may be dy) and dbias (+)= its column sums: bit for
@@ -150,9 +163,14 @@ inline void bias_gelu_backward(const Tensor& x, const Tensor& bias, const Tensor
     LS_CHECK(!op_check::overlaps(dbias, *other), op, ": dbias (", dbias.describe(),
              ") overlaps an input or dx; give it its own tensor");
   }
-  op_entry(&ActivationOps::bias_gelu_backward, op, stream, [&] { return OpLaunches{ledger::moves("bias_gelu_backward_kernel", {&x, &bias, &dy, &dx, &dbias})}; })(x.f32(), bias.f32(), dy.f32(), dx.f32(),
-                                                           dbias.f32(), x.dim(0), x.dim(1), erf,
-                                                           accumulate_dbias, stream);
+  op_entry(&ActivationOps::bias_gelu_backward, op, stream,
+           [&] {
+             // dx in one kernel, then bias_grad's two passes over it (ops/cuda/activation.cu).
+             return OpLaunches{ledger::moves("bias_gelu_backward_kernel", {&x, &bias, &dy, &dx}),
+                               ledger::moves("bias_grad_tile_kernel", {&dx}),
+                               ledger::moves("bias_grad_finish_kernel", {&dbias})};
+           })(x.f32(), bias.f32(), dy.f32(), dx.f32(), dbias.f32(), x.dim(0), x.dim(1), erf,
+              accumulate_dbias, stream);
 }
 
 }  // namespace ls

@@ -170,8 +170,7 @@ inline void attention_softmax(const Tensor& scores, const Tensor& key_valid, int
     Launch launch = ledger::moves("attention_softmax_kernel", {&probs, &key_valid});
     launch.bytes += ledger::bytes(scores) * (causal ? 0.5 : 1.0);
     return OpLaunches{launch};
-  })(scores.f32(), valid, scores.dim(0), heads,
-                                                         t, causal, scale, probs.f32(), stream);
+  })(scores.f32(), valid, scores.dim(0), heads, t, causal, scale, probs.f32(), stream);
 }
 
 // dscores = scale * probs * (dprobs - sum_j(dprobs * probs)) per row (overwrites; dscores may be
@@ -189,13 +188,13 @@ inline void attention_softmax_backward(const Tensor& probs, const Tensor& dprobs
   }
   detail::check_same_or_disjoint(op, "dscores", dscores, "dprobs", dprobs);
   detail::check_same_or_disjoint(op, "dscores", dscores, "probs", probs);
-  op_entry(&AttentionOps::attention_softmax_backward, op, stream, [&] {
-    Launch launch = ledger::moves("attention_softmax_backward_kernel", {&dscores});
-    launch.bytes += (ledger::bytes(probs) + ledger::bytes(dprobs)) * (causal ? 0.5 : 1.0);
-    return OpLaunches{launch};
-  })(
-      probs.f32(), dprobs.f32(), probs.dim(0) * probs.dim(1), probs.dim(2), causal, scale,
-      dscores.f32(), stream);
+  op_entry(&AttentionOps::attention_softmax_backward, op, stream,
+           [&] {
+             Launch launch = ledger::moves("attention_softmax_backward_kernel", {&dscores});
+             launch.bytes += (ledger::bytes(probs) + ledger::bytes(dprobs)) * (causal ? 0.5 : 1.0);
+             return OpLaunches{launch};
+           })(probs.f32(), dprobs.f32(), probs.dim(0) * probs.dim(1), probs.dim(2), causal, scale,
+              dscores.f32(), stream);
 }
 
 // y (+)= x relaid out: x [B, T, G, H, D] (token-major; G = 3 for a fused qkv projection, 1 for
@@ -205,10 +204,8 @@ inline void split_heads(const Tensor& x, const Tensor& y, const std::array<int64
                         bool accumulate, Stream& stream) {
   detail::check_heads_layout("split_heads", x, y, dims, stream);
   op_entry(&AttentionOps::split_heads, "split_heads", stream, [&] {
-    return OpLaunches{ledger::moves("permute_heads_kernel",
-                                    {&x, &y, accumulate ? &y : nullptr})};
-  })(x.f32(), y.f32(), dims, accumulate,
-                                                              stream);
+    return OpLaunches{ledger::moves("permute_heads_kernel", {&x, &y, accumulate ? &y : nullptr})};
+  })(x.f32(), y.f32(), dims, accumulate, stream);
 }
 
 // y = split_heads of x, cast to bf16 as it goes (y DType::kBF16): bit for bit
@@ -218,8 +215,7 @@ inline void split_heads_bf16(const Tensor& x, const Tensor& y, const std::array<
   detail::check_heads_layout("split_heads_bf16", x, y, dims, stream, DType::kBF16);
   op_entry(&AttentionOps::split_heads_bf16, "split_heads_bf16", stream, [&] {
     return OpLaunches{ledger::moves("split_heads_bf16_kernel", {&x, &y})};
-  })(x.f32(), y.bf16(), dims,
-                                                                        stream);
+  })(x.f32(), y.bf16(), dims, stream);
 }
 
 // x (+)= y relaid out: y [G, B, H, T, D] -> x [B, T, G, H, D], the inverse of split_heads.
@@ -227,13 +223,12 @@ inline void merge_heads(const Tensor& y, const Tensor& x, const std::array<int64
                         bool accumulate, Stream& stream) {
   detail::check_heads_layout("merge_heads", x, y, dims, stream);
   op_entry(&AttentionOps::merge_heads, "merge_heads", stream, [&] {
-    return OpLaunches{ledger::moves("permute_heads_kernel",
-                                    {&y, &x, accumulate ? &x : nullptr})};
-  })(y.f32(), x.f32(), dims, accumulate,
-                                                              stream);
+    return OpLaunches{ledger::moves("permute_heads_kernel", {&y, &x, accumulate ? &x : nullptr})};
+  })(y.f32(), x.f32(), dims, accumulate, stream);
 }
 
-// Whether `kind` runs fused attention: it has a FusedAttentionOps table (the host; CUDA when built).
+// Whether `kind` runs fused attention: it has a FusedAttentionOps table (the host; CUDA when
+// built).
 bool fused_attention_available(DeviceKind kind);
 // Whether `kind`'s fused kernels take head dim d in `precision` (f32 or bf16 operands).
 bool fused_attention_supports(DeviceKind kind, int64_t d, Precision precision);
@@ -278,16 +273,17 @@ inline void fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
     LS_CHECK(!op_check::overlaps(out, *in), op, ": out (", out.describe(),
              ") overlaps an operand (", in->describe(), "); pass a separate tensor");
   }
-  op_entry(&FusedAttentionOps::fused_attention, op, stream, [&] {
-    // ops/cuda/fused_attention.cu: S = Q K^T and O = P V in one kernel.
-    Launch launch = ledger::moves("fused_attention_forward_kernel", {&q, &k, &v, &out, &key_valid});
-    launch.rate = LaunchRate::kFusedAttention;
-    launch.flops = detail::attention_flops(q, causal, 2);
-    return OpLaunches{launch};
-  })(
-      q.data(), k.data(), v.data(), q.dtype() == DType::kBF16,
-      key_valid.defined() ? key_valid.i32() : nullptr, q.dim(0), heads, q.dim(1), q.dim(2), causal,
-      scale, block_rows, out.f32(), stream);
+  op_entry(&FusedAttentionOps::fused_attention, op, stream,
+           [&] {
+             // ops/cuda/fused_attention.cu: S = Q K^T and O = P V in one kernel.
+             Launch launch =
+                 ledger::moves("fused_attention_forward_kernel", {&q, &k, &v, &out, &key_valid});
+             launch.rate = LaunchRate::kFusedAttention;
+             launch.flops = detail::attention_flops(q, causal, 2);
+             return OpLaunches{launch};
+           })(q.data(), k.data(), v.data(), q.dtype() == DType::kBF16,
+              key_valid.defined() ? key_valid.i32() : nullptr, q.dim(0), heads, q.dim(1), q.dim(2),
+              causal, scale, block_rows, out.f32(), stream);
 }
 
 // The backward of fused_attention: dq, dk, dv (f32, the shape of q, overwritten, separate from
@@ -312,22 +308,22 @@ inline void fused_attention_backward(const Tensor& q, const Tensor& k, const Ten
                "); each gradient needs a tensor of its own");
     }
   }
-  op_entry(&FusedAttentionOps::fused_attention_backward, op, stream, [&] {
-    // ops/cuda/fused_attention.cu: dQ (S and dP twice, dS K) then dK and dV (S, dP, P^T dO,
-    // dS^T Q); see Note [Fused attention on CUDA].
-    Launch for_dq =
-        ledger::moves("fused_attention_dq_kernel", {&q, &k, &v, &dout, &dq, &key_valid});
-    for_dq.rate = LaunchRate::kFusedAttention;
-    for_dq.flops = detail::attention_flops(q, causal, 5);
-    Launch for_dkdv =
-        ledger::moves("fused_attention_dkdv_kernel", {&q, &k, &v, &dout, &dk, &dv, &key_valid});
-    for_dkdv.rate = LaunchRate::kFusedAttention;
-    for_dkdv.flops = detail::attention_flops(q, causal, 4);
-    return OpLaunches{for_dq, for_dkdv};
-  })(
-      q.data(), k.data(), v.data(), dout.data(), q.dtype() == DType::kBF16,
-      key_valid.defined() ? key_valid.i32() : nullptr, q.dim(0), heads, q.dim(1), q.dim(2), causal,
-      scale, block_rows, dq.f32(), dk.f32(), dv.f32(), stream);
+  op_entry(&FusedAttentionOps::fused_attention_backward, op, stream,
+           [&] {
+             // ops/cuda/fused_attention.cu: dQ (S and dP twice, dS K) then dK and dV (S, dP, P^T
+             // dO, dS^T Q); see Note [Fused attention on CUDA].
+             Launch for_dq =
+                 ledger::moves("fused_attention_dq_kernel", {&q, &k, &v, &dout, &dq, &key_valid});
+             for_dq.rate = LaunchRate::kFusedAttention;
+             for_dq.flops = detail::attention_flops(q, causal, 5);
+             Launch for_dkdv = ledger::moves("fused_attention_dkdv_kernel",
+                                             {&q, &k, &v, &dout, &dk, &dv, &key_valid});
+             for_dkdv.rate = LaunchRate::kFusedAttention;
+             for_dkdv.flops = detail::attention_flops(q, causal, 4);
+             return OpLaunches{for_dq, for_dkdv};
+           })(q.data(), k.data(), v.data(), dout.data(), q.dtype() == DType::kBF16,
+              key_valid.defined() ? key_valid.i32() : nullptr, q.dim(0), heads, q.dim(1), q.dim(2),
+              causal, scale, block_rows, dq.f32(), dk.f32(), dv.f32(), stream);
 }
 
 }  // namespace ls

@@ -39,8 +39,9 @@ inline void check_bias(const char* op, const char* matrix_name, const Tensor& ma
 
 inline void bias_add(const Tensor& y, const Tensor& bias, Stream& stream) {
   detail::check_bias("bias_add", "y", y, "bias", bias, stream);
-  op_entry(&BiasOps::bias_add, "bias_add", stream, [&] { return OpLaunches{ledger::moves("bias_add_kernel", {&y, &y, &bias})}; })(y.f32(), bias.f32(), y.dim(0), y.dim(1),
-                                                   stream);
+  op_entry(&BiasOps::bias_add, "bias_add", stream, [&] {
+    return OpLaunches{ledger::moves("bias_add_kernel", {&y, &y, &bias})};
+  })(y.f32(), bias.f32(), y.dim(0), y.dim(1), stream);
 }
 
 // accumulate: dbias += sum (gradient accumulation); otherwise dbias = sum.
@@ -50,8 +51,7 @@ inline void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, St
     // Two passes (ops/cuda/column_sums.cuh): tiles of rows, then the tiles' sums.
     return OpLaunches{ledger::moves("bias_grad_tile_kernel", {&dy}),
                       ledger::moves("bias_grad_finish_kernel", {&dbias})};
-  })(dy.f32(), dbias.f32(), dy.dim(0), dy.dim(1),
-                                                     accumulate, stream);
+  })(dy.f32(), dbias.f32(), dy.dim(0), dy.dim(1), accumulate, stream);
 }
 
 }  // namespace ls

@@ -40,20 +40,21 @@ inline void run_block_gemm(const BlockGemm& g, const Tensor& a, const Tensor& b,
   const int64_t stride_a = a.dim(1) * a.dim(2), stride_b = b.dim(1) * b.dim(2);
   const int64_t stride_c = c.dim(1) * c.dim(2);
   if (a.dtype() == DType::kBF16) {
-    op_entry(&GemmOps::gemm_strided_batched_bf16, "causal attention product", stream, [&] {
-      return gemm_launches(g.trans_a, g.trans_b, {g.m, g.n, g.k}, batch, true, Precision::kBF16,
-                           0.0f);
-    })(
-        g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a.bf16() + g.a_offset, g.lda, stride_a,
-        b.bf16() + g.b_offset, g.ldb, stride_b, 0.0f, c.f32() + g.c_offset, g.ldc, stride_c, batch,
-        stream);
+    op_entry(&GemmOps::gemm_strided_batched_bf16, "causal attention product", stream,
+             [&] {
+               return gemm_launches(g.trans_a, g.trans_b, {g.m, g.n, g.k}, batch, true,
+                                    Precision::kBF16, 0.0f);
+             })(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a.bf16() + g.a_offset, g.lda, stride_a,
+                b.bf16() + g.b_offset, g.ldb, stride_b, 0.0f, c.f32() + g.c_offset, g.ldc, stride_c,
+                batch, stream);
   } else {
-    op_entry(&GemmOps::gemm_strided_batched, "causal attention product", stream, [&] {
-      return gemm_launches(g.trans_a, g.trans_b, {g.m, g.n, g.k}, batch, false, precision, 0.0f);
-    })(
-        g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a.f32() + g.a_offset, g.lda, stride_a,
-        b.f32() + g.b_offset, g.ldb, stride_b, 0.0f, c.f32() + g.c_offset, g.ldc, stride_c, batch,
-        precision, stream);
+    op_entry(&GemmOps::gemm_strided_batched, "causal attention product", stream,
+             [&] {
+               return gemm_launches(g.trans_a, g.trans_b, {g.m, g.n, g.k}, batch, false, precision,
+                                    0.0f);
+             })(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a.f32() + g.a_offset, g.lda, stride_a,
+                b.f32() + g.b_offset, g.ldb, stride_b, 0.0f, c.f32() + g.c_offset, g.ldc, stride_c,
+                batch, precision, stream);
   }
 }
 

@@ -83,11 +83,12 @@ inline void dropout(const Tensor& x, const Tensor& y, int64_t row_len, int64_t f
   LS_CHECK(first_row >= 0, "dropout: first_row is ", first_row,
            "; expected the (non-negative) global index of x's first row");
   const float scale = 1.0f / (1.0f - p);
-  op_entry(&DropoutOps::dropout, "dropout", stream, [&] {
-    return OpLaunches{ledger::moves("dropout_kernel", {&x, &y, accumulate ? &y : nullptr})};
-  })(x.f32(), y.f32(), x.numel(), row_len, first_row,
-                                                    dropout_threshold(p), scale, key, accumulate,
-                                                    stream);
+  op_entry(
+      &DropoutOps::dropout, "dropout", stream,
+      [&] {
+        return OpLaunches{ledger::moves("dropout_kernel", {&x, &y, accumulate ? &y : nullptr})};
+      })(x.f32(), y.f32(), x.numel(), row_len, first_row, dropout_threshold(p), scale, key,
+         accumulate, stream);
 }
 
 }  // namespace ls

@@ -38,25 +38,31 @@ inline void count_nonfinite(const Tensor& x, const Tensor& count, Stream& stream
   op_check::scalar("count_nonfinite", "count", count);
   if (count.dtype() == DType::kF32) {
     op_check::tensor("count_nonfinite", "count", count, DType::kF32, stream);
-    op_entry(&ElementwiseOps::count_nonfinite_f32, "count_nonfinite", stream, [&] { return OpLaunches{ledger::moves("count_nonfinite_kernel", {&x})}; })(
-        x.f32(), x.numel(), count.f32(), stream);
+    op_entry(&ElementwiseOps::count_nonfinite_f32, "count_nonfinite", stream, [&] {
+      return OpLaunches{ledger::moves("count_nonfinite_kernel", {&x})};
+    })(x.f32(), x.numel(), count.f32(), stream);
     return;
   }
   op_check::tensor("count_nonfinite", "count", count, DType::kI32, stream);
-  op_entry(&ElementwiseOps::count_nonfinite, "count_nonfinite", stream, [&] { return OpLaunches{ledger::moves("count_nonfinite_kernel", {&x})}; })(x.f32(), x.numel(),
-                                                                        count.i32(), stream);
+  op_entry(&ElementwiseOps::count_nonfinite, "count_nonfinite", stream, [&] {
+    return OpLaunches{ledger::moves("count_nonfinite_kernel", {&x})};
+  })(x.f32(), x.numel(), count.i32(), stream);
 }
 
 // x = value (f32)
 inline void fill(const Tensor& x, float value, Stream& stream) {
   op_check::tensor("fill", "x", x, DType::kF32, stream);
-  op_entry(&ElementwiseOps::fill, "fill", stream, [&] { return OpLaunches{ledger::moves("fill_kernel", {&x})}; })(x.f32(), x.numel(), value, stream);
+  op_entry(&ElementwiseOps::fill, "fill", stream, [&] {
+    return OpLaunches{ledger::moves("fill_kernel", {&x})};
+  })(x.f32(), x.numel(), value, stream);
 }
 
 // x *= alpha (f32)
 inline void scale(const Tensor& x, float alpha, Stream& stream) {
   op_check::tensor("scale", "x", x, DType::kF32, stream);
-  op_entry(&ElementwiseOps::scale, "scale", stream, [&] { return OpLaunches{ledger::moves("scale_kernel", {&x, &x})}; })(x.f32(), x.numel(), alpha, stream);
+  op_entry(&ElementwiseOps::scale, "scale", stream, [&] {
+    return OpLaunches{ledger::moves("scale_kernel", {&x, &x})};
+  })(x.f32(), x.numel(), alpha, stream);
 }
 
 // y += alpha x
@@ -64,7 +70,9 @@ inline void axpy(float alpha, const Tensor& x, const Tensor& y, Stream& stream) 
   op_check::tensor("axpy", "x", x, DType::kF32, stream);
   op_check::tensor("axpy", "y", y, DType::kF32, stream);
   op_check::same_numel("axpy", "y", y, "x", x);
-  op_entry(&ElementwiseOps::axpy, "axpy", stream, [&] { return OpLaunches{ledger::moves("axpy_kernel", {&x, &y, &y})}; })(alpha, x.f32(), y.f32(), x.numel(), stream);
+  op_entry(&ElementwiseOps::axpy, "axpy", stream, [&] {
+    return OpLaunches{ledger::moves("axpy_kernel", {&x, &y, &y})};
+  })(alpha, x.f32(), y.f32(), x.numel(), stream);
 }
 
 // out = a + b
@@ -74,7 +82,9 @@ inline void add(const Tensor& a, const Tensor& b, const Tensor& out, Stream& str
   op_check::tensor("add", "out", out, DType::kF32, stream);
   op_check::same_numel("add", "b", b, "a", a);
   op_check::same_numel("add", "out", out, "a", a);
-  op_entry(&ElementwiseOps::add, "add", stream, [&] { return OpLaunches{ledger::moves("add_kernel", {&a, &b, &out})}; })(a.f32(), b.f32(), out.f32(), a.numel(), stream);
+  op_entry(&ElementwiseOps::add, "add", stream, [&] {
+    return OpLaunches{ledger::moves("add_kernel", {&a, &b, &out})};
+  })(a.f32(), b.f32(), out.f32(), a.numel(), stream);
 }
 
 // dst = src converted by the tensors' dtypes: f32 -> bf16 (round to nearest even, NaN stays
@@ -89,11 +99,13 @@ inline void cast(const Tensor& src, const Tensor& dst, Stream& stream) {
   op_check::tensor("cast", "dst", dst, dst.dtype(), stream);
   op_check::same_numel("cast", "dst", dst, "src", src);
   if (to_bf16) {
-    op_entry(&ElementwiseOps::cast_f32_to_bf16, "cast f32 -> bf16", stream, [&] { return OpLaunches{ledger::moves("cast_f32_to_bf16_kernel", {&src, &dst})}; })(
-        src.f32(), dst.bf16(), src.numel(), stream);
+    op_entry(&ElementwiseOps::cast_f32_to_bf16, "cast f32 -> bf16", stream, [&] {
+      return OpLaunches{ledger::moves("cast_f32_to_bf16_kernel", {&src, &dst})};
+    })(src.f32(), dst.bf16(), src.numel(), stream);
   } else {
-    op_entry(&ElementwiseOps::cast_bf16_to_f32, "cast bf16 -> f32", stream, [&] { return OpLaunches{ledger::moves("cast_bf16_to_f32_kernel", {&src, &dst})}; })(
-        src.bf16(), dst.f32(), src.numel(), stream);
+    op_entry(&ElementwiseOps::cast_bf16_to_f32, "cast bf16 -> f32", stream, [&] {
+      return OpLaunches{ledger::moves("cast_bf16_to_f32_kernel", {&src, &dst})};
+    })(src.bf16(), dst.f32(), src.numel(), stream);
   }
 }
 

@@ -51,8 +51,9 @@ inline void check_embedding(const char* op, const char* table_name, const Tensor
 
 inline void embedding(const Tensor& table, const Tensor& ids, const Tensor& out, Stream& stream) {
   detail::check_embedding("embedding", "table", table, ids, "out", out, stream);
-  op_entry(&EmbeddingOps::embedding, "embedding", stream, [&] { return OpLaunches{ledger::moves("embedding_kernel", {&ids, &out, &out})}; })(
-      table.f32(), ids.i32(), ids.numel(), table.dim(0), table.dim(1), out.f32(), stream);
+  op_entry(&EmbeddingOps::embedding, "embedding", stream, [&] {
+    return OpLaunches{ledger::moves("embedding_kernel", {&ids, &out, &out})};
+  })(table.f32(), ids.i32(), ids.numel(), table.dim(0), table.dim(1), out.f32(), stream);
 }
 
 // Always accumulates into dtable: zero it first for a plain gradient.
@@ -66,8 +67,7 @@ inline void embedding_backward(const Tensor& dy, const Tensor& ids, const Tensor
     // embedding.cu): the second reads dy and the table rows it adds to, once.
     return OpLaunches{ledger::moves("embedding_links_kernel", {&ids, &ids, &ids}),
                       ledger::moves("embedding_chains_kernel", {&ids, &dy, &dy, &dy})};
-  })(
-      dy.f32(), ids.i32(), ids.numel(), dtable.dim(0), dtable.dim(1), dtable.f32(), stream);
+  })(dy.f32(), ids.i32(), ids.numel(), dtable.dim(0), dtable.dim(1), dtable.f32(), stream);
 }
 
 }  // namespace ls

@@ -78,8 +78,8 @@ inline OpLaunches gemm_launches(bool trans_a, bool trans_b, const GemmDims& d, i
                                              6.0 * static_cast<double>(elements)));
     }
   }
-  launches.push_back(ledger::gemm(batched ? "cublasGemmStridedBatchedEx" : "cublasGemmEx",
-                                  trans_a, trans_b, d.m, d.n, d.k, batch, 2, 2, 4, reads_c,
+  launches.push_back(ledger::gemm(batched ? "cublasGemmStridedBatchedEx" : "cublasGemmEx", trans_a,
+                                  trans_b, d.m, d.n, d.k, batch, 2, 2, 4, reads_c,
                                   LaunchRate::kTensorCore));
   return launches;
 }
@@ -149,11 +149,10 @@ inline void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                    float alpha, float beta, Stream& stream,
                    Precision precision = Precision::kF32) {
   const detail::GemmDims d = detail::check_matmul(a, trans_a, b, trans_b, c, stream);
-  op_entry(&GemmOps::gemm, "matmul", stream, [&] {
-    return detail::gemm_launches(trans_a, trans_b, d, 1, false, precision, beta);
-  })(trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(),
-                                             a.dim(1), b.f32(), b.dim(1), beta, c.f32(), c.dim(1),
-                                             precision, stream);
+  op_entry(&GemmOps::gemm, "matmul", stream,
+           [&] { return detail::gemm_launches(trans_a, trans_b, d, 1, false, precision, beta); })(
+      trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(), a.dim(1), b.f32(), b.dim(1), beta, c.f32(),
+      c.dim(1), precision, stream);
 }
 
 // matmul with precision kBF16 on operands stored in bf16: a and b DType::kBF16, c f32. The same
@@ -168,11 +167,11 @@ inline void matmul_bf16(const Tensor& a, bool trans_a, const Tensor& b, bool tra
     op_check::tensor("matmul_bf16", name, *t, dtype, stream);
   }
   const detail::GemmDims d = detail::check_gemm_shapes("matmul_bf16", a, trans_a, b, trans_b, c, 0);
-  op_entry(&GemmOps::gemm_bf16, "matmul_bf16", stream, [&] {
-    return detail::gemm_launches(trans_a, trans_b, d, 1, true, Precision::kBF16, beta);
-  })(trans_a, trans_b, d.m, d.n, d.k, alpha,
-                                                       a.bf16(), a.dim(1), b.bf16(), b.dim(1),
-                                                       beta, c.f32(), c.dim(1), stream);
+  op_entry(&GemmOps::gemm_bf16, "matmul_bf16", stream,
+           [&] {
+             return detail::gemm_launches(trans_a, trans_b, d, 1, true, Precision::kBF16, beta);
+           })(trans_a, trans_b, d.m, d.n, d.k, alpha, a.bf16(), a.dim(1), b.bf16(), b.dim(1), beta,
+              c.f32(), c.dim(1), stream);
 }
 
 // For i in [0, batch): c[i] = alpha op(a[i]) op(b[i]) + beta c[i]; a, b, c are 3-D
@@ -181,12 +180,12 @@ inline void matmul_batched(const Tensor& a, bool trans_a, const Tensor& b, bool 
                            const Tensor& c, int64_t batch, float alpha, float beta,
                            Stream& stream, Precision precision = Precision::kF32) {
   const detail::GemmDims d = detail::check_matmul_batched(a, trans_a, b, trans_b, c, batch, stream);
-  op_entry(&GemmOps::gemm_strided_batched, "matmul_batched", stream, [&] {
-    return detail::gemm_launches(trans_a, trans_b, d, batch, false, precision, beta);
-  })(
-      trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(), a.dim(2), a.dim(1) * a.dim(2), b.f32(),
-      b.dim(2), b.dim(1) * b.dim(2), beta, c.f32(), c.dim(2), c.dim(1) * c.dim(2), batch, precision,
-      stream);
+  op_entry(&GemmOps::gemm_strided_batched, "matmul_batched", stream,
+           [&] {
+             return detail::gemm_launches(trans_a, trans_b, d, batch, false, precision, beta);
+           })(trans_a, trans_b, d.m, d.n, d.k, alpha, a.f32(), a.dim(2), a.dim(1) * a.dim(2),
+              b.f32(), b.dim(2), b.dim(1) * b.dim(2), beta, c.f32(), c.dim(2), c.dim(1) * c.dim(2),
+              batch, precision, stream);
 }
 
 // matmul_batched with precision kBF16 on operands stored in bf16 (a and b DType::kBF16, c f32):
@@ -196,11 +195,12 @@ inline void matmul_batched_bf16(const Tensor& a, bool trans_a, const Tensor& b, 
                                 Stream& stream) {
   const detail::GemmDims d = detail::check_matmul_batched(a, trans_a, b, trans_b, c, batch, stream,
                                                           "matmul_batched_bf16", DType::kBF16);
-  op_entry(&GemmOps::gemm_strided_batched_bf16, "matmul_batched_bf16", stream, [&] {
-    return detail::gemm_launches(trans_a, trans_b, d, batch, true, Precision::kBF16, beta);
-  })(
-      trans_a, trans_b, d.m, d.n, d.k, alpha, a.bf16(), a.dim(2), a.dim(1) * a.dim(2), b.bf16(),
-      b.dim(2), b.dim(1) * b.dim(2), beta, c.f32(), c.dim(2), c.dim(1) * c.dim(2), batch, stream);
+  op_entry(&GemmOps::gemm_strided_batched_bf16, "matmul_batched_bf16", stream,
+           [&] {
+             return detail::gemm_launches(trans_a, trans_b, d, batch, true, Precision::kBF16, beta);
+           })(trans_a, trans_b, d.m, d.n, d.k, alpha, a.bf16(), a.dim(2), a.dim(1) * a.dim(2),
+              b.bf16(), b.dim(2), b.dim(1) * b.dim(2), beta, c.f32(), c.dim(2), c.dim(1) * c.dim(2),
+              batch, stream);
 }
 
 }  // namespace ls

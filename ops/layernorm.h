@@ -62,8 +62,9 @@ inline void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
   op_check::tensor(op, "y", y, DType::kF32, stream);
   detail::check_same_shape(op, "y", y, x);
   LS_CHECK(eps > 0.0f, "layernorm: eps is ", eps, "; expected a small positive value, e.g. 1e-5");
-  op_entry(&LayerNormOps::layernorm, op, stream, [&] { return OpLaunches{ledger::moves("layernorm_kernel", {&x, &gamma, &beta, &y, &mean, &rstd})}; })(x.f32(), gamma.f32(), beta.f32(), rows, cols, eps,
-                                                 y.f32(), mean.f32(), rstd.f32(), stream);
+  op_entry(&LayerNormOps::layernorm, op, stream, [&] {
+    return OpLaunches{ledger::moves("layernorm_kernel", {&x, &gamma, &beta, &y, &mean, &rstd})};
+  })(x.f32(), gamma.f32(), beta.f32(), rows, cols, eps, y.f32(), mean.f32(), rstd.f32(), stream);
 }
 
 inline void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
@@ -82,16 +83,16 @@ inline void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tenso
   detail::check_same_shape(op, "dx", dx, x);
   detail::check_layernorm_vector(op, "dgamma", dgamma, cols, "column", x, stream);
   detail::check_layernorm_vector(op, "dbeta", dbeta, cols, "column", x, stream);
-  op_entry(&LayerNormOps::layernorm_backward, op, stream, [&] {
-    // dgamma and dbeta in two passes (ops/cuda/column_sums.cuh), then dx row by row.
-    return OpLaunches{
-        ledger::moves("layernorm_param_grad_kernel", {&x, &dy, &mean, &rstd}),
-        ledger::moves("layernorm_param_grad_finish_kernel", {&dgamma, &dbeta}),
-        ledger::moves("layernorm_input_grad_kernel",
-                      {&x, &dy, &gamma, &mean, &rstd, &dx, accumulate ? &dx : nullptr})};
-  })(
-      x.f32(), gamma.f32(), mean.f32(), rstd.f32(), dy.f32(), rows, cols, dx.f32(), accumulate,
-      dgamma.f32(), dbeta.f32(), stream);
+  op_entry(&LayerNormOps::layernorm_backward, op, stream,
+           [&] {
+             // dgamma and dbeta in two passes (ops/cuda/column_sums.cuh), then dx row by row.
+             return OpLaunches{
+                 ledger::moves("layernorm_param_grad_kernel", {&x, &dy, &mean, &rstd}),
+                 ledger::moves("layernorm_param_grad_finish_kernel", {&dgamma, &dbeta}),
+                 ledger::moves("layernorm_input_grad_kernel",
+                               {&x, &dy, &gamma, &mean, &rstd, &dx, accumulate ? &dx : nullptr})};
+           })(x.f32(), gamma.f32(), mean.f32(), rstd.f32(), dy.f32(), rows, cols, dx.f32(),
+              accumulate, dgamma.f32(), dbeta.f32(), stream);
 }
 
 }  // namespace ls

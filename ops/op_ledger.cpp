@@ -13,17 +13,22 @@ std::atomic<OpLedger*> g_active{nullptr};
 
 const char* launch_rate_name(LaunchRate rate) {
   switch (rate) {
-    case LaunchRate::kMemory: return "memory";
-    case LaunchRate::kTensorCore: return "tensor core";
-    case LaunchRate::kF32Math: return "f32";
-    case LaunchRate::kFusedAttention: return "fused attention";
+    case LaunchRate::kMemory:
+      return "memory";
+    case LaunchRate::kTensorCore:
+      return "tensor core";
+    case LaunchRate::kF32Math:
+      return "f32";
+    case LaunchRate::kFusedAttention:
+      return "fused attention";
   }
   return "?";
 }
 
 OpLedger::OpLedger(Options options) : options_(options) {
   OpLedger* none = nullptr;
-  LS_CHECK(g_active.compare_exchange_strong(none, this), "an OpLedger is already recording; "
+  LS_CHECK(g_active.compare_exchange_strong(none, this),
+           "an OpLedger is already recording; "
            "end it before starting another (one ledger records at a time)");
 }
 
@@ -93,10 +98,10 @@ Launch moves(std::string kernel, std::initializer_list<const Tensor*> tensors) {
 Launch gemm(std::string kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
             int64_t batch, int a_size, int b_size, int c_size, bool reads_c, LaunchRate rate) {
   char shape[96];
-  const int written = std::snprintf(shape, sizeof shape, "%lldx%lldx%lld %c%c",
-                                    static_cast<long long>(m), static_cast<long long>(n),
-                                    static_cast<long long>(k), trans_a ? 'T' : 'N',
-                                    trans_b ? 'T' : 'N');
+  const int written =
+      std::snprintf(shape, sizeof shape, "%lldx%lldx%lld %c%c", static_cast<long long>(m),
+                    static_cast<long long>(n), static_cast<long long>(k), trans_a ? 'T' : 'N',
+                    trans_b ? 'T' : 'N');
   if (batch != 1) {
     std::snprintf(shape + written, sizeof shape - static_cast<size_t>(written), " x%lld",
                   static_cast<long long>(batch));
@@ -104,8 +109,7 @@ Launch gemm(std::string kernel, bool trans_a, bool trans_b, int64_t m, int64_t n
   const double mn = static_cast<double>(m) * static_cast<double>(n);
   const double per_product = static_cast<double>(m * k) * a_size +
                              static_cast<double>(k * n) * b_size + mn * c_size * (reads_c ? 2 : 1);
-  return Launch{std::move(kernel), shape, rate,
-                per_product * static_cast<double>(batch),
+  return Launch{std::move(kernel), shape, rate, per_product * static_cast<double>(batch),
                 2.0 * mn * static_cast<double>(k) * static_cast<double>(batch)};
 }
 

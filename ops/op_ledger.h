@@ -40,9 +40,9 @@ using OpLaunches = std::vector<Launch>;
 
 // One line of the ledger: the calls of one op that launched the same kernel on the same shape.
 struct LedgerRow {
-  std::string op;      // the checked op: "matmul", "layernorm"
-  Launch launch;       // bytes and flops of one call
-  int64_t count = 0;   // calls in the recorded span
+  std::string op;        // the checked op: "matmul", "layernorm"
+  Launch launch;         // bytes and flops of one call
+  int64_t count = 0;     // calls in the recorded span
   bool modelled = true;  // false: the op gave no launches (op_entry without a description)
 };
 
@@ -88,7 +88,7 @@ DeviceKind planning_kind(DeviceKind actual);
 
 // Helpers for the descriptions in ops/<family>.h.
 namespace ledger {
-double bytes(const Tensor& t);  // 0 for an undefined tensor
+double bytes(const Tensor& t);      // 0 for an undefined tensor
 std::string dims(const Tensor& t);  // "[16384, 768]"
 // A memory-bound launch over `elements` elements (shape "[elements]") moving `bytes`.
 Launch elementwise(std::string kernel, int64_t elements, double bytes);

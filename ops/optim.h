@@ -114,12 +114,14 @@ inline void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& mome
     op_check::same_numel("sgd_step", "momentum_buf", momentum_buf, "param", param);
     buf = momentum_buf.f32();
   }
-  op_entry(&OptimOps::sgd_step, "sgd_step", stream, [&] {
-    return OpLaunches{ledger::moves("sgd_step_kernel", {&param, &param, &grad, &momentum_buf,
-                                                        &momentum_buf, &param16})};
-  })(
-      param.f32(), grad.f32(), buf, detail::optional_bf16_copy("sgd_step", param16, param, stream),
-      param.numel(), config, detail::optional_step_control("sgd_step", control, stream), stream);
+  op_entry(
+      &OptimOps::sgd_step, "sgd_step", stream,
+      [&] {
+        return OpLaunches{ledger::moves(
+            "sgd_step_kernel", {&param, &param, &grad, &momentum_buf, &momentum_buf, &param16})};
+      })(param.f32(), grad.f32(), buf,
+         detail::optional_bf16_copy("sgd_step", param16, param, stream), param.numel(), config,
+         detail::optional_step_control("sgd_step", control, stream), stream);
 }
 
 // step counts from 1 (the first step is 1), as PyTorch's bias correction does; with a control
@@ -135,13 +137,13 @@ inline void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
   check_config("adamw_step", config);
   LS_CHECK(step >= 1 || control.defined(), "adamw_step: step is ", step,
            "; steps are counted from 1 (pass the number of steps taken, including this one)");
-  op_entry(&OptimOps::adamw_step, "adamw_step", stream, [&] {
-    return OpLaunches{
-        ledger::moves("adamw_step_kernel", {&param, &param, &grad, &m, &m, &v, &v, &param16})};
-  })(
-      param.f32(), grad.f32(), m.f32(), v.f32(),
-      detail::optional_bf16_copy("adamw_step", param16, param, stream), param.numel(), config, step,
-      detail::optional_step_control("adamw_step", control, stream), stream);
+  op_entry(&OptimOps::adamw_step, "adamw_step", stream,
+           [&] {
+             return OpLaunches{ledger::moves("adamw_step_kernel",
+                                             {&param, &param, &grad, &m, &m, &v, &v, &param16})};
+           })(param.f32(), grad.f32(), m.f32(), v.f32(),
+              detail::optional_bf16_copy("adamw_step", param16, param, stream), param.numel(),
+              config, step, detail::optional_step_control("adamw_step", control, stream), stream);
 }
 
 }  // namespace ls

@@ -60,8 +60,7 @@ inline void pointwise_loss_sum(PointwiseLoss kind, const Tensor& pred, const Ten
     // Fixed blocks of partial sums, then one block adds them (ops/cuda/pointwise_loss.cu).
     return OpLaunches{ledger::moves("loss_block_sums_kernel", {&pred, &target}),
                       ledger::moves("loss_total_kernel", {&sum})};
-  })(kind, pred.f32(), target.f32(), pred.numel(),
-                                                    sum.f32(), stream);
+  })(kind, pred.f32(), target.f32(), pred.numel(), sum.f32(), stream);
 }
 
 inline void pointwise_loss_backward(PointwiseLoss kind, const Tensor& pred, const Tensor& target,
@@ -77,9 +76,7 @@ inline void pointwise_loss_backward(PointwiseLoss kind, const Tensor& pred, cons
   op_entry(&PointwiseLossOps::loss_backward, op, stream, [&] {
     return OpLaunches{ledger::moves("loss_backward_kernel",
                                     {&pred, &target, &dpred, accumulate ? &dpred : nullptr})};
-  })(kind, pred.f32(), target.f32(),
-                                                         pred.numel(), seed.f32(), dpred.f32(),
-                                                         accumulate, stream);
+  })(kind, pred.f32(), target.f32(), pred.numel(), seed.f32(), dpred.f32(), accumulate, stream);
 }
 
 }  // namespace ls

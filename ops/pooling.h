@@ -73,8 +73,7 @@ inline void pool(const Tensor& x, const Tensor& valid, Pooling mode, const Tenso
   const detail::PoolDims d = detail::check_pool("pool", x, "x", valid, y, "y", stream);
   op_entry(&PoolingOps::pool, "pool", stream, [&] {
     return OpLaunches{ledger::moves("pool_kernel", {&x, &valid, &y})};
-  })(x.f32(), valid.i32(), d.batch, d.t, d.c, mode,
-                                              y.f32(), stream);
+  })(x.f32(), valid.i32(), d.batch, d.t, d.c, mode, y.f32(), stream);
 }
 
 inline void pool_backward(const Tensor& dy, const Tensor& valid, Pooling mode, const Tensor& dx,
@@ -82,8 +81,7 @@ inline void pool_backward(const Tensor& dy, const Tensor& valid, Pooling mode, c
   const detail::PoolDims d = detail::check_pool("pool_backward", dx, "dx", valid, dy, "dy", stream);
   op_entry(&PoolingOps::pool_backward, "pool_backward", stream, [&] {
     return OpLaunches{ledger::moves("pool_backward_kernel", {&dy, &valid, &dx})};
-  })(
-      dy.f32(), valid.i32(), d.batch, d.t, d.c, mode, dx.f32(), accumulate, stream);
+  })(dy.f32(), valid.i32(), d.batch, d.t, d.c, mode, dx.f32(), accumulate, stream);
 }
 
 // valid[i] = (tokens[i] != pad_id) ? 1 : 0; tokens and valid i32 with the same element count.
@@ -95,8 +93,7 @@ inline void token_mask(const Tensor& tokens, int32_t pad_id, const Tensor& valid
            "token_mask: valid partly overlaps tokens; pass tokens itself or a separate tensor");
   op_entry(&PoolingOps::token_mask, "token_mask", stream, [&] {
     return OpLaunches{ledger::moves("token_mask_kernel", {&tokens, &valid})};
-  })(tokens.i32(), tokens.numel(), pad_id,
-                                                          valid.i32(), stream);
+  })(tokens.i32(), tokens.numel(), pad_id, valid.i32(), stream);
 }
 
 }  // namespace ls

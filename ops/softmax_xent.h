@@ -81,15 +81,15 @@ inline void softmax_xent(const Tensor& logits, const Tensor& labels, const Tenso
     op_check::scalar("softmax_xent", "device_scale", device_scale);
     device_scale_data = device_scale.f32();
   }
-  op_entry(&SoftmaxXentOps::softmax_xent, "softmax_xent", stream, [&] {
-    // A block a row reads its logits three times (maximum, sum, then loss and dlogits; ops/cuda/
-    // softmax_xent.cu), then one block adds the row losses.
-    return OpLaunches{ledger::moves("softmax_xent_kernel",
-                                    {&logits, &logits, &logits, &labels, &dlogits}),
-                      ledger::moves("softmax_xent_loss_kernel", {&labels})};
-  })(
-      logits.f32(), labels.i32(), logits.dim(0), logits.dim(1), grad_scale, device_scale_data,
-      loss.f32(), dlogits_data, stream);
+  op_entry(&SoftmaxXentOps::softmax_xent, "softmax_xent", stream,
+           [&] {
+             // A block a row reads its logits three times (maximum, sum, then loss and dlogits;
+             // ops/cuda/ softmax_xent.cu), then one block adds the row losses.
+             return OpLaunches{ledger::moves("softmax_xent_kernel",
+                                             {&logits, &logits, &logits, &labels, &dlogits}),
+                               ledger::moves("softmax_xent_loss_kernel", {&labels})};
+           })(logits.f32(), labels.i32(), logits.dim(0), logits.dim(1), grad_scale,
+              device_scale_data, loss.f32(), dlogits_data, stream);
 }
 
 inline void count_correct(const Tensor& logits, const Tensor& labels, const Tensor& correct,
@@ -97,8 +97,9 @@ inline void count_correct(const Tensor& logits, const Tensor& labels, const Tens
   detail::check_logits_labels("count_correct", logits, labels, stream);
   op_check::tensor("count_correct", "correct", correct, DType::kI32, stream);
   op_check::scalar("count_correct", "correct", correct);
-  op_entry(&SoftmaxXentOps::count_correct, "count_correct", stream, [&] { return OpLaunches{ledger::moves("count_correct_kernel", {&logits, &labels})}; })(
-      logits.f32(), labels.i32(), logits.dim(0), logits.dim(1), correct.i32(), stream);
+  op_entry(&SoftmaxXentOps::count_correct, "count_correct", stream, [&] {
+    return OpLaunches{ledger::moves("count_correct_kernel", {&logits, &labels})};
+  })(logits.f32(), labels.i32(), logits.dim(0), logits.dim(1), correct.i32(), stream);
 }
 
 // count (i32 [1]) = the labels (any shape) that are not kIgnoreLabel, counted on the device: the
@@ -110,8 +111,9 @@ inline void count_labels(const Tensor& labels, const Tensor& count, Stream& stre
   LS_CHECK(!op_check::overlaps(labels, count),
            "count_labels: count overlaps labels; pass a "
            "separate tensor");
-  op_entry(&SoftmaxXentOps::count_labels, "count_labels", stream, [&] { return OpLaunches{ledger::moves("count_labels_kernel", {&labels})}; })(labels.i32(), labels.numel(),
-                                                                  count.i32(), stream);
+  op_entry(&SoftmaxXentOps::count_labels, "count_labels", stream, [&] {
+    return OpLaunches{ledger::moves("count_labels_kernel", {&labels})};
+  })(labels.i32(), labels.numel(), count.i32(), stream);
 }
 
 }  // namespace ls

@@ -85,23 +85,26 @@ inline StepControl* step_control_of(const char* op, const Tensor& control, const
 }  // namespace detail
 
 inline void step_begin(const Tensor& control, Stream& stream) {
-  op_entry(&StepControlOps::step_begin, "step_begin", stream, [&] { return OpLaunches{ledger::moves("step_begin_kernel", {&control})}; })(
-      detail::step_control_of("step_begin", control, stream), stream);
+  op_entry(&StepControlOps::step_begin, "step_begin", stream, [&] {
+    return OpLaunches{ledger::moves("step_begin_kernel", {&control})};
+  })(detail::step_control_of("step_begin", control, stream), stream);
 }
 
 inline void step_decide(const Tensor& control, const Tensor& loss_and_count, Stream& stream) {
   op_check::tensor("step_decide", "loss_and_count", loss_and_count, DType::kF32, stream);
   LS_CHECK(loss_and_count.numel() == 2, "step_decide: loss_and_count is ",
            loss_and_count.describe(), "; expected f32 [2] = {loss sum, non-finite count}");
-  op_entry(&StepControlOps::step_decide, "step_decide", stream, [&] { return OpLaunches{ledger::moves("step_decide_kernel", {&control, &loss_and_count})}; })(
-      detail::step_control_of("step_decide", control, stream), loss_and_count.f32(), stream);
+  op_entry(&StepControlOps::step_decide, "step_decide", stream, [&] {
+    return OpLaunches{ledger::moves("step_decide_kernel", {&control, &loss_and_count})};
+  })(detail::step_control_of("step_decide", control, stream), loss_and_count.f32(), stream);
 }
 
 inline void update_loss_scale(const Tensor& control, const LossScaleConfig& config,
                               Stream& stream) {
   check_loss_scale_config(config);
-  op_entry(&StepControlOps::update_loss_scale, "update_loss_scale", stream, [&] { return OpLaunches{ledger::moves("update_loss_scale_kernel", {&control})}; })(
-      detail::step_control_of("update_loss_scale", control, stream), config, stream);
+  op_entry(&StepControlOps::update_loss_scale, "update_loss_scale", stream, [&] {
+    return OpLaunches{ledger::moves("update_loss_scale_kernel", {&control})};
+  })(detail::step_control_of("update_loss_scale", control, stream), config, stream);
 }
 
 // Writes the device's own clock (nanoseconds; host devices: the steady clock, CUDA: the GPU's
@@ -116,8 +119,7 @@ inline void stamp_device_clock(const Tensor& marks, int32_t index, Stream& strea
            " (two i32 words per mark)");
   op_entry(&StepControlOps::stamp_clock, "stamp_device_clock", stream, [&] {
     return OpLaunches{ledger::moves("stamp_clock_kernel", {})};
-  })(
-      reinterpret_cast<int64_t*>(marks.data()), index, stream);
+  })(reinterpret_cast<int64_t*>(marks.data()), index, stream);
 }
 
 // The one rule both backends apply in update_loss_scale (host code and CUDA device code).

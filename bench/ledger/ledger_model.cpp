@@ -11,12 +11,10 @@ GpuRates gpu_rates(const std::string& name) {
   constexpr double kGemmReached = 800e12, kDenseBf16Peak = 989e12, kF32Peak = 67e12;
   constexpr double kAttentionReached = 300e12;
   if (name == "h100") {
-    return {"h100", kGemmReached, 0.8 * kF32Peak, kAttentionReached, 0.8 * 3.35e12,
-            kDenseBf16Peak};
+    return {"h100", kGemmReached, 0.8 * kF32Peak, kAttentionReached, 0.8 * 3.35e12, kDenseBf16Peak};
   }
   if (name == "h200") {
-    return {"h200", kGemmReached, 0.8 * kF32Peak, kAttentionReached, 0.8 * 4.8e12,
-            kDenseBf16Peak};
+    return {"h200", kGemmReached, 0.8 * kF32Peak, kAttentionReached, 0.8 * 4.8e12, kDenseBf16Peak};
   }
   LS_THROW("unknown GPU '", name, "'; the ledger knows h100 and h200");
 }

@@ -54,8 +54,8 @@ void print_table(const ledger::StepPrediction& p) {
               "MB/call", "GFLOP/call", "ms", "share");
   for (const ledger::PricedRow& r : p.rows) {
     const Launch& l = r.row.launch;
-    std::printf("%-28s %-34s %-26s %6lld %10s %10s %9s %5s%%\n", r.row.op.c_str(),
-                l.kernel.c_str(), l.shape.c_str(), static_cast<long long>(r.row.count),
+    std::printf("%-28s %-34s %-26s %6lld %10s %10s %9s %5s%%\n", r.row.op.c_str(), l.kernel.c_str(),
+                l.shape.c_str(), static_cast<long long>(r.row.count),
                 fixed(l.bytes / 1e6, 2).c_str(), fixed(l.flops / 1e9, 2).c_str(),
                 fixed(r.seconds * 1e3, 3).c_str(),
                 fixed(100 * r.seconds / p.step_seconds, 1).c_str());
@@ -104,12 +104,12 @@ int run(const LedgerFlags& flags) {
   const double tokens = static_cast<double>(flags.batch * flags.seq);
   const double model_flops = tokens * config.train_flops_per_token(flags.seq);
   const double mfu = model_flops / (p.step_seconds * rates.peak_bf16_flops);
-  std::printf("step ledger: %s, batch %lld, %s, on %s (GEMMs %.0f TFLOP/s, f32 %.1f TFLOP/s, "
-              "fused attention %.0f TFLOP/s, memory %.2f TB/s, each launch >= %.0f us)\n\n",
-              config.describe().c_str(), static_cast<long long>(flags.batch),
-              precision_name(*precision), rates.name.c_str(), rates.tensor_flops / 1e12,
-              rates.f32_flops / 1e12, rates.attention_flops / 1e12, rates.bytes_per_s / 1e12,
-              ledger::kLaunchFloorUs);
+  std::printf(
+      "step ledger: %s, batch %lld, %s, on %s (GEMMs %.0f TFLOP/s, f32 %.1f TFLOP/s, "
+      "fused attention %.0f TFLOP/s, memory %.2f TB/s, each launch >= %.0f us)\n\n",
+      config.describe().c_str(), static_cast<long long>(flags.batch), precision_name(*precision),
+      rates.name.c_str(), rates.tensor_flops / 1e12, rates.f32_flops / 1e12,
+      rates.attention_flops / 1e12, rates.bytes_per_s / 1e12, ledger::kLaunchFloorUs);
   print_table(p);
   std::printf("\n%lld launches, %.1f GB moved, %.2f TFLOP launched (model: %.2f TFLOP)\n",
               static_cast<long long>(p.launches), p.bytes / 1e9, p.flops / 1e12,

@@ -32,10 +32,10 @@ void run_d2d_copy(benchmark::State& state, Device device, size_t bytes) {
       runtime.copy_async(dst.data(), src.data(), bytes, *stream);
     stream->synchronize();
   }
-  state.counters["GBps"] = benchmark::Counter(
-      2.0 * static_cast<double>(bytes) * kCopiesPerIteration *
-          static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GBps"] =
+      benchmark::Counter(2.0 * static_cast<double>(bytes) * kCopiesPerIteration *
+                             static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.counters["size"] = static_cast<double>(bytes);
   report_time_per_call(state, kCopiesPerIteration);
 }

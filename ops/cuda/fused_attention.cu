@@ -118,8 +118,8 @@ __device__ void write_rows(const FragAcc (&acc)[D / 16], float* staging, float* 
 // See Note [Fused attention on CUDA]: forward.
 template <int D>
 __global__ void __launch_bounds__(kBlockThreads)
-    fused_attention_forward_kernel(const Bf16* q, const Bf16* k, const Bf16* v,
-                                   AttentionShape s, float* out) {
+    fused_attention_forward_kernel(const Bf16* q, const Bf16* k, const Bf16* v, AttentionShape s,
+                                   float* out) {
   __shared__ Bf16 q_tile[kRowTile * D];
   __shared__ Bf16 k_tile[kKeyStep * D];
   __shared__ Bf16 v_tile[kKeyStep * D];
@@ -149,7 +149,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     float* s_row = scores + row * kKeyStep + 16 * half;
     float step_max = -INFINITY;
     for (int c = 0; c < 16; ++c) {
-      const float x = key_visible(s, bh, query, k0 + 16 * half + c) ? s_row[c] * s.scale : -INFINITY;
+      const float x =
+          key_visible(s, bh, query, k0 + 16 * half + c) ? s_row[c] * s.scale : -INFINITY;
       s_row[c] = x;
       step_max = fmaxf(step_max, x);
     }
@@ -321,10 +322,8 @@ __global__ void __launch_bounds__(kBlockThreads)
       step_delta[threadIdx.x] = query < s.t ? delta[bh * s.t + query] : 0.0f;
     }
     __syncthreads();
-    product_abt<D>(k_tile + 16 * warp * D, q_tile, scores_t + 16 * warp * kQueryStep,
-                   kQueryStep);
-    product_abt<D>(v_tile + 16 * warp * D, do_tile, dprobs_t + 16 * warp * kQueryStep,
-                   kQueryStep);
+    product_abt<D>(k_tile + 16 * warp * D, q_tile, scores_t + 16 * warp * kQueryStep, kQueryStep);
+    product_abt<D>(v_tile + 16 * warp * D, do_tile, dprobs_t + 16 * warp * kQueryStep, kQueryStep);
     __syncwarp();
     for (int c = 8 * half; c < 8 * half + 8; ++c) {
       const int e = key_row * kQueryStep + c;
@@ -369,11 +368,11 @@ template <int D>
 void launch_backward(const Bf16* q, const Bf16* k, const Bf16* v, const Bf16* dout,
                      const AttentionShape& s, int64_t batch_heads, float* lse, float* delta,
                      float* dq, float* dk, float* dv, cudaStream_t stream) {
-  LS_LAUNCH(fused_attention_dq_kernel<D>, grid_of(s.t, batch_heads), kBlockThreads, 0, stream, q,
-            k, v, dout, s, dq, lse, delta);
+  LS_LAUNCH(fused_attention_dq_kernel<D>, grid_of(s.t, batch_heads), kBlockThreads, 0, stream, q, k,
+            v, dout, s, dq, lse, delta);
   LS_CUDA_CHECK_LAUNCH();
-  LS_LAUNCH(fused_attention_dkdv_kernel<D>, grid_of(s.t, batch_heads), kBlockThreads, 0, stream,
-            q, k, v, dout, s, lse, delta, dk, dv);
+  LS_LAUNCH(fused_attention_dkdv_kernel<D>, grid_of(s.t, batch_heads), kBlockThreads, 0, stream, q,
+            k, v, dout, s, lse, delta, dk, dv);
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -390,23 +389,26 @@ void fused_attention(const void* q, const void* k, const void* v, bool bf16,
   const auto* k16 = static_cast<const Bf16*>(k);
   const auto* v16 = static_cast<const Bf16*>(v);
   switch (d) {
-    case 16: return launch_forward<16>(q16, k16, v16, s, batch_heads, out, launch.stream());
-    case 32: return launch_forward<32>(q16, k16, v16, s, batch_heads, out, launch.stream());
-    default: return launch_forward<64>(q16, k16, v16, s, batch_heads, out, launch.stream());
+    case 16:
+      return launch_forward<16>(q16, k16, v16, s, batch_heads, out, launch.stream());
+    case 32:
+      return launch_forward<32>(q16, k16, v16, s, batch_heads, out, launch.stream());
+    default:
+      return launch_forward<64>(q16, k16, v16, s, batch_heads, out, launch.stream());
   }
 }
 
 void fused_attention_backward(const void* q, const void* k, const void* v, const void* dout,
                               bool bf16, const int32_t* key_valid, int64_t batch_heads,
                               int64_t heads, int64_t t, int64_t d, bool causal, float scale,
-                              int64_t /*block_rows*/, float* dq, float* dk, float* dv,
-                              Stream& on) {
+                              int64_t /*block_rows*/, float* dq, float* dk, float* dv, Stream& on) {
   check_supported("fused_attention_backward", batch_heads, d, bf16);
   const CudaLaunch launch(on);
   if (batch_heads == 0 || t == 0) return;
   const AttentionShape s{t, heads, causal, scale, key_valid};
   // Each row's logsumexp and delta, from the dq kernel to the dk/dv kernel.
-  const CudaScratch stats(launch.device(), sizeof(float) * 2 * static_cast<size_t>(batch_heads * t));
+  const CudaScratch stats(launch.device(),
+                          sizeof(float) * 2 * static_cast<size_t>(batch_heads * t));
   float* lse = stats.f32();
   float* delta = lse + batch_heads * t;
   const auto* q16 = static_cast<const Bf16*>(q);

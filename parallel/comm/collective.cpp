@@ -74,9 +74,9 @@ void record_collective_in_ledger(const CollectiveDesc& desc, int ranks) {
   // One rank: recv = send, so nothing, or a copy (Note [One rank needs no NCCL]).
   if (ranks == 1) {
     if (desc.send != desc.recv && desc.bytes() > 0) {
-      ledger->record("collective", {ledger::elementwise("copy (one rank)",
-                                                        static_cast<int64_t>(desc.count),
-                                                        2 * static_cast<double>(desc.bytes()))});
+      ledger->record("collective",
+                     {ledger::elementwise("copy (one rank)", static_cast<int64_t>(desc.count),
+                                          2 * static_cast<double>(desc.bytes()))});
     }
     return;
   }

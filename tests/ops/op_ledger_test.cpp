@@ -86,8 +86,7 @@ TEST(OpLedger, CountsEveryLaunchOfAGptStepInF32) {
     }
     // The attention scores' softmax and its backward, once a block.
     EXPECT_EQ((counts.at({"attention_softmax", "attention_softmax_kernel"})), l);
-    EXPECT_EQ(
-        (counts.at({"attention_softmax_backward", "attention_softmax_backward_kernel"})), l);
+    EXPECT_EQ((counts.at({"attention_softmax_backward", "attention_softmax_backward_kernel"})), l);
     // One loss over the logits, two launches; the token embedding and its gradient.
     EXPECT_EQ((counts.at({"softmax_xent", "softmax_xent_kernel"})), 1);
     EXPECT_EQ((counts.at({"softmax_xent", "softmax_xent_loss_kernel"})), 1);
@@ -132,7 +131,8 @@ TEST(OpLedger, PlanningAsCudaTakesCudasAttention) {
   // The host fuses bf16 attention from T = 256; CUDA has no fused kernel, so a ledger planning
   // as CUDA records the unfused softmax instead.
   const TinyGpt shape{.layers = 1, .batch = 1, .seq = 256};
-  const auto host = counts_of(record_step(shape, Precision::kBF16, {.dry_run = true, .plan_as = std::nullopt}));
+  const auto host =
+      counts_of(record_step(shape, Precision::kBF16, {.dry_run = true, .plan_as = std::nullopt}));
   const auto cuda = counts_of(
       record_step(shape, Precision::kBF16, {.dry_run = true, .plan_as = DeviceKind::kCuda}));
   const bool host_fuses = use_fused_attention(DeviceKind::kHost, 256, 8, Precision::kBF16);
@@ -149,13 +149,13 @@ TEST(OpLedger, OneRecordsAtATime) {
 }
 
 TEST(OpLedger, GemmDescriptionsCountBytesAndFlops) {
-  const Launch f32 = ledger::gemm("g", false, true, 4, 6, 8, 1, 4, 4, 4, false,
-                                  LaunchRate::kF32Math);
+  const Launch f32 =
+      ledger::gemm("g", false, true, 4, 6, 8, 1, 4, 4, 4, false, LaunchRate::kF32Math);
   EXPECT_EQ(f32.shape, "4x6x8 NT");
   EXPECT_DOUBLE_EQ(f32.flops, 2.0 * 4 * 6 * 8);
   EXPECT_DOUBLE_EQ(f32.bytes, 4.0 * (4 * 8 + 8 * 6 + 4 * 6));
-  const Launch batched = ledger::gemm("g", true, false, 4, 6, 8, 3, 2, 2, 4, true,
-                                      LaunchRate::kTensorCore);
+  const Launch batched =
+      ledger::gemm("g", true, false, 4, 6, 8, 3, 2, 2, 4, true, LaunchRate::kTensorCore);
   EXPECT_EQ(batched.shape, "4x6x8 TN x3");
   EXPECT_DOUBLE_EQ(batched.bytes, 3 * (2.0 * 4 * 8 + 2.0 * 8 * 6 + 8.0 * 4 * 6));
   // f32 operands in bf16 precision: two rounding launches, then the 16-bit product.
@@ -181,10 +181,9 @@ TEST(LedgerModel, ALaunchTakesItsLongerBoundAndNoLessThanTheFloor) {
 
 TEST(LedgerModel, PredictionAddsTheRowsLongestFirst) {
   const ledger::GpuRates h200 = ledger::gpu_rates("h200");
-  std::vector<LedgerRow> rows{
-      {"a", Launch{"k1", "", LaunchRate::kMemory, 3.84e9, 0}, 2, true},
-      {"b", Launch{"k2", "", LaunchRate::kTensorCore, 0, 80e12}, 1, true},
-      {"c", Launch{"k3", "", LaunchRate::kMemory, 0, 0}, 1, false}};
+  std::vector<LedgerRow> rows{{"a", Launch{"k1", "", LaunchRate::kMemory, 3.84e9, 0}, 2, true},
+                              {"b", Launch{"k2", "", LaunchRate::kTensorCore, 0, 80e12}, 1, true},
+                              {"c", Launch{"k3", "", LaunchRate::kMemory, 0, 0}, 1, false}};
   const ledger::StepPrediction p = ledger::predict(rows, h200);
   EXPECT_EQ(p.launches, 4);
   EXPECT_EQ(p.unmodelled_ops, 1);

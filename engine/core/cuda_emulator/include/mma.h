@@ -35,9 +35,12 @@ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 inline float to_float(__half x) { return __half2float(x); }
 template <typename T>
 T from_float(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(x);
-  else if constexpr (std::is_same_v<T, __half>) return __float2half(x);
-  else return x;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16(x);
+  else if constexpr (std::is_same_v<T, __half>)
+    return __float2half(x);
+  else
+    return x;
 }
 template <typename Use, int M, int N, int K>
 struct tile_shape;
@@ -78,8 +81,7 @@ void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const T* p, unsigned
   __syncwarp();
   for (int r = 0; r < F::rows; ++r) {
     for (int c = 0; c < F::cols; ++c) {
-      f.x[r * F::cols + c] =
-          std::is_same_v<Layout, col_major> ? p[c * ldm + r] : p[r * ldm + c];
+      f.x[r * F::cols + c] = std::is_same_v<Layout, col_major> ? p[c * ldm + r] : p[r * ldm + c];
     }
   }
   __syncwarp();
