@@ -5,7 +5,9 @@
 // when dlogits (f32 [rows, cols]) is defined, dlogits = (softmax(logits) - onehot(labels)) *
 // grad_scale (grad_scale = 1/rows gives the gradient of the loss), times *device_scale as well
 // when one is given (a f32 [1] read when the kernel runs: the step's loss gradient scale, which
-// lives on the device, ops/step_control.h). dlogits may be logits itself.
+// lives on the device, ops/step_control.h). dlogits may be logits itself. dlogits may be bf16
+// instead: the same values rounded (what a bf16 matrix product of the gradient multiplies), in
+// the same pass, so the f32 gradient is never written nor read again (nn::cross_entropy in bf16).
 // A row labelled kIgnoreLabel (-100, PyTorch's ignore_index) adds 0 to the sum and gets a 0
 // gradient row; it still counts in `rows`, so loss * rows is the sum over the other rows.
 // count_correct: correct (i32 [1]) = rows whose first maximum is at the label (ignored rows
@@ -40,6 +42,11 @@ struct SoftmaxXentOps {
   void (*softmax_xent)(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                        float grad_scale, const float* device_scale, float* loss, float* dlogits,
                        Stream& stream) = nullptr;
+  // softmax_xent with dlogits rounded to bf16 (not null, never logits): each element the
+  // f32_to_bf16 of what softmax_xent writes.
+  void (*softmax_xent_bf16)(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                            float grad_scale, const float* device_scale, float* loss,
+                            uint16_t* dlogits, Stream& stream) = nullptr;
   // *correct = rows whose argmax (first maximum on ties) is the label; kIgnoreLabel rows are
   // skipped; bad labels as above.
   void (*count_correct)(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
@@ -68,12 +75,16 @@ inline void softmax_xent(const Tensor& logits, const Tensor& labels, const Tenso
   op_check::tensor("softmax_xent", "loss", loss, DType::kF32, stream);
   op_check::scalar("softmax_xent", "loss", loss);
   float* dlogits_data = nullptr;
+  const bool bf16_grad = dlogits.defined() && dlogits.dtype() == DType::kBF16;
   if (dlogits.defined()) {
-    op_check::tensor("softmax_xent", "dlogits", dlogits, DType::kF32, stream);
+    op_check::tensor("softmax_xent", "dlogits", dlogits, bf16_grad ? DType::kBF16 : DType::kF32,
+                     stream);
     LS_CHECK(dlogits.shape() == logits.shape(), "softmax_xent: dlogits is ", dlogits.describe(),
              "; expected the shape of logits (", logits.describe(),
              "), or an undefined Tensor for no gradient");
-    dlogits_data = dlogits.f32();
+    LS_CHECK(!bf16_grad || !op_check::overlaps(dlogits, logits), "softmax_xent: bf16 dlogits (",
+             dlogits.describe(), ") overlaps the logits; give it its own tensor");
+    if (!bf16_grad) dlogits_data = dlogits.f32();
   }
   const float* device_scale_data = nullptr;
   if (device_scale.defined()) {
@@ -81,15 +92,23 @@ inline void softmax_xent(const Tensor& logits, const Tensor& labels, const Tenso
     op_check::scalar("softmax_xent", "device_scale", device_scale);
     device_scale_data = device_scale.f32();
   }
-  op_entry(&SoftmaxXentOps::softmax_xent, "softmax_xent", stream,
-           [&] {
-             // A block a row reads its logits three times (maximum, sum, then loss and dlogits;
-             // ops/cuda/ softmax_xent.cu), then one block adds the row losses.
-             return OpLaunches{ledger::moves("softmax_xent_kernel",
-                                             {&logits, &logits, &logits, &labels, &dlogits}),
-                               ledger::moves("softmax_xent_loss_kernel", {&labels})};
-           })(logits.f32(), labels.i32(), logits.dim(0), logits.dim(1), grad_scale,
-              device_scale_data, loss.f32(), dlogits_data, stream);
+  // A block a row (ops/cuda/softmax_xent.cu): one read for the maximum and the sum, one more
+  // (from L2 when the row is still there) for the loss and dlogits; then one block adds the row
+  // losses.
+  const auto launches = [&] {
+    return OpLaunches{
+        ledger::moves("softmax_xent_kernel", {&logits, &logits, &labels, &dlogits}),
+        ledger::moves("softmax_xent_loss_kernel", {&labels})};
+  };
+  if (bf16_grad) {
+    op_entry(&SoftmaxXentOps::softmax_xent_bf16, "softmax_xent", stream, launches)(
+        logits.f32(), labels.i32(), logits.dim(0), logits.dim(1), grad_scale, device_scale_data,
+        loss.f32(), dlogits.bf16(), stream);
+    return;
+  }
+  op_entry(&SoftmaxXentOps::softmax_xent, "softmax_xent", stream, launches)(
+      logits.f32(), labels.i32(), logits.dim(0), logits.dim(1), grad_scale, device_scale_data,
+      loss.f32(), dlogits_data, stream);
 }
 
 inline void count_correct(const Tensor& logits, const Tensor& labels, const Tensor& correct,

@@ -64,6 +64,7 @@ void Tape::record(const Var& output, std::vector<Var> inputs,
                   std::function<void(const Tensor& dy)> backward) {
   if (!record_ || !output->requires_grad) return;
   for (const Var& input : inputs) {
+    ++input->uses;
     if (input->parameter != nullptr) ++input->pending_uses;
   }
   nodes_.push_back({output, std::move(inputs), std::move(backward), Tensor(), false});

@@ -2,9 +2,11 @@
 // kernels of ops/softmax_xent.h. Rows labelled kIgnoreLabel add 0 and get a 0 gradient row.
 //
 // Note [Deterministic softmax_xent in two passes]
-// Pass 1: block r computes row r alone (kThreads threads striding over the columns; block max
-// and sum in a fixed shape, block_reduce.cuh): its loss -log softmax(x)[label] into a per-row
-// scratch array (the device's caching allocator, CudaScratch), and its dlogits when asked.
+// Pass 1: block r computes row r alone (kThreads threads striding over the columns, each with a
+// running maximum and sum, so one read of the row gives both; block max and sum in a fixed shape,
+// block_reduce.cuh): its loss -log softmax(x)[label] into a per-row scratch array (the device's
+// caching allocator, CudaScratch), and its dlogits when asked, f32 or rounded to bf16 (a second
+// read of the row, from L2 while it is there).
 // Pass 2: one block adds the row losses: thread t sums rows t, t + T, t + 2T, ... in order, in
 // double, then the T partial sums are added in a fixed tree, and the mean is rounded to f32. So
 // [16384, 50257] logits are read by 16,384 blocks, not summed by one, and every sum has a fixed
@@ -24,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/cuda_launch.h"
 #include "ops/softmax_xent.h"
@@ -34,21 +37,31 @@ namespace {
 const int32_t kSoftmaxXentSite = register_fault_site("softmax_xent", "label", kLabelHint);
 const int32_t kCountCorrectSite = register_fault_site("count_correct", "label", kLabelHint);
 
+// dlogits element c of a row: f32, or rounded to bf16 (softmax_xent_bf16).
+__device__ inline void store_gradient(float* dx, int64_t c, float value) { dx[c] = value; }
+__device__ inline void store_gradient(uint16_t* dx, int64_t c, float value) {
+  dx[c] = f32_to_bf16_bits(value);
+}
+
 // Pass 1 (see Note [Deterministic softmax_xent in two passes]): block r, kThreads threads, row r.
-// dlogits may be null (the loss only) or logits itself.
+// dlogits may be null (the loss only) or, for f32, logits itself. Each thread keeps a running
+// maximum and a sum of exp(x - that maximum) over its columns (rescaled when the maximum grows),
+// so the row is read once for both; the block then rescales the threads' sums to the row's
+// maximum. The loss and dlogits read the row a second time, while it is still in L2.
+template <typename Out>
 __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int64_t cols,
                                     float grad_scale, const float* device_scale, float* row_loss,
-                                    float* dlogits, DeviceFault* fault, int32_t site) {
+                                    Out* dlogits, DeviceFault* fault, int32_t site) {
   __shared__ float shared[kWarp];
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t r = blockIdx.x;
   const float* x = logits + r * cols;
-  float* dx = dlogits == nullptr ? nullptr : dlogits + r * cols;
+  Out* dx = dlogits == nullptr ? nullptr : dlogits + r * cols;
   const int32_t label = labels[r];
   if (label == kIgnoreLabel) {  // uniform over the block, as are the returns below
     if (tid == 0) row_loss[r] = 0.0f;
     if (dx != nullptr)
-      for (int64_t c = tid; c < cols; c += kThreads) dx[c] = 0.0f;
+      for (int64_t c = tid; c < cols; c += kThreads) store_gradient(dx, c, 0.0f);
     return;
   }
   if (label < 0 || label >= cols) {
@@ -57,30 +70,33 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
       row_loss[r] = __int_as_float(0x7fc00000);  // NaN, see the Note
     }
     if (dx != nullptr)
-      for (int64_t c = tid; c < cols; c += kThreads) dx[c] = __int_as_float(0x7fc00000);
+      for (int64_t c = tid; c < cols; c += kThreads)
+        store_gradient(dx, c, __int_as_float(0x7fc00000));
     return;
   }
   const float label_logit = tid == 0 ? x[label] : 0.0f;  // before anyone writes dx (in place)
-  float max_value = -INFINITY;
-  for (int64_t c = tid; c < cols; c += kThreads) max_value = fmaxf(max_value, x[c]);
-  max_value = block_max(max_value, shared);
-  float sum = 0.0f;
-  for (int64_t c = tid; c < cols; c += kThreads) sum += expf(x[c] - max_value);
-  sum = block_sum(sum, shared);  // ends with a barrier: every read of other columns is done
+  float thread_max = -INFINITY, thread_sum = 0.0f;
+  for (int64_t c = tid; c < cols; c += kThreads) {
+    const float v = x[c];
+    if (v > thread_max) {
+      thread_sum = thread_sum * expf(thread_max - v) + 1.0f;  // exp(-inf) = 0 the first time
+      thread_max = v;
+    } else if (v != -INFINITY) {  // a -inf logit adds 0 (and -inf - -inf would be NaN)
+      thread_sum += expf(v - thread_max);
+    }
+  }
+  const float max_value = block_max(thread_max, shared);
+  // A thread with no columns (cols < kThreads) has max -inf and sum 0: it adds 0.
+  const float rescaled = thread_sum == 0.0f ? 0.0f : thread_sum * expf(thread_max - max_value);
+  const float sum = block_sum(rescaled, shared);  // ends with a barrier: every read is done
   if (tid == 0) row_loss[r] = logf(sum) - (label_logit - max_value);  // difference first: exact
   if (dx == nullptr) return;
-  if (device_scale == nullptr) {
-    for (int64_t c = tid; c < cols; c += kThreads) {
-      const float p = expf(x[c] - max_value) / sum;
-      dx[c] = (p - (c == label ? 1.0f : 0.0f)) * grad_scale;
-    }
-    return;
-  }
   // The order of ops/softmax_xent.h: (softmax - onehot) * grad_scale, then * *device_scale.
-  const float scale = *device_scale;
+  const float scale = device_scale == nullptr ? 1.0f : *device_scale;
   for (int64_t c = tid; c < cols; c += kThreads) {
     const float p = expf(x[c] - max_value) / sum;
-    dx[c] = ((p - (c == label ? 1.0f : 0.0f)) * grad_scale) * scale;
+    const float g = (p - (c == label ? 1.0f : 0.0f)) * grad_scale;
+    store_gradient(dx, c, device_scale == nullptr ? g : g * scale);
   }
 }
 
@@ -142,9 +158,10 @@ __global__ void count_labels_kernel(const int32_t* labels, int64_t n, int32_t* c
 }  // namespace
 
 // See Note [Deterministic softmax_xent in two passes]; dlogits may be logits itself.
-void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
-                  float grad_scale, const float* device_scale, float* loss, float* dlogits,
-                  Stream& on) {
+template <typename Out>
+void softmax_xent_as(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                     float grad_scale, const float* device_scale, float* loss, Out* dlogits,
+                     Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   LS_CHECK(loss != nullptr, "softmax_xent: the loss pointer is null");
@@ -152,13 +169,25 @@ void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int6
            INT_MAX - 1, "); split the batch");
   const CudaScratch row_loss(launch.device(), sizeof(float) * std::max<int64_t>(rows, 1));
   if (rows > 0) {
-    LS_LAUNCH(softmax_xent_kernel, static_cast<unsigned int>(rows), kThreads, 0, stream, logits,
-              labels, cols, grad_scale, device_scale, row_loss.f32(), dlogits, launch.fault(),
-              kSoftmaxXentSite);
+    LS_LAUNCH(softmax_xent_kernel<Out>, static_cast<unsigned int>(rows), kThreads, 0, stream,
+              logits, labels, cols, grad_scale, device_scale, row_loss.f32(), dlogits,
+              launch.fault(), kSoftmaxXentSite);
     LS_CUDA_CHECK_LAUNCH();
   }
   LS_LAUNCH(softmax_xent_loss_kernel, 1, kThreads, 0, stream, row_loss.f32(), rows, loss);
   LS_CUDA_CHECK_LAUNCH();
+}
+
+void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                  float grad_scale, const float* device_scale, float* loss, float* dlogits,
+                  Stream& on) {
+  softmax_xent_as(logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits, on);
+}
+
+void softmax_xent_bf16(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                       float grad_scale, const float* device_scale, float* loss, uint16_t* dlogits,
+                       Stream& on) {
+  softmax_xent_as(logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits, on);
 }
 
 void count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
@@ -183,6 +212,7 @@ void count_labels(const int32_t* labels, int64_t n, int32_t* count, Stream& on) 
 
 const SoftmaxXentOps kCudaSoftmaxXent{
     .softmax_xent = softmax_xent,
+    .softmax_xent_bf16 = softmax_xent_bf16,
     .count_correct = count_correct,
     .count_labels = count_labels,
 };

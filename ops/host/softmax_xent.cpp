@@ -10,7 +10,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <type_traits>
 #include <vector>
+
+#include <lockstep/dtype.h>
 
 #include "engine/core/device_fault.h"
 #include <lockstep/error.h>
@@ -55,9 +58,12 @@ float xent_row(const float* x, int32_t label, int64_t cols, float grad_scale, fl
   return std::log(sum) - label_shifted;
 }
 
-void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
-                  float host_scale, const float* device_scale, float* loss, float* dlogits,
-                  Stream& stream) {
+// Both slots: dlogits f32 (Out = float) or rounded to bf16 (Out = uint16_t: each row computed in
+// f32 in a per-thread row buffer, then rounded as f32_to_bf16 rounds).
+template <typename Out>
+void softmax_xent_as(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                     float host_scale, const float* device_scale, float* loss, Out* dlogits,
+                     Stream& stream) {
   LS_ASSERT(rows > 0 && cols > 0, "softmax_xent sizes rows=", rows, " cols=", cols);
   host_enqueue(stream, [=] {
     check_labels("softmax_xent", labels, rows, cols);
@@ -69,8 +75,16 @@ void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int6
     float* row_loss_data = row_loss.data();
     host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        float* dx = dlogits == nullptr ? nullptr : dlogits + r * cols;
-        row_loss_data[r] = xent_row(logits + r * cols, labels[r], cols, grad_scale, dx);
+        if constexpr (std::is_same_v<Out, float>) {
+          float* dx = dlogits == nullptr ? nullptr : dlogits + r * cols;
+          row_loss_data[r] = xent_row(logits + r * cols, labels[r], cols, grad_scale, dx);
+        } else {
+          thread_local std::vector<float> row;
+          row.resize(static_cast<size_t>(cols));
+          row_loss_data[r] = xent_row(logits + r * cols, labels[r], cols, grad_scale, row.data());
+          uint16_t* dx = dlogits + r * cols;
+          for (int64_t c = 0; c < cols; ++c) dx[c] = f32_to_bf16(row[static_cast<size_t>(c)]);
+        }
       }
     });
     double total = 0.0;  // in row order: deterministic
@@ -111,8 +125,21 @@ void count_labels(const int32_t* labels, int64_t n, int32_t* count, Stream& stre
   });
 }
 
+void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                  float grad_scale, const float* device_scale, float* loss, float* dlogits,
+                  Stream& stream) {
+  softmax_xent_as(logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits, stream);
+}
+
+void softmax_xent_bf16(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                       float grad_scale, const float* device_scale, float* loss, uint16_t* dlogits,
+                       Stream& stream) {
+  softmax_xent_as(logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits, stream);
+}
+
 const SoftmaxXentOps kHostSoftmaxXent{
     .softmax_xent = softmax_xent,
+    .softmax_xent_bf16 = softmax_xent_bf16,
     .count_correct = count_correct,
     .count_labels = count_labels,
 };

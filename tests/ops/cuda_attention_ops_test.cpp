@@ -185,5 +185,30 @@ TEST_F(CudaAttentionOpsTest, IgnoredLabelsMatchHost) {
   EXPECT_EQ(count.cuda.to_host_i32(*cuda_)[0], rows - (rows + 2) / 3);
 }
 
+// bf16 dlogits on CUDA: the CUDA f32 gradient rounded, bit for bit, and close to the host's, over
+// a row wider than a block of threads (GPT-2's rows are 50,257 wide).
+TEST_F(CudaAttentionOpsTest, Bf16GradientIsTheF32GradientRounded) {
+  const int64_t rows = 5, cols = 1000;
+  std::vector<int32_t> labels = random_labels(rows, cols, 3);
+  labels[2] = kIgnoreLabel;
+  Pair logits = upload(random_vector(rows * cols, 4, -8, 8), {rows, cols});
+  Pair tl = upload_i32(labels, {rows});
+  Pair loss32 = empty({1}), loss16 = empty({1}), d32 = empty({rows, cols});
+  Pair d16 = empty({rows, cols}, DType::kBF16), widened = empty({rows, cols});
+  Pair rounded = empty({rows, cols}, DType::kBF16), expected = empty({rows, cols});
+  run_both([&](Stream& s, auto side) {
+    softmax_xent(side(logits), side(tl), side(loss32), side(d32), 1.0f / rows, s);
+    softmax_xent(side(logits), side(tl), side(loss16), side(d16), 1.0f / rows, s);
+    cast(side(d16), side(widened), s);
+    cast(side(d32), side(rounded), s);
+    cast(side(rounded), side(expected), s);
+  });
+  EXPECT_TRUE(bitwise_equal(cuda_values(widened), cuda_values(expected)));
+  EXPECT_TRUE(bitwise_equal(cuda_values(loss16), cuda_values(loss32)));
+  expect_close(loss32);
+  expect_close(d32);
+  expect_close(widened, 1e-2, 1e-6);
+}
+
 }  // namespace
 }  // namespace ls::test

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/elementwise.h"
 #include "ops/host/host_ops.h"
 #include "tests/ops/op_test_util.h"
 
@@ -85,6 +86,37 @@ TEST_F(SoftmaxXentTest, InPlaceGradientMatches) {
   softmax_xent(inplace, tl, loss_b, inplace, 0.5f, *stream_);
   EXPECT_TRUE(bitwise_equal(download(inplace), download(dlogits)));
   EXPECT_TRUE(bitwise_equal(download(loss_b), download(loss_a)));
+}
+
+// bf16 dlogits are the f32 ones rounded, bit for bit, with the same loss; ignored rows get 0, and
+// a device scale applies as in f32. A bf16 gradient of another shape is refused.
+TEST_F(SoftmaxXentTest, Bf16GradientIsTheF32GradientRounded) {
+  const int64_t rows = 11, cols = 300;
+  const auto x = random_vector(rows * cols, 7, -6, 6);
+  auto labels = random_labels(rows, cols, 8);
+  labels[3] = kIgnoreLabel;
+  const Tensor logits = upload(x, {rows, cols}), tl = upload_i32(labels, {rows});
+  const Tensor scale = upload({0.25f}, {1});
+  for (const Tensor* device_scale : {static_cast<const Tensor*>(nullptr), &scale}) {
+    const Tensor ds = device_scale != nullptr ? *device_scale : Tensor();
+    Tensor loss32 = Tensor::empty({1}, DType::kF32, dev_);
+    Tensor loss16 = Tensor::empty({1}, DType::kF32, dev_);
+    Tensor d32 = Tensor::empty({rows, cols}, DType::kF32, dev_);
+    Tensor d16 = Tensor::empty({rows, cols}, DType::kBF16, dev_);
+    softmax_xent(logits, tl, loss32, d32, 1.0f / rows, *stream_, ds);
+    softmax_xent(logits, tl, loss16, d16, 1.0f / rows, *stream_, ds);
+    const Tensor rounded = cast_to_bf16(d32, *stream_);
+    Tensor widened = Tensor::empty({rows, cols}, DType::kF32, dev_);
+    Tensor expected = Tensor::empty({rows, cols}, DType::kF32, dev_);
+    cast(d16, widened, *stream_);
+    cast(rounded, expected, *stream_);
+    EXPECT_TRUE(bitwise_equal(download(widened), download(expected)));
+    EXPECT_TRUE(bitwise_equal(download(loss16), download(loss32)));
+  }
+  Tensor loss = Tensor::empty({1}, DType::kF32, dev_);
+  EXPECT_THROW(softmax_xent(logits, tl, loss, Tensor::empty({rows, cols - 1}, DType::kBF16, dev_),
+                            1.0f, *stream_),
+               Error);
 }
 
 // With grad_scale = 1/rows, dlogits is the gradient of the (mean) loss.

@@ -53,6 +53,9 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   Var b = bias != nullptr ? *bias : nullptr;
   Var out = tape.output(std::move(y), {&x, &weight});
   if (b) out->requires_grad = out->requires_grad || (tape.recording() && b->requires_grad);
+  // In bf16 both products of backward take dy rounded to bf16: a loss may hand it over so (bias
+  // gradients sum the f32 dy, so not with a bias that needs one).
+  out->bf16_grad_ok = cast_once && !(b && b->requires_grad);
   std::vector<Var> inputs{x, weight};
   if (b) inputs.push_back(b);
   // Backward keeps only the casts it multiplies with: x16 for dW, w16 for dx.
@@ -61,7 +64,10 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   tape.record(out, inputs,
               [x, weight, b, x16, w16, cast_once, precision, &stream](const Tensor& dy) {
     const bool products = x->requires_grad || weight->requires_grad;
-    const Tensor dy16 = cast_once && products ? cast_to_bf16(dy, stream) : Tensor();
+    // dy is bf16 when the loss rounded it already (out->bf16_grad_ok): the same numbers.
+    const Tensor dy16 = dy.dtype() == DType::kBF16      ? dy
+                        : cast_once && products ? cast_to_bf16(dy, stream)
+                                                : Tensor();
     if (x->requires_grad) {  // dx = dy W
       const bool add = Tape::begin_grad(*x);
       product(dy, dy16, false, weight->value, w16, false, x->grad, add ? 1.0f : 0.0f, precision,
@@ -215,11 +221,24 @@ Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels, float gra
   const Tensor& z = logits->value;
   Tensor loss = Tensor::empty({1}, DType::kF32, z.device());
   const bool need_grad = tape.recording() && logits->requires_grad;
-  Tensor dlogits = need_grad ? Tensor::empty(z.shape(), DType::kF32, z.device()) : Tensor();
+  // Note [A bf16 gradient for the logits]: in bf16, when the op that made the logits multiplies
+  // their gradient in bf16 only (the LM head's linear), the kernel writes dlogits rounded to bf16
+  // in the pass that computes it: the [rows, vocab] f32 gradient is never written, nor read back
+  // to be rounded. The same numbers reach the products. Should the logits have another use whose
+  // gradient adds to this one, the bf16 values are widened (exactly) to f32 first.
+  const bool bf16_grad = tape.context().precision == Precision::kBF16 && logits->bf16_grad_ok;
+  Tensor dlogits = need_grad ? Tensor::empty(z.shape(), bf16_grad ? DType::kBF16 : DType::kF32,
+                                             z.device())
+                             : Tensor();
   softmax_xent(z, labels, loss, dlogits, grad_scale, stream, device_scale);
   Var out = tape.output(std::move(loss), {&logits});
-  tape.record(out, {logits}, [logits, dlogits, &stream](const Tensor&) {
+  tape.record(out, {logits}, [logits, dlogits, &stream](const Tensor&) mutable {
     // The gradient was computed in forward; the loss is the root, so no upstream factor.
+    if (dlogits.dtype() == DType::kBF16 && (logits->uses > 1 || logits->grad.defined())) {
+      Tensor widened = Tensor::empty(dlogits.shape(), DType::kF32, dlogits.device());
+      cast(dlogits, widened, stream);
+      dlogits = widened;
+    }
     if (!logits->grad.defined()) {  // first contribution: hand over the buffer, no copy
       logits->grad = dlogits;
       logits->grad_written = true;

@@ -45,6 +45,11 @@ struct VarNode {
   // A parameter without a value of its own: `value` was gathered from the tape's
   // ParameterSource and is dropped (left undefined) whenever the tape does not need it.
   bool gathered = false;
+  // Set by the op that made this Var when its backward multiplies the gradient in bf16 only
+  // (nn::linear in bf16 without a bias gradient): a loss may then give it the gradient already
+  // rounded to bf16 (nn::cross_entropy in bf16), a bf16 `grad`, which that op reads as it is.
+  bool bf16_grad_ok = false;
+  int uses = 0;  // ops recorded with this Var as an input (a bf16 gradient needs it to be one)
 };
 using Var = std::shared_ptr<VarNode>;
 

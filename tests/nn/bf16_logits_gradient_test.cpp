@@ -1,0 +1,76 @@
+// Note [A bf16 gradient for the logits] (engine/model/nn/functional.cpp): in bf16 the loss hands
+// the LM head's linear its gradient already rounded to bf16. The parameter gradients must be bit
+// for bit those of the f32 gradient rounded by the linear itself (the path before); logits with
+// another recorded use get the gradient widened to f32 (exactly), so whatever else adds to it
+// adds in f32, and the head multiplies the same bf16 numbers.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "engine/core/runtime.h"
+#include "engine/model/nn/parameter_store.h"
+#include "engine/model/nn/transformer.h"
+#include <lockstep/nn/autograd.h>
+#include <lockstep/nn/functional.h>
+#include "tests/ops/op_test_util.h"
+
+namespace ls::nn {
+namespace {
+
+const Device kHost0{DeviceKind::kHost, 0};
+
+struct Step {
+  std::vector<float> grads;
+  DType logits_grad = DType::kF32;
+};
+
+// One bf16 forward and backward of a tiny GPT with a cross-entropy loss; `two_uses` records
+// another op on the logits (scale, whose output is not used); `hand_over` false clears the
+// linear's bf16_grad_ok first.
+Step run(bool hand_over, bool two_uses) {
+  auto stream = device_runtime(kHost0).create_stream();
+  TransformerConfig config = gpt_config(2, 2, 16, 8, 40);
+  config.ffn = 32;
+  config.pad_id = 0;
+  Transformer model(config);
+  ParameterStore store(model, kHost0, *stream, 3);
+  store.keep_bf16_copy(*stream);
+  std::vector<int32_t> tokens, labels;
+  for (int i = 0; i < 16; ++i) {
+    tokens.push_back(1 + (i * 7) % 39);
+    labels.push_back(1 + (i * 11) % 39);
+  }
+  const Tensor ids = Tensor::from_host_i32(tokens, {2, 8}, kHost0, *stream);
+  const Tensor y = Tensor::from_host_i32(labels, {16}, kHost0, *stream);
+  Tape tape(*stream);
+  ForwardContext context;
+  context.training = true;
+  context.precision = Precision::kBF16;
+  tape.set_context(context);
+  Var logits = model.forward(tape, tape.constant(ids));
+  EXPECT_TRUE(logits->bf16_grad_ok) << "the tied head is a bf16 linear without a bias";
+  if (!hand_over) logits->bf16_grad_ok = false;
+  if (two_uses) scale(tape, logits, 2.0f);
+  Var loss = cross_entropy(tape, logits, y);
+  store.zero_grad(*stream);
+  tape.backward(loss);
+  Step step{store.grads().to_host_f32(*stream), logits->grad.dtype()};
+  stream->synchronize();
+  return step;
+}
+
+TEST(Bf16LogitsGradient, TheHeadTakesItRoundedWithTheSameParameterGradients) {
+  const Step handed = run(true, false), rounded_by_linear = run(false, false);
+  EXPECT_EQ(handed.logits_grad, DType::kBF16);
+  EXPECT_EQ(rounded_by_linear.logits_grad, DType::kF32);
+  EXPECT_TRUE(test::bitwise_equal(handed.grads, rounded_by_linear.grads));
+}
+
+TEST(Bf16LogitsGradient, ASecondUseGetsItWidened) {
+  const Step widened = run(true, true), handed = run(true, false);
+  EXPECT_EQ(widened.logits_grad, DType::kF32);
+  EXPECT_TRUE(test::bitwise_equal(widened.grads, handed.grads));
+}
+
+}  // namespace
+}  // namespace ls::nn
