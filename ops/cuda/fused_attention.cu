@@ -231,20 +231,21 @@ __global__ void __launch_bounds__(kBlockThreads)
   float m = -INFINITY, l = 0.0f, pd = 0.0f;
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeyStep) {
     step_products(k0);
-    const float* s_row = scores + row * kKeyStep + 16 * half;
+    float* s_row = scores + row * kKeyStep + 16 * half;  // scaled and masked in place
     const float* dp_row = dprobs + row * kKeyStep + 16 * half;
-    float x[16];
     float step_max = -INFINITY;
     for (int c = 0; c < 16; ++c) {
-      x[c] = key_visible(s, bh, query, k0 + 16 * half + c) ? s_row[c] * s.scale : -INFINITY;
-      step_max = fmaxf(step_max, x[c]);
+      const float x =
+          key_visible(s, bh, query, k0 + 16 * half + c) ? s_row[c] * s.scale : -INFINITY;
+      s_row[c] = x;
+      step_max = fmaxf(step_max, x);
     }
     step_max = fmaxf(step_max, __shfl_xor_sync(kFullWarp, step_max, 1));
     const float m_new = fmaxf(m, step_max);
     const float alpha = m_new == -INFINITY ? 1.0f : __expf(m - m_new);
     float sum = 0.0f, sum_pd = 0.0f;
     for (int c = 0; c < 16; ++c) {
-      const float p = x[c] == -INFINITY ? 0.0f : __expf(x[c] - m_new);
+      const float p = s_row[c] == -INFINITY ? 0.0f : __expf(s_row[c] - m_new);
       sum += p;
       sum_pd += p * dp_row[c];
     }

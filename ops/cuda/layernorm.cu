@@ -1,6 +1,11 @@
 // Layer normalisation on CUDA: the CUDA kernels of ops/layernorm.h.
-// The forward and the input gradient run one block per row (grid-stride over rows): block sums
-// with a fixed shape (warp butterflies, then warps in order), so results repeat bitwise.
+// Note [LayerNorm a warp per row]: the forward and the input gradient give each row one warp (8
+// rows a block, grid-stride over rows): its sums are warp butterflies (fixed order, so results
+// repeat bitwise) with no block barrier, and the warp reads the row 16 bytes a lane at a time
+// when the row length is a multiple of 4 and every row pointer is 16-byte aligned (float4), else
+// a float at a time. A row of GPT-2's 768 floats is 6 float4 a lane; its second and third reads
+// come from L1. (Run 6 measured the earlier block-per-row kernels, 256 threads and three block
+// barriers per 768-float row, at 24-29% of the H200's copy bandwidth.)
 // dgamma/dbeta are two-pass tiled column sums (ops/cuda/column_sums.cuh; no atomics): column c
 // adds, within each tile of 256 rows, the rows lane, lane + 8, ... in order for each of 8 lanes,
 // then the lane sums in lane order, then the tiles in tile order (the host adds rows in order:
@@ -9,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/column_sums.cuh"
@@ -18,26 +24,71 @@
 namespace ls::cuda_ops {
 namespace {
 
+constexpr int kRowsPerBlock = kThreads / kWarp;
+
+// kVec consecutive floats of a row: one float4 load or store when kVec is 4.
+template <int kVec>
+struct Chunk {
+  float v[kVec];
+};
+template <int kVec>
+__device__ inline Chunk<kVec> load_chunk(const float* row, int64_t i) {
+  Chunk<kVec> c;
+  if constexpr (kVec == 4) {
+    const float4 f = reinterpret_cast<const float4*>(row)[i];
+    c.v[0] = f.x;
+    c.v[1] = f.y;
+    c.v[2] = f.z;
+    c.v[3] = f.w;
+  } else {
+    c.v[0] = row[i];
+  }
+  return c;
+}
+template <int kVec>
+__device__ inline void store_chunk(float* row, int64_t i, const Chunk<kVec>& c) {
+  if constexpr (kVec == 4) {
+    reinterpret_cast<float4*>(row)[i] = make_float4(c.v[0], c.v[1], c.v[2], c.v[3]);
+  } else {
+    row[i] = c.v[0];
+  }
+}
+
+// This thread's warp's first row, and the step between a warp's rows (see the Note).
+__device__ inline int64_t first_row() {
+  return static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+}
+__device__ inline int64_t row_step() { return static_cast<int64_t>(gridDim.x) * kRowsPerBlock; }
+
+template <int kVec>
 __global__ void layernorm_kernel(const float* x, const float* gamma, const float* beta,
                                  int64_t rows, int64_t cols, float eps, float* y, float* mean,
                                  float* rstd) {
-  __shared__ float shared[kWarp];
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const float inv_cols = 1.0f / static_cast<float>(cols);
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const int64_t chunks = cols / kVec;
+  for (int64_t r = first_row(); r < rows; r += row_step()) {  // uniform over the warp
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
     float sum = 0.0f;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += xr[c];
-    const float m = block_sum(sum, shared) * inv_cols;
-    float squares = 0.0f;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float d = xr[c] - m;
-      squares += d * d;
+    for (int64_t i = lane; i < chunks; i += kWarp) {
+      const Chunk<kVec> c = load_chunk<kVec>(xr, i);
+      for (float v : c.v) sum += v;
     }
-    const float s = 1.0f / sqrtf(block_sum(squares, shared) * inv_cols + eps);
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-      yr[c] = (xr[c] - m) * s * gamma[c] + beta[c];
-    if (threadIdx.x == 0) {
+    const float m = warp_sum(sum) * inv_cols;
+    float squares = 0.0f;
+    for (int64_t i = lane; i < chunks; i += kWarp) {
+      const Chunk<kVec> c = load_chunk<kVec>(xr, i);
+      for (float v : c.v) squares += (v - m) * (v - m);
+    }
+    const float s = 1.0f / sqrtf(warp_sum(squares) * inv_cols + eps);
+    for (int64_t i = lane; i < chunks; i += kWarp) {
+      Chunk<kVec> c = load_chunk<kVec>(xr, i);
+      const Chunk<kVec> g = load_chunk<kVec>(gamma, i), b = load_chunk<kVec>(beta, i);
+      for (int j = 0; j < kVec; ++j) c.v[j] = (c.v[j] - m) * s * g.v[j] + b.v[j];
+      store_chunk<kVec>(yr, i, c);
+    }
+    if (lane == 0) {
       mean[r] = m;
       rstd[r] = s;
     }
@@ -83,36 +134,58 @@ __global__ void layernorm_param_grad_finish_kernel(const float* partials, int64_
   }
 }
 
-// dx (+)= rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; one block per row.
+// dx (+)= rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; one warp per row (see
+// Note [LayerNorm a warp per row]).
+template <int kVec>
 __global__ void layernorm_input_grad_kernel(const float* x, const float* gamma, const float* mean,
                                             const float* rstd, const float* dy, int64_t rows,
                                             int64_t cols, float* dx, bool accumulate) {
-  __shared__ float shared[kWarp];
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const float inv_cols = 1.0f / static_cast<float>(cols);
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const int64_t chunks = cols / kVec;
+  for (int64_t r = first_row(); r < rows; r += row_step()) {  // uniform over the warp
     const float* xr = x + r * cols;
     const float* dyr = dy + r * cols;
     float* dxr = dx + r * cols;
     const float m = mean[r], s = rstd[r];
     float sum_g = 0.0f, sum_gx = 0.0f;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float g = dyr[c] * gamma[c];
-      sum_g += g;
-      sum_gx += g * ((xr[c] - m) * s);
+    for (int64_t i = lane; i < chunks; i += kWarp) {
+      const Chunk<kVec> xc = load_chunk<kVec>(xr, i), dc = load_chunk<kVec>(dyr, i);
+      const Chunk<kVec> gc = load_chunk<kVec>(gamma, i);
+      for (int j = 0; j < kVec; ++j) {
+        const float g = dc.v[j] * gc.v[j];
+        sum_g += g;
+        sum_gx += g * ((xc.v[j] - m) * s);
+      }
     }
-    const float mean_g = block_sum(sum_g, shared) * inv_cols;
-    const float mean_gx = block_sum(sum_gx, shared) * inv_cols;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float xhat = (xr[c] - m) * s;
-      const float v = s * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
-      dxr[c] = accumulate ? dxr[c] + v : v;
+    const float mean_g = warp_sum(sum_g) * inv_cols;
+    const float mean_gx = warp_sum(sum_gx) * inv_cols;
+    for (int64_t i = lane; i < chunks; i += kWarp) {
+      const Chunk<kVec> xc = load_chunk<kVec>(xr, i), dc = load_chunk<kVec>(dyr, i);
+      const Chunk<kVec> gc = load_chunk<kVec>(gamma, i);
+      Chunk<kVec> out = accumulate ? load_chunk<kVec>(dxr, i) : Chunk<kVec>{};
+      for (int j = 0; j < kVec; ++j) {
+        const float xhat = (xc.v[j] - m) * s;
+        const float v = s * (dc.v[j] * gc.v[j] - mean_g - xhat * mean_gx);
+        out.v[j] = accumulate ? out.v[j] + v : v;
+      }
+      store_chunk<kVec>(dxr, i, out);
     }
-    __syncthreads();  // `shared` is rewritten by the next row's sums
   }
 }
 
 unsigned int row_blocks(int64_t rows) {
-  return static_cast<unsigned int>(std::min<int64_t>(rows, kMaxBlocks));
+  return static_cast<unsigned int>(
+      std::min<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, kMaxBlocks));
+}
+
+// Whether rows of `cols` floats from every one of `pointers` start 16-byte aligned (float4).
+bool rows_take_float4(int64_t cols, std::initializer_list<const void*> pointers) {
+  if (cols % 4 != 0) return false;
+  for (const void* p : pointers) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -122,8 +195,13 @@ void layernorm(const float* x, const float* gamma, const float* beta, int64_t ro
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (rows * cols == 0) return;
-  LS_LAUNCH(layernorm_kernel, row_blocks(rows), kThreads, 0, stream, x, gamma, beta, rows, cols,
-            eps, y, mean, rstd);
+  if (rows_take_float4(cols, {x, gamma, beta, y})) {
+    LS_LAUNCH(layernorm_kernel<4>, row_blocks(rows), kThreads, 0, stream, x, gamma, beta, rows,
+              cols, eps, y, mean, rstd);
+  } else {
+    LS_LAUNCH(layernorm_kernel<1>, row_blocks(rows), kThreads, 0, stream, x, gamma, beta, rows,
+              cols, eps, y, mean, rstd);
+  }
   LS_CUDA_CHECK_LAUNCH();
 }
 
@@ -142,8 +220,13 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean, c
   LS_LAUNCH(layernorm_param_grad_finish_kernel, grid_for(cols), kThreads, 0, stream,
             partials.f32(), static_cast<int64_t>(tiles.row_tiles), cols, dgamma, dbeta);
   LS_CUDA_CHECK_LAUNCH();
-  LS_LAUNCH(layernorm_input_grad_kernel, row_blocks(rows), kThreads, 0, stream, x, gamma, mean,
-            rstd, dy, rows, cols, dx, accumulate);
+  if (rows_take_float4(cols, {x, gamma, dy, dx})) {
+    LS_LAUNCH(layernorm_input_grad_kernel<4>, row_blocks(rows), kThreads, 0, stream, x, gamma,
+              mean, rstd, dy, rows, cols, dx, accumulate);
+  } else {
+    LS_LAUNCH(layernorm_input_grad_kernel<1>, row_blocks(rows), kThreads, 0, stream, x, gamma,
+              mean, rstd, dy, rows, cols, dx, accumulate);
+  }
   LS_CUDA_CHECK_LAUNCH();
 }
 

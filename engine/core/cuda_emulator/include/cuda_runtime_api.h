@@ -10,6 +10,12 @@
 #include <cstdint>
 
 // ---- vector types (vector_types.h) -----------------------------------------------------------
+// The vector type kernels load 16 bytes at a time with (aligned as CUDA aligns it).
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
 struct uint3 {
   unsigned int x, y, z;
 };
