@@ -7,7 +7,10 @@ file(GLOB sources "${SOURCES}/*.cu")
 set(kernels "")
 foreach(source IN LISTS sources)
   file(READ "${source}" text)
-  string(REGEX MATCHALL "__global__[ \t\r\n]+void[ \t\r\n]+[A-Za-z_][A-Za-z0-9_]*" found "${text}")
+  # __global__ void [__launch_bounds__(...)] name
+  string(REGEX MATCHALL
+    "__global__[ \t\r\n]+void[ \t\r\n]+(__launch_bounds__\\([^)]*\\)[ \t\r\n]+)?[A-Za-z_][A-Za-z0-9_]*"
+    found "${text}")
   foreach(match IN LISTS found)
     string(REGEX REPLACE ".*[ \t\r\n]([A-Za-z_][A-Za-z0-9_]*)$" "\\1" name "${match}")
     list(APPEND kernels ${name})
