@@ -61,6 +61,20 @@ struct FusedAttentionOps {
   // Optional: whether the two kernels take head dim d with these operands (null: every d, f32
   // and bf16). CUDA takes bf16 with d = 16, 32 or 64; nn::attention runs the unfused ops else.
   bool (*supports)(int64_t d, bool bf16) = nullptr;
+  // Optional, bf16 products on the head dims `supports` takes: fused attention straight from the
+  // packed projections, with no head-major copies. qkv f32 [batch * t, 3 * heads * d] (each
+  // token's q, k and v side by side, the heads inside each, as the qkv linear writes them),
+  // rounded to bf16 as it is read (as split_heads_bf16 rounds it); out f32 [batch * t,
+  // heads * d], token-major (what merge_heads would give).
+  void (*packed_attention)(const float* qkv, const int32_t* key_valid, int64_t batch,
+                           int64_t heads, int64_t t, int64_t d, bool causal, float scale,
+                           float* out, Stream& stream) = nullptr;
+  // Its backward from dout f32 [batch * t, heads * d]: dqkv f32 in qkv's layout, overwritten, or
+  // added to when accumulate.
+  void (*packed_attention_backward)(const float* qkv, const float* dout, const int32_t* key_valid,
+                                    int64_t batch, int64_t heads, int64_t t, int64_t d,
+                                    bool causal, float scale, float* dqkv, bool accumulate,
+                                    Stream& stream) = nullptr;
 };
 
 namespace detail {
@@ -125,10 +139,14 @@ inline void check_fused_operands(const char* op, const Tensor& q, const Tensor& 
 }
 
 // FLOPs of `products` [T, T] x D products per matrix of q [batch * heads, T, D]; causal halves.
+inline double attention_flops(int64_t batch_heads, int64_t t, int64_t d, bool causal,
+                              int products) {
+  const double rows = static_cast<double>(t);
+  return 2.0 * static_cast<double>(batch_heads) * rows * rows * static_cast<double>(d) *
+         products * (causal ? 0.5 : 1.0);
+}
 inline double attention_flops(const Tensor& q, bool causal, int products) {
-  const double t = static_cast<double>(q.dim(1));
-  return 2.0 * static_cast<double>(q.dim(0)) * t * t * static_cast<double>(q.dim(2)) * products *
-         (causal ? 0.5 : 1.0);
+  return attention_flops(q.dim(0), q.dim(1), q.dim(2), causal, products);
 }
 
 inline void check_fused_output(const char* op, const char* name, const Tensor& out, const Tensor& q,
@@ -232,6 +250,8 @@ inline void merge_heads(const Tensor& y, const Tensor& x, const std::array<int64
 bool fused_attention_available(DeviceKind kind);
 // Whether `kind`'s fused kernels take head dim d in `precision` (f32 or bf16 operands).
 bool fused_attention_supports(DeviceKind kind, int64_t d, Precision precision);
+// Whether `kind` has packed_attention (CUDA) and its kernels take head dim d in `precision`.
+bool packed_attention_available(DeviceKind kind, int64_t d, Precision precision);
 
 // When nn::attention takes the fused kernels where available (process-wide): kWhenFaster (the
 // default) where fused_attention_pays, kAlways, or kNever. The environment variable
@@ -324,6 +344,80 @@ inline void fused_attention_backward(const Tensor& q, const Tensor& k, const Ten
            })(q.data(), k.data(), v.data(), dout.data(), q.dtype() == DType::kBF16,
               key_valid.defined() ? key_valid.i32() : nullptr, q.dim(0), heads, q.dim(1), q.dim(2),
               causal, scale, block_rows, dq.f32(), dk.f32(), dv.f32(), stream);
+}
+
+namespace detail {
+// qkv [batch * t, 3 * heads * d] (or [B, T, 3C]) and a context-shaped tensor [batch * t, heads * d].
+inline int64_t check_packed(const char* op, const Tensor& qkv, const Tensor& context,
+                            const char* context_name, const Tensor& key_valid, int64_t batch,
+                            int64_t heads, const Stream& stream) {
+  op_check::tensor(op, "qkv", qkv, DType::kF32, stream);
+  op_check::tensor(op, context_name, context, DType::kF32, stream);
+  LS_CHECK(batch > 0 && heads > 0 && qkv.ndim() == 2 && qkv.dim(0) % batch == 0 &&
+               qkv.dim(1) % (3 * heads) == 0,
+           op, ": qkv is ", qkv.describe(), "; expected [batch * seq, 3 * heads * head_dim] with ",
+           "batch = ", batch, " and heads = ", heads);
+  const int64_t t = qkv.dim(0) / batch, c = qkv.dim(1) / 3;
+  LS_CHECK(context.ndim() == 2 && context.dim(0) == qkv.dim(0) && context.dim(1) == c, op, ": ",
+           context_name, " is ", context.describe(), "; expected [", qkv.dim(0), ", ", c,
+           "] for qkv ", qkv.describe());
+  LS_CHECK(!op_check::overlaps(context, qkv), op, ": ", context_name, " overlaps qkv; pass a "
+           "separate tensor");
+  if (key_valid.defined()) {
+    op_check::tensor(op, "key_valid", key_valid, DType::kI32, stream);
+    LS_CHECK(key_valid.ndim() == 2 && key_valid.dim(0) == batch && key_valid.dim(1) == t, op,
+             ": key_valid is ", key_valid.describe(), "; expected [", batch, ", ", t,
+             "] (batch, keys), or an undefined Tensor for no padding");
+  }
+  return t;
+}
+}  // namespace detail
+
+// out [batch * t, heads * d] = softmax(scale q k^T, masked as attention_softmax) v per head, from
+// the packed projections qkv [batch * t, 3 * heads * d] as they are: no head-major copies (CUDA,
+// bf16 products; see FusedAttentionOps::packed_attention). out is overwritten.
+inline void packed_attention(const Tensor& qkv, const Tensor& key_valid, int64_t batch,
+                             int64_t heads, bool causal, float scale, const Tensor& out,
+                             Stream& stream) {
+  constexpr const char* op = "packed_attention";
+  const int64_t t = detail::check_packed(op, qkv, out, "out", key_valid, batch, heads, stream);
+  const int64_t d = qkv.dim(1) / (3 * heads);
+  op_entry(&FusedAttentionOps::packed_attention, op, stream, [&] {
+    // ops/cuda/fused_attention.cu: the forward kernel, reading q, k, v where they are.
+    Launch launch = ledger::moves("fused_attention_forward_kernel", {&qkv, &out, &key_valid});
+    launch.rate = LaunchRate::kFusedAttention;
+    launch.flops = detail::attention_flops(batch * heads, t, d, causal, 2);
+    return OpLaunches{launch};
+  })(qkv.f32(), key_valid.defined() ? key_valid.i32() : nullptr, batch, heads, t, d, causal, scale,
+     out.f32(), stream);
+}
+
+// The backward of packed_attention: dqkv (qkv's shape) = or += (accumulate) the gradient from
+// dout (out's shape), recomputing the probabilities from qkv.
+inline void packed_attention_backward(const Tensor& qkv, const Tensor& dout,
+                                      const Tensor& key_valid, int64_t batch, int64_t heads,
+                                      bool causal, float scale, const Tensor& dqkv,
+                                      bool accumulate, Stream& stream) {
+  constexpr const char* op = "packed_attention_backward";
+  const int64_t t = detail::check_packed(op, qkv, dout, "dout", key_valid, batch, heads, stream);
+  const int64_t d = qkv.dim(1) / (3 * heads);
+  op_check::tensor(op, "dqkv", dqkv, DType::kF32, stream);
+  LS_CHECK(dqkv.shape() == qkv.shape(), op, ": dqkv is ", dqkv.describe(),
+           "; expected the shape of qkv (", qkv.describe(), ")");
+  LS_CHECK(!op_check::overlaps(dqkv, qkv) && !op_check::overlaps(dqkv, dout), op,
+           ": dqkv overlaps qkv or dout; give it its own tensor");
+  op_entry(&FusedAttentionOps::packed_attention_backward, op, stream, [&] {
+    Launch for_dq = ledger::moves("fused_attention_dq_kernel",
+                                  {&qkv, &dout, &dqkv, &key_valid});
+    for_dq.rate = LaunchRate::kFusedAttention;
+    for_dq.flops = detail::attention_flops(batch * heads, t, d, causal, 5);
+    Launch for_dkdv = ledger::moves("fused_attention_dkdv_kernel",
+                                    {&qkv, &dout, &dqkv, &key_valid});
+    for_dkdv.rate = LaunchRate::kFusedAttention;
+    for_dkdv.flops = detail::attention_flops(batch * heads, t, d, causal, 4);
+    return OpLaunches{for_dq, for_dkdv};
+  })(qkv.f32(), dout.f32(), key_valid.defined() ? key_valid.i32() : nullptr, batch, heads, t, d,
+     causal, scale, dqkv.f32(), accumulate, stream);
 }
 
 }  // namespace ls

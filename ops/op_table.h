@@ -67,17 +67,18 @@ struct NoOpKernel<R (*)(Args...)> {
 // nothing. Without it a recording ledger counts the call as one it has no costs for.
 template <typename Table, typename Fn, typename Describe>
 Fn op_entry(Fn Table::*slot, const char* op, const Stream& stream, Describe&& describe) {
-  const Table* table = find_op_table<Table>(stream.device().kind);
-  if (table == nullptr || table->*slot == nullptr)
-    detail::throw_unsupported_op(op, stream.device());
   if (OpLedger* ledger = active_op_ledger(); ledger != nullptr) [[unlikely]] {
     if constexpr (std::is_same_v<std::decay_t<Describe>, std::nullptr_t>) {
       ledger->record_unmodelled(op);
     } else {
       ledger->record(op, describe());
     }
+    // A dry run plans as another backend may (planning_kind): the op need not exist here.
     if (ledger->dry_run()) return &detail::NoOpKernel<Fn>::run;
   }
+  const Table* table = find_op_table<Table>(stream.device().kind);
+  if (table == nullptr || table->*slot == nullptr)
+    detail::throw_unsupported_op(op, stream.device());
   return table->*slot;
 }
 

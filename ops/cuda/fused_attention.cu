@@ -26,6 +26,7 @@
 #include <cmath>
 
 #include "ops/attention.h"
+#include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/cuda_launch.h"
 
 namespace ls::cuda_ops {
@@ -59,12 +60,42 @@ __device__ inline bool key_visible(const AttentionShape& s, int64_t bh, int64_t 
   return s.key_valid == nullptr || s.key_valid[(bh / s.heads) * s.t + j] != 0;
 }
 
-// dst[rows][D] = rows [first, first + rows) of the [t, D] matrix src, zeros past t.
+// The [t, D] matrix of batch-head bh inside an operand of either layout: head-major
+// [B*H, T, D] (row stride D, head stride T*D) or packed [B*T, G*H*D] as the qkv projection writes
+// it (row stride G*H*D, head stride D: the head's D columns side by side in each token's row).
+// Elements f32 (rounded to bf16 as they are read, as split_heads_bf16 rounds them) or bf16.
+struct InMatrix {
+  const void* base;
+  int64_t row_stride, batch_stride, head_stride;
+  bool f32;
+  __device__ int64_t offset(int64_t bh, int64_t heads, int64_t row) const {
+    return (bh / heads) * batch_stride + (bh % heads) * head_stride + row * row_stride;
+  }
+};
+// An f32 result in the same layouts; accumulate adds to what is there.
+struct OutMatrix {
+  float* base;
+  int64_t row_stride, batch_stride, head_stride;
+  bool accumulate;
+  __device__ float& at(int64_t bh, int64_t heads, int64_t row, int64_t col) const {
+    return base[(bh / heads) * batch_stride + (bh % heads) * head_stride + row * row_stride + col];
+  }
+};
+
+// dst[rows][D] = rows [first, first + rows) of batch-head bh's matrix of src, zeros past t.
 template <int D>
-__device__ void load_rows(const Bf16* src, int64_t t, int64_t first, int rows, Bf16* dst) {
+__device__ void load_rows(const InMatrix& src, int64_t bh, int64_t heads, int64_t t,
+                          int64_t first, int rows, Bf16* dst) {
   for (int e = static_cast<int>(threadIdx.x); e < rows * D; e += kBlockThreads) {
     const int64_t row = first + e / D;
-    dst[e] = row < t ? src[row * D + e % D] : __float2bfloat16(0.0f);
+    if (row >= t) {
+      dst[e] = __float2bfloat16(0.0f);
+      continue;
+    }
+    const int64_t at = src.offset(bh, heads, row) + e % D;
+    dst[e] = src.f32
+                 ? __ushort_as_bfloat16(f32_to_bf16_bits(static_cast<const float*>(src.base)[at]))
+                 : static_cast<const Bf16*>(src.base)[at];
   }
 }
 
@@ -98,18 +129,20 @@ __device__ void accumulate_ab(FragAcc (&acc)[D / 16], const Bf16* a, int lda, co
   }
 }
 
-// Writes the warp's 16 x D accumulators to rows [first, first + 16) of the [t, D] f32 matrix
-// out (rows past t skipped), through the warp's 256 floats of staging.
+// Writes (or adds) the warp's 16 x D accumulators to rows [first, first + 16) of batch-head bh's
+// matrix of out (rows past t skipped), through the warp's 256 floats of staging.
 template <int D>
-__device__ void write_rows(const FragAcc (&acc)[D / 16], float* staging, float* out, int64_t t,
-                           int64_t first) {
+__device__ void write_rows(const FragAcc (&acc)[D / 16], float* staging, const OutMatrix& out,
+                           int64_t bh, int64_t heads, int64_t t, int64_t first) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   for (int n = 0; n < D / 16; ++n) {
     wmma::store_matrix_sync(staging, acc[n], 16, wmma::mem_row_major);
     __syncwarp();
     for (int e = lane; e < 256; e += 32) {
       const int64_t row = first + e / 16;
-      if (row < t) out[row * D + 16 * n + e % 16] = staging[e];
+      if (row >= t) continue;
+      float& dst = out.at(bh, heads, row, 16 * n + e % 16);
+      dst = out.accumulate ? dst + staging[e] : staging[e];
     }
     __syncwarp();
   }
@@ -118,8 +151,8 @@ __device__ void write_rows(const FragAcc (&acc)[D / 16], float* staging, float* 
 // See Note [Fused attention on CUDA]: forward.
 template <int D>
 __global__ void __launch_bounds__(kBlockThreads)
-    fused_attention_forward_kernel(const Bf16* q, const Bf16* k, const Bf16* v, AttentionShape s,
-                                   float* out) {
+    fused_attention_forward_kernel(InMatrix q, InMatrix k, InMatrix v, AttentionShape s,
+                                   OutMatrix out) {
   __shared__ Bf16 q_tile[kRowTile * D];
   __shared__ Bf16 k_tile[kKeyStep * D];
   __shared__ Bf16 v_tile[kKeyStep * D];
@@ -127,19 +160,18 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ Bf16 probs[kRowTile * kKeyStep];
   __shared__ float o_tile[kRowTile * D];
   const int64_t bh = blockIdx.y, first = static_cast<int64_t>(blockIdx.x) * kRowTile;
-  const int64_t base = bh * s.t * D;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   // Lanes 2r and 2r + 1 own row r of the warp's 16: its statistics and half its keys or columns.
   const int row = 16 * warp + lane / 2, half = lane % 2;
   const int64_t query = first + row;
-  load_rows<D>(q + base, s.t, first, kRowTile, q_tile);
+  load_rows<D>(q, bh, s.heads, s.t, first, kRowTile, q_tile);
   for (int e = static_cast<int>(threadIdx.x); e < kRowTile * D; e += kBlockThreads) o_tile[e] = 0;
   float m = -INFINITY, l = 0.0f;
   const int64_t key_end = s.causal && first + kRowTile < s.t ? first + kRowTile : s.t;
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeyStep) {
     __syncthreads();  // every warp is done with the last step's tiles
-    load_rows<D>(k + base, s.t, k0, kKeyStep, k_tile);
-    load_rows<D>(v + base, s.t, k0, kKeyStep, v_tile);
+    load_rows<D>(k, bh, s.heads, s.t, k0, kKeyStep, k_tile);
+    load_rows<D>(v, bh, s.heads, s.t, k0, kKeyStep, v_tile);
     __syncthreads();
     for (int n = 0; n < kKeyStep; n += 16) {
       product_abt<D>(q_tile + 16 * warp * D, k_tile + n * D, scores + 16 * warp * kKeyStep + n,
@@ -188,16 +220,18 @@ __global__ void __launch_bounds__(kBlockThreads)
   if (query < s.t) {  // a row that sees no key (l = 0) is all 0
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const float* o_row = o_tile + row * D + (D / 2) * half;
-    float* dst = out + base + query * D + (D / 2) * half;
-    for (int c = 0; c < D / 2; ++c) dst[c] = o_row[c] * inv;
+    for (int c = 0; c < D / 2; ++c) {
+      float& dst = out.at(bh, s.heads, query, (D / 2) * half + c);
+      dst = out.accumulate ? dst + o_row[c] * inv : o_row[c] * inv;
+    }
   }
 }
 
 // See Note [Fused attention on CUDA]: dq, and each row's logsumexp and delta.
 template <int D>
 __global__ void __launch_bounds__(kBlockThreads)
-    fused_attention_dq_kernel(const Bf16* q, const Bf16* k, const Bf16* v, const Bf16* dout,
-                              AttentionShape s, float* dq, float* lse, float* delta) {
+    fused_attention_dq_kernel(InMatrix q, InMatrix k, InMatrix v, InMatrix dout, AttentionShape s,
+                              OutMatrix dq, float* lse, float* delta) {
   __shared__ Bf16 q_tile[kRowTile * D];
   __shared__ Bf16 do_tile[kRowTile * D];
   __shared__ Bf16 k_tile[kKeyStep * D];
@@ -206,18 +240,17 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ float dprobs[kRowTile * kKeyStep];
   __shared__ Bf16 dscores[kRowTile * kKeyStep];
   const int64_t bh = blockIdx.y, first = static_cast<int64_t>(blockIdx.x) * kRowTile;
-  const int64_t base = bh * s.t * D;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int row = 16 * warp + lane / 2, half = lane % 2;
   const int64_t query = first + row;
-  load_rows<D>(q + base, s.t, first, kRowTile, q_tile);
-  load_rows<D>(dout + base, s.t, first, kRowTile, do_tile);
+  load_rows<D>(q, bh, s.heads, s.t, first, kRowTile, q_tile);
+  load_rows<D>(dout, bh, s.heads, s.t, first, kRowTile, do_tile);
   const int64_t key_end = s.causal && first + kRowTile < s.t ? first + kRowTile : s.t;
   // S and dP of one step of keys for the warp's rows.
   auto step_products = [&](int64_t k0) {
     __syncthreads();
-    load_rows<D>(k + base, s.t, k0, kKeyStep, k_tile);
-    load_rows<D>(v + base, s.t, k0, kKeyStep, v_tile);
+    load_rows<D>(k, bh, s.heads, s.t, k0, kKeyStep, k_tile);
+    load_rows<D>(v, bh, s.heads, s.t, k0, kKeyStep, v_tile);
     __syncthreads();
     for (int n = 0; n < kKeyStep; n += 16) {
       product_abt<D>(q_tile + 16 * warp * D, k_tile + n * D, scores + 16 * warp * kKeyStep + n,
@@ -279,15 +312,15 @@ __global__ void __launch_bounds__(kBlockThreads)
     accumulate_ab<D, kKeyStep>(acc, dscores + 16 * warp * kKeyStep, kKeyStep, k_tile);
   }
   __syncthreads();  // scores becomes each warp's staging
-  write_rows<D>(acc, scores + 256 * warp, dq + base, s.t, first + 16 * warp);
+  write_rows<D>(acc, scores + 256 * warp, dq, bh, s.heads, s.t, first + 16 * warp);
 }
 
 // See Note [Fused attention on CUDA]: dk and dv.
 template <int D>
 __global__ void __launch_bounds__(kBlockThreads)
-    fused_attention_dkdv_kernel(const Bf16* q, const Bf16* k, const Bf16* v, const Bf16* dout,
-                                AttentionShape s, const float* lse, const float* delta, float* dk,
-                                float* dv) {
+    fused_attention_dkdv_kernel(InMatrix q, InMatrix k, InMatrix v, InMatrix dout,
+                                AttentionShape s, const float* lse, const float* delta,
+                                OutMatrix dk, OutMatrix dv) {
   __shared__ Bf16 k_tile[kRowTile * D];
   __shared__ Bf16 v_tile[kRowTile * D];
   __shared__ Bf16 q_tile[kQueryStep * D];
@@ -299,13 +332,12 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ float step_lse[kQueryStep];
   __shared__ float step_delta[kQueryStep];
   const int64_t bh = blockIdx.y, first = static_cast<int64_t>(blockIdx.x) * kRowTile;
-  const int64_t base = bh * s.t * D;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   // Lanes 2r and 2r + 1 own key row r of the warp's 16, 8 queries each.
   const int key_row = 16 * warp + lane / 2, half = lane % 2;
   const int64_t key = first + key_row;
-  load_rows<D>(k + base, s.t, first, kRowTile, k_tile);
-  load_rows<D>(v + base, s.t, first, kRowTile, v_tile);
+  load_rows<D>(k, bh, s.heads, s.t, first, kRowTile, k_tile);
+  load_rows<D>(v, bh, s.heads, s.t, first, kRowTile, v_tile);
   FragAcc dk_acc[D / 16], dv_acc[D / 16];
   for (int n = 0; n < D / 16; ++n) {
     wmma::fill_fragment(dk_acc[n], 0.0f);
@@ -315,8 +347,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int64_t query_begin = s.causal ? first / kQueryStep * kQueryStep : 0;
   for (int64_t q0 = query_begin; q0 < s.t; q0 += kQueryStep) {
     __syncthreads();
-    load_rows<D>(q + base, s.t, q0, kQueryStep, q_tile);
-    load_rows<D>(dout + base, s.t, q0, kQueryStep, do_tile);
+    load_rows<D>(q, bh, s.heads, s.t, q0, kQueryStep, q_tile);
+    load_rows<D>(dout, bh, s.heads, s.t, q0, kQueryStep, do_tile);
     if (threadIdx.x < kQueryStep) {
       const int64_t query = q0 + threadIdx.x;
       step_lse[threadIdx.x] = query < s.t ? lse[bh * s.t + query] : INFINITY;
@@ -338,8 +370,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     accumulate_ab<D, kQueryStep>(dk_acc, dscores_t + 16 * warp * kQueryStep, kQueryStep, q_tile);
   }
   __syncthreads();  // scores_t and dprobs_t become each warp's staging
-  write_rows<D>(dk_acc, scores_t + 256 * warp, dk + base, s.t, first + 16 * warp);
-  write_rows<D>(dv_acc, dprobs_t + 256 * warp, dv + base, s.t, first + 16 * warp);
+  write_rows<D>(dk_acc, scores_t + 256 * warp, dk, bh, s.heads, s.t, first + 16 * warp);
+  write_rows<D>(dv_acc, dprobs_t + 256 * warp, dv, bh, s.heads, s.t, first + 16 * warp);
 }
 
 bool supports(int64_t d, bool bf16) { return bf16 && (d == 16 || d == 32 || d == 64); }
@@ -357,24 +389,86 @@ dim3 grid_of(int64_t t, int64_t batch_heads) {
               static_cast<unsigned>(batch_heads));
 }
 
+// The q, k, v, dout (inputs) and out, dq, dk, dv (outputs) of one call, in either layout.
+struct Operands {
+  InMatrix q, k, v, dout;
+  OutMatrix out, dq, dk, dv;
+};
+
+// Head-major [B*H, T, D] bf16 operands and f32 results (the fused_attention slots).
+Operands head_major(const void* q, const void* k, const void* v, const void* dout, float* out,
+                    float* dq, float* dk, float* dv, int64_t heads, int64_t t, int64_t d) {
+  const int64_t batch = heads * t * d, head = t * d;
+  const auto in = [&](const void* p) { return InMatrix{p, d, batch, head, false}; };
+  const auto result = [&](float* p) { return OutMatrix{p, d, batch, head, false}; };
+  return {in(q), in(k), in(v), in(dout), result(out), result(dq), result(dk), result(dv)};
+}
+
+// The packed f32 projections [B*T, 3*H*D] (q, k, v side by side in each token's row) and the
+// context [B*T, H*D] (the packed_attention slots); dqkv like qkv, added to when accumulate.
+Operands packed(const float* qkv, const float* dout, float* out, float* dqkv, bool accumulate,
+                int64_t heads, int64_t t, int64_t d) {
+  const int64_t c = heads * d;
+  const auto in = [&](const float* p, int64_t width) {
+    return InMatrix{p, width, t * width, d, true};
+  };
+  const auto result = [&](float* p, int64_t width, bool add) {
+    return OutMatrix{p, width, t * width, d, add};
+  };
+  return {in(qkv, 3 * c),
+          in(qkv + c, 3 * c),
+          in(qkv + 2 * c, 3 * c),
+          in(dout, c),
+          result(out, c, false),
+          result(dqkv, 3 * c, accumulate),
+          result(dqkv == nullptr ? nullptr : dqkv + c, 3 * c, accumulate),
+          result(dqkv == nullptr ? nullptr : dqkv + 2 * c, 3 * c, accumulate)};
+}
+
 template <int D>
-void launch_forward(const Bf16* q, const Bf16* k, const Bf16* v, const AttentionShape& s,
-                    int64_t batch_heads, float* out, cudaStream_t stream) {
+void launch_forward(const Operands& o, const AttentionShape& s, int64_t batch_heads,
+                    cudaStream_t stream) {
   LS_LAUNCH(fused_attention_forward_kernel<D>, grid_of(s.t, batch_heads), kBlockThreads, 0, stream,
-            q, k, v, s, out);
+            o.q, o.k, o.v, s, o.out);
   LS_CUDA_CHECK_LAUNCH();
 }
 
 template <int D>
-void launch_backward(const Bf16* q, const Bf16* k, const Bf16* v, const Bf16* dout,
-                     const AttentionShape& s, int64_t batch_heads, float* lse, float* delta,
-                     float* dq, float* dk, float* dv, cudaStream_t stream) {
-  LS_LAUNCH(fused_attention_dq_kernel<D>, grid_of(s.t, batch_heads), kBlockThreads, 0, stream, q, k,
-            v, dout, s, dq, lse, delta);
+void launch_backward(const Operands& o, const AttentionShape& s, int64_t batch_heads, float* lse,
+                     float* delta, cudaStream_t stream) {
+  LS_LAUNCH(fused_attention_dq_kernel<D>, grid_of(s.t, batch_heads), kBlockThreads, 0, stream, o.q,
+            o.k, o.v, o.dout, s, o.dq, lse, delta);
   LS_CUDA_CHECK_LAUNCH();
-  LS_LAUNCH(fused_attention_dkdv_kernel<D>, grid_of(s.t, batch_heads), kBlockThreads, 0, stream, q,
-            k, v, dout, s, lse, delta, dk, dv);
+  LS_LAUNCH(fused_attention_dkdv_kernel<D>, grid_of(s.t, batch_heads), kBlockThreads, 0, stream,
+            o.q, o.k, o.v, o.dout, s, lse, delta, o.dk, o.dv);
   LS_CUDA_CHECK_LAUNCH();
+}
+
+void forward(const Operands& o, const AttentionShape& s, int64_t batch_heads, int64_t d,
+             Stream& on) {
+  const CudaLaunch launch(on);
+  if (batch_heads == 0 || s.t == 0) return;
+  switch (d) {
+    case 16: return launch_forward<16>(o, s, batch_heads, launch.stream());
+    case 32: return launch_forward<32>(o, s, batch_heads, launch.stream());
+    default: return launch_forward<64>(o, s, batch_heads, launch.stream());
+  }
+}
+
+void backward(const Operands& o, const AttentionShape& s, int64_t batch_heads, int64_t d,
+              Stream& on) {
+  const CudaLaunch launch(on);
+  if (batch_heads == 0 || s.t == 0) return;
+  // Each row's logsumexp and delta, from the dq kernel to the dk/dv kernel.
+  const CudaScratch stats(launch.device(),
+                          sizeof(float) * 2 * static_cast<size_t>(batch_heads * s.t));
+  float* lse = stats.f32();
+  float* delta = lse + batch_heads * s.t;
+  switch (d) {
+    case 16: return launch_backward<16>(o, s, batch_heads, lse, delta, launch.stream());
+    case 32: return launch_backward<32>(o, s, batch_heads, lse, delta, launch.stream());
+    default: return launch_backward<64>(o, s, batch_heads, lse, delta, launch.stream());
+  }
 }
 
 // block_rows is the host kernels' knob; these kernels' tiles are fixed, so it is ignored.
@@ -383,20 +477,8 @@ void fused_attention(const void* q, const void* k, const void* v, bool bf16,
                      int64_t d, bool causal, float scale, int64_t /*block_rows*/, float* out,
                      Stream& on) {
   check_supported("fused_attention", batch_heads, d, bf16);
-  const CudaLaunch launch(on);
-  if (batch_heads == 0 || t == 0) return;
-  const AttentionShape s{t, heads, causal, scale, key_valid};
-  const auto* q16 = static_cast<const Bf16*>(q);
-  const auto* k16 = static_cast<const Bf16*>(k);
-  const auto* v16 = static_cast<const Bf16*>(v);
-  switch (d) {
-    case 16:
-      return launch_forward<16>(q16, k16, v16, s, batch_heads, out, launch.stream());
-    case 32:
-      return launch_forward<32>(q16, k16, v16, s, batch_heads, out, launch.stream());
-    default:
-      return launch_forward<64>(q16, k16, v16, s, batch_heads, out, launch.stream());
-  }
+  forward(head_major(q, k, v, nullptr, out, nullptr, nullptr, nullptr, heads, t, d),
+          {t, heads, causal, scale, key_valid}, batch_heads, d, on);
 }
 
 void fused_attention_backward(const void* q, const void* k, const void* v, const void* dout,
@@ -404,30 +486,23 @@ void fused_attention_backward(const void* q, const void* k, const void* v, const
                               int64_t heads, int64_t t, int64_t d, bool causal, float scale,
                               int64_t /*block_rows*/, float* dq, float* dk, float* dv, Stream& on) {
   check_supported("fused_attention_backward", batch_heads, d, bf16);
-  const CudaLaunch launch(on);
-  if (batch_heads == 0 || t == 0) return;
-  const AttentionShape s{t, heads, causal, scale, key_valid};
-  // Each row's logsumexp and delta, from the dq kernel to the dk/dv kernel.
-  const CudaScratch stats(launch.device(),
-                          sizeof(float) * 2 * static_cast<size_t>(batch_heads * t));
-  float* lse = stats.f32();
-  float* delta = lse + batch_heads * t;
-  const auto* q16 = static_cast<const Bf16*>(q);
-  const auto* k16 = static_cast<const Bf16*>(k);
-  const auto* v16 = static_cast<const Bf16*>(v);
-  const auto* do16 = static_cast<const Bf16*>(dout);
-  const cudaStream_t stream = launch.stream();
-  switch (d) {
-    case 16:
-      return launch_backward<16>(q16, k16, v16, do16, s, batch_heads, lse, delta, dq, dk, dv,
-                                 stream);
-    case 32:
-      return launch_backward<32>(q16, k16, v16, do16, s, batch_heads, lse, delta, dq, dk, dv,
-                                 stream);
-    default:
-      return launch_backward<64>(q16, k16, v16, do16, s, batch_heads, lse, delta, dq, dk, dv,
-                                 stream);
-  }
+  backward(head_major(q, k, v, dout, nullptr, dq, dk, dv, heads, t, d),
+           {t, heads, causal, scale, key_valid}, batch_heads, d, on);
+}
+
+void packed_attention(const float* qkv, const int32_t* key_valid, int64_t batch, int64_t heads,
+                      int64_t t, int64_t d, bool causal, float scale, float* out, Stream& on) {
+  check_supported("packed_attention", batch * heads, d, true);
+  forward(packed(qkv, nullptr, out, nullptr, false, heads, t, d),
+          {t, heads, causal, scale, key_valid}, batch * heads, d, on);
+}
+
+void packed_attention_backward(const float* qkv, const float* dout, const int32_t* key_valid,
+                               int64_t batch, int64_t heads, int64_t t, int64_t d, bool causal,
+                               float scale, float* dqkv, bool accumulate, Stream& on) {
+  check_supported("packed_attention_backward", batch * heads, d, true);
+  backward(packed(qkv, dout, nullptr, dqkv, accumulate, heads, t, d),
+           {t, heads, causal, scale, key_valid}, batch * heads, d, on);
 }
 
 }  // namespace
@@ -437,6 +512,8 @@ const FusedAttentionOps kCudaFusedAttention{
     .fused_attention = fused_attention,
     .fused_attention_backward = fused_attention_backward,
     .supports = supports,
+    .packed_attention = packed_attention,
+    .packed_attention_backward = packed_attention_backward,
 };
 LS_REGISTER_OP_TABLE(FusedAttentionOps, DeviceKind::kCuda, kCudaFusedAttention);
 

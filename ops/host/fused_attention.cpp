@@ -313,6 +313,12 @@ bool fused_attention_pays(int64_t t, Precision precision) {
   return t >= (precision == Precision::kBF16 && !onednn::native_bf16_enabled() ? 256 : 512);
 }
 
+bool packed_attention_available(DeviceKind kind, int64_t d, Precision precision) {
+  const FusedAttentionOps* table = find_op_table<FusedAttentionOps>(kind);
+  return precision == Precision::kBF16 && fused_attention_supports(kind, d, precision) &&
+         table->packed_attention != nullptr && table->packed_attention_backward != nullptr;
+}
+
 bool use_fused_attention(DeviceKind kind, int64_t t, int64_t d, Precision precision) {
   if (!fused_attention_supports(kind, d, precision)) return false;
   switch (fused_attention_use()) {

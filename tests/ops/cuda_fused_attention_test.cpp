@@ -109,6 +109,55 @@ TEST_F(CudaFusedAttentionTest, RepeatsBitwise) {
   EXPECT_TRUE(bitwise_equal(cuda_values(a.dv), cuda_values(b.dv)));
 }
 
+// packed_attention reads the qkv projection in place and writes token-major: bit for bit what
+// split_heads_bf16, the head-major kernels and merge_heads give (the same bf16 roundings, the
+// same kernels), backward included, and its accumulate adds to the gradient there.
+TEST_F(CudaFusedAttentionTest, PackedIsTheHeadMajorPathBitForBit) {
+  const int64_t b = 2, h = 2, t = 40, d = 16, c = h * d, bh = b * h;
+  const float scale = 0.25f;
+  Stream& s = *cuda_;
+  const Tensor qkv = upload(random_vector(b * t * 3 * c, 11), {b * t, 3 * c}).cuda;
+  const Tensor dout = upload(random_vector(b * t * c, 12), {b * t, c}).cuda;
+  std::vector<int32_t> mask(static_cast<size_t>(b * t), 1);
+  for (int64_t j = 30; j < t; ++j) mask[static_cast<size_t>(t + j)] = 0;
+  const Tensor valid = upload_i32(mask, {b, t}).cuda;
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "bidirectional");
+    // Head-major: the copies, the kernels, the copies back.
+    const Tensor heads = Tensor::empty({3, b, h, t, d}, DType::kBF16, kCuda0);
+    split_heads_bf16(qkv, heads, {b, t, 3, h, d}, s);
+    const auto group = [&](const Tensor& x, int64_t g) { return x.view(g * bh * t * d, {bh, t, d}); };
+    const Tensor context = Tensor::empty({bh, t, d}, DType::kF32, kCuda0);
+    fused_attention(group(heads, 0), group(heads, 1), group(heads, 2), valid, h, causal, scale,
+                    context, s);
+    const Tensor y_ref = Tensor::empty({b * t, c}, DType::kF32, kCuda0);
+    merge_heads(context, y_ref, {b, t, 1, h, d}, false, s);
+    const Tensor dcontext = Tensor::empty({1, b, h, t, d}, DType::kBF16, kCuda0);
+    split_heads_bf16(dout, dcontext, {b, t, 1, h, d}, s);
+    const Tensor dheads = Tensor::empty({3, b, h, t, d}, DType::kF32, kCuda0);
+    fused_attention_backward(group(heads, 0), group(heads, 1), group(heads, 2), group(dcontext, 0),
+                             valid, h, causal, scale, group(dheads, 0), group(dheads, 1),
+                             group(dheads, 2), s);
+    const Tensor dqkv_ref = Tensor::empty({b * t, 3 * c}, DType::kF32, kCuda0);
+    merge_heads(dheads, dqkv_ref, {b, t, 3, h, d}, false, s);
+    // Packed.
+    const Tensor y = Tensor::empty({b * t, c}, DType::kF32, kCuda0);
+    packed_attention(qkv, valid, b, h, causal, scale, y, s);
+    const Tensor dqkv = Tensor::empty({b * t, 3 * c}, DType::kF32, kCuda0);
+    packed_attention_backward(qkv, dout, valid, b, h, causal, scale, dqkv, false, s);
+    EXPECT_TRUE(bitwise_equal(y.to_host_f32(s), y_ref.to_host_f32(s)));
+    const std::vector<float> grads = dqkv.to_host_f32(s);
+    EXPECT_TRUE(bitwise_equal(grads, dqkv_ref.to_host_f32(s)));
+    // accumulate: added to what is there.
+    const Tensor ones = upload(std::vector<float>(static_cast<size_t>(b * t * 3 * c), 1.0f),
+                               {b * t, 3 * c}).cuda;
+    packed_attention_backward(qkv, dout, valid, b, h, causal, scale, ones, true, s);
+    std::vector<float> expected = grads;
+    for (float& g : expected) g += 1.0f;
+    EXPECT_TRUE(bitwise_equal(ones.to_host_f32(s), expected));
+  }
+}
+
 TEST_F(CudaFusedAttentionTest, DeclinesWhatItHasNoKernelFor) {
   EXPECT_FALSE(fused_attention_supports(DeviceKind::kCuda, 128, Precision::kBF16));
   EXPECT_FALSE(fused_attention_supports(DeviceKind::kCuda, 64, Precision::kF32));

@@ -1,12 +1,15 @@
 // Multi-head self-attention (nn::attention, declared in lockstep/nn/functional.h), two ways:
 // - fused (ops/attention.h's fused_attention): the host's kernels take q, k, v a head and a block
 //   of query rows at a time and never store the [T, T] probabilities; backward recomputes them.
-//   Used where the device has the kernels (host), the products are f32 or bf16, there is no
-//   dropout on the probabilities (the masks are drawn over the whole [T, T] tensor), and the
-//   sequence is long enough that fusing measured faster (ops/attention.h, use_fused_attention).
+//   On CUDA (bf16) the kernels read q, k, v straight from the packed projections and write the
+//   context token-major (packed_attention): no head-major copies either.
+//   Used where the device has the kernels (host; CUDA in bf16 at head dims 16, 32, 64), the
+//   products are f32 or bf16, there is no dropout on the probabilities (the masks are drawn over
+//   the whole [T, T] tensor), and, on the host, the sequence is long enough that fusing measured
+//   faster (ops/attention.h, use_fused_attention).
 // - unfused: the six per-head products (ops/causal_gemm.h) around the row softmax, with the
-//   probabilities kept for backward. CUDA, f16, attention dropout, and
-//   LOCKSTEP_FUSED_ATTENTION=off.
+//   probabilities kept for backward. CUDA in f32 and at other head dims, f16, attention
+//   dropout, and LOCKSTEP_FUSED_ATTENTION=off.
 // Both compute the same function; their results differ in the order of the f32 sums only.
 #include <lockstep/nn/functional.h>
 
@@ -64,6 +67,23 @@ Var fused(Tape& tape, const Var& qkv, const Tensor& key_valid, const Heads& hd, 
                              hd.group(dheads, 1), hd.group(dheads, 2), stream);
     const bool add = Tape::begin_grad(*qkv);
     merge_heads(dheads, qkv->grad, {hd.b, hd.t, 3, hd.h, hd.d}, add, stream);
+  });
+  return out;
+}
+
+// The packed path (CUDA): attention read from qkv as the projection wrote it and written
+// token-major, so no split_heads / merge_heads copies, forward or backward.
+Var packed(Tape& tape, const Var& qkv, const Tensor& key_valid, const Heads& hd, bool causal,
+           float scale) {
+  Stream& stream = tape.stream();
+  Tensor y = Tensor::empty({hd.b * hd.t, hd.h * hd.d}, DType::kF32, hd.dev);
+  packed_attention(qkv->value, key_valid, hd.b, hd.h, causal, scale, y, stream);
+  Var out = tape.output(std::move(y), {&qkv});
+  tape.record(out, {qkv}, [=, &stream](const Tensor& dy) {
+    if (!qkv->requires_grad) return;
+    const bool add = Tape::begin_grad(*qkv);
+    packed_attention_backward(qkv->value, dy, key_valid, hd.b, hd.h, causal, scale, qkv->grad,
+                              add, stream);
   });
   return out;
 }
@@ -157,8 +177,12 @@ Var attention(Tape& tape, const Var& qkv, const Tensor& key_valid, const Attenti
                     .dev = x.device()};
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const bool drop = tape.context().training && dropout_p > 0.0f;
-  if (!drop && use_fused_attention(planning_kind(heads.dev.kind), t, d, precision))
+  const DeviceKind kind = planning_kind(heads.dev.kind);
+  if (!drop && use_fused_attention(kind, t, d, precision)) {
+    if (packed_attention_available(kind, d, precision))
+      return packed(tape, qkv, key_valid, heads, shape.causal, scale);
     return fused(tape, qkv, key_valid, heads, shape.causal, scale);
+  }
   return unfused(tape, qkv, key_valid, heads, shape.causal, scale, dropout_p, site);
 }
 
