@@ -83,6 +83,14 @@ inline unsigned int grid_for(int64_t n, int threads = kThreads) {
 
 #define LS_CUDA_CHECK_LAUNCH() LS_CUDA_CHECK(cudaGetLastError())
 
+// Fully unrolls the next loop under nvcc: a loop over an array of wmma fragments must be, or the
+// array lives in local memory. Nothing for the emulator's host compiler.
+#ifdef __CUDACC__
+#define LS_UNROLL _Pragma("unroll")
+#else
+#define LS_UNROLL
+#endif
+
 // LS_LAUNCH(kernel, grid, block, shared_bytes, stream, args...): every kernel launch, so the
 // kernels keep one source. nvcc: kernel<<<grid, block, shared_bytes, stream>>>(args...). The host
 // compiler (LOCKSTEP_CUDA=EMULATED): the CPU emulator runs the grid on the calling thread

@@ -17,6 +17,10 @@
 //         from the saved row statistics, dV += P^T dO and dK += dS^T Q.
 // That is 9 products of [T, T] x D in backward against FlashAttention-2's 5 (whose dQ sums over
 // key blocks with float atomics); a fixed-order sum costs the recomputation.
+// __launch_bounds__(128, 1): with no occupancy target ptxas capped the dq kernel at 64 registers
+// and spilled at head dim 16. wmma loads and stores want 256-bit aligned tile pointers and leading dimensions of 16 bytes: the
+// shared tiles are alignas(32), every tile offset is a multiple of 16 rows or 16 columns, and the
+// leading dimensions are D, 32 or 16 elements.
 // P and dS are rounded to bf16 for their products, as the unfused path rounds them. Runs repeat
 // bitwise; they differ from the host's fused kernels in the order of f32 sums (online softmax).
 // Compiled, not run on a GPU yet; the CPU emulator runs them (its <mma.h>) in CI.
@@ -84,7 +88,7 @@ struct OutMatrix {
 
 // dst[rows][D] = rows [first, first + rows) of batch-head bh's matrix of src, zeros past t.
 template <int D>
-__device__ void load_rows(const InMatrix& src, int64_t bh, int64_t heads, int64_t t,
+__device__ __forceinline__ void load_rows(const InMatrix& src, int64_t bh, int64_t heads, int64_t t,
                           int64_t first, int rows, Bf16* dst) {
   for (int e = static_cast<int>(threadIdx.x); e < rows * D; e += kBlockThreads) {
     const int64_t row = first + e / D;
@@ -102,7 +106,7 @@ __device__ void load_rows(const InMatrix& src, int64_t bh, int64_t heads, int64_
 // out[16 x 16] (ld ldo) = a[16 x D] (ld D) times b^T, b [16 x D] (ld D): the scores of 16 rows
 // against 16 keys.
 template <int D>
-__device__ void product_abt(const Bf16* a, const Bf16* b, float* out, int ldo) {
+__device__ __forceinline__ void product_abt(const Bf16* a, const Bf16* b, float* out, int ldo) {
   FragAcc c;
   wmma::fill_fragment(c, 0.0f);
   for (int d0 = 0; d0 < D; d0 += 16) {
@@ -117,8 +121,10 @@ __device__ void product_abt(const Bf16* a, const Bf16* b, float* out, int ldo) {
 
 // acc[n] += a[16 x K] (ld lda) times b [K x D] (ld D), for the D / 16 column tiles n.
 template <int D, int K>
-__device__ void accumulate_ab(FragAcc (&acc)[D / 16], const Bf16* a, int lda, const Bf16* b) {
+__device__ __forceinline__ void accumulate_ab(FragAcc (&acc)[D / 16], const Bf16* a, int lda, const Bf16* b) {
+  LS_UNROLL
   for (int n = 0; n < D / 16; ++n) {
+    LS_UNROLL
     for (int k0 = 0; k0 < K; k0 += 16) {
       FragA fa;
       FragBRow fb;
@@ -132,9 +138,10 @@ __device__ void accumulate_ab(FragAcc (&acc)[D / 16], const Bf16* a, int lda, co
 // Writes (or adds) the warp's 16 x D accumulators to rows [first, first + 16) of batch-head bh's
 // matrix of out (rows past t skipped), through the warp's 256 floats of staging.
 template <int D>
-__device__ void write_rows(const FragAcc (&acc)[D / 16], float* staging, const OutMatrix& out,
+__device__ __forceinline__ void write_rows(const FragAcc (&acc)[D / 16], float* staging, const OutMatrix& out,
                            int64_t bh, int64_t heads, int64_t t, int64_t first) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
+  LS_UNROLL
   for (int n = 0; n < D / 16; ++n) {
     wmma::store_matrix_sync(staging, acc[n], 16, wmma::mem_row_major);
     __syncwarp();
@@ -150,15 +157,15 @@ __device__ void write_rows(const FragAcc (&acc)[D / 16], float* staging, const O
 
 // See Note [Fused attention on CUDA]: forward.
 template <int D>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, 1)
     fused_attention_forward_kernel(InMatrix q, InMatrix k, InMatrix v, AttentionShape s,
                                    OutMatrix out) {
-  __shared__ Bf16 q_tile[kRowTile * D];
-  __shared__ Bf16 k_tile[kKeyStep * D];
-  __shared__ Bf16 v_tile[kKeyStep * D];
-  __shared__ float scores[kRowTile * kKeyStep];
-  __shared__ Bf16 probs[kRowTile * kKeyStep];
-  __shared__ float o_tile[kRowTile * D];
+  __shared__ alignas(32) Bf16 q_tile[kRowTile * D];
+  __shared__ alignas(32) Bf16 k_tile[kKeyStep * D];
+  __shared__ alignas(32) Bf16 v_tile[kKeyStep * D];
+  __shared__ alignas(32) float scores[kRowTile * kKeyStep];
+  __shared__ alignas(32) Bf16 probs[kRowTile * kKeyStep];
+  __shared__ alignas(32) float o_tile[kRowTile * D];
   const int64_t bh = blockIdx.y, first = static_cast<int64_t>(blockIdx.x) * kRowTile;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   // Lanes 2r and 2r + 1 own row r of the warp's 16: its statistics and half its keys or columns.
@@ -227,18 +234,38 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
+// The dq kernel's step over keys [k0, k0 + kKeyStep): the K and V tiles loaded (block-wide), then
+// the warp's S = Q K^T and dP = dO V^T rows.
+template <int D>
+__device__ __forceinline__ void dq_step_products(const InMatrix& k, const InMatrix& v, const AttentionShape& s,
+                                 int64_t bh, int64_t k0, int warp, const Bf16* q_tile,
+                                 const Bf16* do_tile, Bf16* k_tile, Bf16* v_tile, float* scores,
+                                 float* dprobs) {
+  __syncthreads();
+  load_rows<D>(k, bh, s.heads, s.t, k0, kKeyStep, k_tile);
+  load_rows<D>(v, bh, s.heads, s.t, k0, kKeyStep, v_tile);
+  __syncthreads();
+  for (int n = 0; n < kKeyStep; n += 16) {
+    product_abt<D>(q_tile + 16 * warp * D, k_tile + n * D, scores + 16 * warp * kKeyStep + n,
+                   kKeyStep);
+    product_abt<D>(do_tile + 16 * warp * D, v_tile + n * D, dprobs + 16 * warp * kKeyStep + n,
+                   kKeyStep);
+  }
+  __syncwarp();
+}
+
 // See Note [Fused attention on CUDA]: dq, and each row's logsumexp and delta.
 template <int D>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, 1)
     fused_attention_dq_kernel(InMatrix q, InMatrix k, InMatrix v, InMatrix dout, AttentionShape s,
                               OutMatrix dq, float* lse, float* delta) {
-  __shared__ Bf16 q_tile[kRowTile * D];
-  __shared__ Bf16 do_tile[kRowTile * D];
-  __shared__ Bf16 k_tile[kKeyStep * D];
-  __shared__ Bf16 v_tile[kKeyStep * D];
-  __shared__ float scores[kRowTile * kKeyStep];
-  __shared__ float dprobs[kRowTile * kKeyStep];
-  __shared__ Bf16 dscores[kRowTile * kKeyStep];
+  __shared__ alignas(32) Bf16 q_tile[kRowTile * D];
+  __shared__ alignas(32) Bf16 do_tile[kRowTile * D];
+  __shared__ alignas(32) Bf16 k_tile[kKeyStep * D];
+  __shared__ alignas(32) Bf16 v_tile[kKeyStep * D];
+  __shared__ alignas(32) float scores[kRowTile * kKeyStep];
+  __shared__ alignas(32) float dprobs[kRowTile * kKeyStep];
+  __shared__ alignas(32) Bf16 dscores[kRowTile * kKeyStep];
   const int64_t bh = blockIdx.y, first = static_cast<int64_t>(blockIdx.x) * kRowTile;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int row = 16 * warp + lane / 2, half = lane % 2;
@@ -247,23 +274,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   load_rows<D>(dout, bh, s.heads, s.t, first, kRowTile, do_tile);
   const int64_t key_end = s.causal && first + kRowTile < s.t ? first + kRowTile : s.t;
   // S and dP of one step of keys for the warp's rows.
-  auto step_products = [&](int64_t k0) {
-    __syncthreads();
-    load_rows<D>(k, bh, s.heads, s.t, k0, kKeyStep, k_tile);
-    load_rows<D>(v, bh, s.heads, s.t, k0, kKeyStep, v_tile);
-    __syncthreads();
-    for (int n = 0; n < kKeyStep; n += 16) {
-      product_abt<D>(q_tile + 16 * warp * D, k_tile + n * D, scores + 16 * warp * kKeyStep + n,
-                     kKeyStep);
-      product_abt<D>(do_tile + 16 * warp * D, v_tile + n * D, dprobs + 16 * warp * kKeyStep + n,
-                     kKeyStep);
-    }
-    __syncwarp();
-  };
   // Pass 1: m, l and sum_j exp(s - m) dP, rescaled as m grows.
   float m = -INFINITY, l = 0.0f, pd = 0.0f;
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeyStep) {
-    step_products(k0);
+    dq_step_products<D>(k, v, s, bh, k0, warp, q_tile, do_tile, k_tile, v_tile, scores, dprobs);
     float* s_row = scores + row * kKeyStep + 16 * half;  // scaled and masked in place
     const float* dp_row = dprobs + row * kKeyStep + 16 * half;
     float step_max = -INFINITY;
@@ -297,9 +311,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   // Pass 2: dS and dQ += dS K.
   FragAcc acc[D / 16];
-  for (FragAcc& a : acc) wmma::fill_fragment(a, 0.0f);
+  LS_UNROLL
+  for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(acc[n], 0.0f);
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeyStep) {
-    step_products(k0);
+    dq_step_products<D>(k, v, s, bh, k0, warp, q_tile, do_tile, k_tile, v_tile, scores, dprobs);
     const float* s_row = scores + row * kKeyStep + 16 * half;
     const float* dp_row = dprobs + row * kKeyStep + 16 * half;
     Bf16* ds_row = dscores + row * kKeyStep + 16 * half;
@@ -317,20 +332,20 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 // See Note [Fused attention on CUDA]: dk and dv.
 template <int D>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, 1)
     fused_attention_dkdv_kernel(InMatrix q, InMatrix k, InMatrix v, InMatrix dout,
                                 AttentionShape s, const float* lse, const float* delta,
                                 OutMatrix dk, OutMatrix dv) {
-  __shared__ Bf16 k_tile[kRowTile * D];
-  __shared__ Bf16 v_tile[kRowTile * D];
-  __shared__ Bf16 q_tile[kQueryStep * D];
-  __shared__ Bf16 do_tile[kQueryStep * D];
-  __shared__ float scores_t[kRowTile * kQueryStep];  // [key][query]
-  __shared__ float dprobs_t[kRowTile * kQueryStep];
-  __shared__ Bf16 probs_t[kRowTile * kQueryStep];
-  __shared__ Bf16 dscores_t[kRowTile * kQueryStep];
-  __shared__ float step_lse[kQueryStep];
-  __shared__ float step_delta[kQueryStep];
+  __shared__ alignas(32) Bf16 k_tile[kRowTile * D];
+  __shared__ alignas(32) Bf16 v_tile[kRowTile * D];
+  __shared__ alignas(32) Bf16 q_tile[kQueryStep * D];
+  __shared__ alignas(32) Bf16 do_tile[kQueryStep * D];
+  __shared__ alignas(32) float scores_t[kRowTile * kQueryStep];  // [key][query]
+  __shared__ alignas(32) float dprobs_t[kRowTile * kQueryStep];
+  __shared__ alignas(32) Bf16 probs_t[kRowTile * kQueryStep];
+  __shared__ alignas(32) Bf16 dscores_t[kRowTile * kQueryStep];
+  __shared__ alignas(32) float step_lse[kQueryStep];
+  __shared__ alignas(32) float step_delta[kQueryStep];
   const int64_t bh = blockIdx.y, first = static_cast<int64_t>(blockIdx.x) * kRowTile;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   // Lanes 2r and 2r + 1 own key row r of the warp's 16, 8 queries each.
@@ -339,6 +354,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   load_rows<D>(k, bh, s.heads, s.t, first, kRowTile, k_tile);
   load_rows<D>(v, bh, s.heads, s.t, first, kRowTile, v_tile);
   FragAcc dk_acc[D / 16], dv_acc[D / 16];
+  LS_UNROLL
   for (int n = 0; n < D / 16; ++n) {
     wmma::fill_fragment(dk_acc[n], 0.0f);
     wmma::fill_fragment(dv_acc[n], 0.0f);
