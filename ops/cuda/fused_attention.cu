@@ -17,7 +17,7 @@
 //         from the saved row statistics, dV += P^T dO and dK += dS^T Q.
 // That is 9 products of [T, T] x D in backward against FlashAttention-2's 5 (whose dQ sums over
 // key blocks with float atomics); a fixed-order sum costs the recomputation.
-// __launch_bounds__(128, 1): with no occupancy target ptxas capped the dq kernel at 64 registers
+// __launch_bounds__(128, 1): with no occupancy target, ptxas capped the dq kernel at 64 registers
 // and spilled at head dim 16. wmma loads and stores want 256-bit aligned tile pointers and leading dimensions of 16 bytes: the
 // shared tiles are alignas(32), every tile offset is a multiple of 16 rows or 16 columns, and the
 // leading dimensions are D, 32 or 16 elements.
@@ -160,12 +160,12 @@ template <int D>
 __global__ void __launch_bounds__(kBlockThreads, 1)
     fused_attention_forward_kernel(InMatrix q, InMatrix k, InMatrix v, AttentionShape s,
                                    OutMatrix out) {
-  __shared__ alignas(32) Bf16 q_tile[kRowTile * D];
-  __shared__ alignas(32) Bf16 k_tile[kKeyStep * D];
-  __shared__ alignas(32) Bf16 v_tile[kKeyStep * D];
-  __shared__ alignas(32) float scores[kRowTile * kKeyStep];
-  __shared__ alignas(32) Bf16 probs[kRowTile * kKeyStep];
-  __shared__ alignas(32) float o_tile[kRowTile * D];
+  alignas(32) __shared__ Bf16 q_tile[kRowTile * D];
+  alignas(32) __shared__ Bf16 k_tile[kKeyStep * D];
+  alignas(32) __shared__ Bf16 v_tile[kKeyStep * D];
+  alignas(32) __shared__ float scores[kRowTile * kKeyStep];
+  alignas(32) __shared__ Bf16 probs[kRowTile * kKeyStep];
+  alignas(32) __shared__ float o_tile[kRowTile * D];
   const int64_t bh = blockIdx.y, first = static_cast<int64_t>(blockIdx.x) * kRowTile;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   // Lanes 2r and 2r + 1 own row r of the warp's 16: its statistics and half its keys or columns.
@@ -259,13 +259,13 @@ template <int D>
 __global__ void __launch_bounds__(kBlockThreads, 1)
     fused_attention_dq_kernel(InMatrix q, InMatrix k, InMatrix v, InMatrix dout, AttentionShape s,
                               OutMatrix dq, float* lse, float* delta) {
-  __shared__ alignas(32) Bf16 q_tile[kRowTile * D];
-  __shared__ alignas(32) Bf16 do_tile[kRowTile * D];
-  __shared__ alignas(32) Bf16 k_tile[kKeyStep * D];
-  __shared__ alignas(32) Bf16 v_tile[kKeyStep * D];
-  __shared__ alignas(32) float scores[kRowTile * kKeyStep];
-  __shared__ alignas(32) float dprobs[kRowTile * kKeyStep];
-  __shared__ alignas(32) Bf16 dscores[kRowTile * kKeyStep];
+  alignas(32) __shared__ Bf16 q_tile[kRowTile * D];
+  alignas(32) __shared__ Bf16 do_tile[kRowTile * D];
+  alignas(32) __shared__ Bf16 k_tile[kKeyStep * D];
+  alignas(32) __shared__ Bf16 v_tile[kKeyStep * D];
+  alignas(32) __shared__ float scores[kRowTile * kKeyStep];
+  alignas(32) __shared__ float dprobs[kRowTile * kKeyStep];
+  alignas(32) __shared__ Bf16 dscores[kRowTile * kKeyStep];
   const int64_t bh = blockIdx.y, first = static_cast<int64_t>(blockIdx.x) * kRowTile;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int row = 16 * warp + lane / 2, half = lane % 2;
@@ -336,16 +336,16 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     fused_attention_dkdv_kernel(InMatrix q, InMatrix k, InMatrix v, InMatrix dout,
                                 AttentionShape s, const float* lse, const float* delta,
                                 OutMatrix dk, OutMatrix dv) {
-  __shared__ alignas(32) Bf16 k_tile[kRowTile * D];
-  __shared__ alignas(32) Bf16 v_tile[kRowTile * D];
-  __shared__ alignas(32) Bf16 q_tile[kQueryStep * D];
-  __shared__ alignas(32) Bf16 do_tile[kQueryStep * D];
-  __shared__ alignas(32) float scores_t[kRowTile * kQueryStep];  // [key][query]
-  __shared__ alignas(32) float dprobs_t[kRowTile * kQueryStep];
-  __shared__ alignas(32) Bf16 probs_t[kRowTile * kQueryStep];
-  __shared__ alignas(32) Bf16 dscores_t[kRowTile * kQueryStep];
-  __shared__ alignas(32) float step_lse[kQueryStep];
-  __shared__ alignas(32) float step_delta[kQueryStep];
+  alignas(32) __shared__ Bf16 k_tile[kRowTile * D];
+  alignas(32) __shared__ Bf16 v_tile[kRowTile * D];
+  alignas(32) __shared__ Bf16 q_tile[kQueryStep * D];
+  alignas(32) __shared__ Bf16 do_tile[kQueryStep * D];
+  alignas(32) __shared__ float scores_t[kRowTile * kQueryStep];  // [key][query]
+  alignas(32) __shared__ float dprobs_t[kRowTile * kQueryStep];
+  alignas(32) __shared__ Bf16 probs_t[kRowTile * kQueryStep];
+  alignas(32) __shared__ Bf16 dscores_t[kRowTile * kQueryStep];
+  alignas(32) __shared__ float step_lse[kQueryStep];
+  alignas(32) __shared__ float step_delta[kQueryStep];
   const int64_t bh = blockIdx.y, first = static_cast<int64_t>(blockIdx.x) * kRowTile;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   // Lanes 2r and 2r + 1 own key row r of the warp's 16, 8 queries each.
