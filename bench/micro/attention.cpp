@@ -175,7 +175,41 @@ void run_layer(benchmark::State& state, Precision precision, int64_t t, int64_t 
       benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
+// CUDA's fused attention as nn::attention runs it in a bf16 GPT-2 124M step (packed_attention:
+// batch 16, 12 heads, T = 1024, head dim 64, causal), forward and backward: TFLOPs counts the
+// model's six [T, T] x D products at half (causal), as MFU counts attention; the kernels do nine
+// (Note [Fused attention on CUDA]). s_per_call is one forward and backward.
+void run_packed_gpt2(benchmark::State& state, Device device) {
+  constexpr int64_t kB = 16, kH = 12, kT = 1024, kD = 64, kC = kH * kD;
+  auto stream = device_runtime(device).create_stream();
+  const Tensor qkv = Tensor::from_host(uniform(kB * kT * 3 * kC), {kB * kT, 3 * kC}, device, *stream);
+  const Tensor dout = Tensor::from_host(uniform(kB * kT * kC), {kB * kT, kC}, device, *stream);
+  const Tensor y = Tensor::empty({kB * kT, kC}, DType::kF32, device);
+  const Tensor dqkv = Tensor::empty({kB * kT, 3 * kC}, DType::kF32, device);
+  const auto layer = [&] {
+    packed_attention(qkv, Tensor(), kB, kH, true, 0.125f, y, *stream);
+    packed_attention_backward(qkv, dout, Tensor(), kB, kH, true, 0.125f, dqkv, false, *stream);
+  };
+  layer();  // warm-up (scratch)
+  stream->synchronize();
+  for (auto _ : state) {
+    layer();
+    stream->synchronize();
+  }
+  state.counters["TFLOPs"] = benchmark::Counter(
+      0.5 * 6 * gemm_flops(kT, kT, kD) * kB * kH * static_cast<double>(state.iterations()) / 1e12,
+      benchmark::Counter::kIsRate);
+  report_time_per_call(state, 1);
+}
+
 void register_attention(const BenchConfig& config) {
+  if (config.gpu_count > 0) {
+    const Device cuda0{DeviceKind::kCuda, 0};
+    benchmark::RegisterBenchmark("attention/packed/cuda:0/gpt2-124M/bf16",
+                                 [=](benchmark::State& st) { run_packed_gpt2(st, cuda0); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
   std::vector<std::pair<Device, int>> devices = {{Device{DeviceKind::kHost, 0}, 1}};
   if (config.gpu_count > 0) devices.push_back({Device{DeviceKind::kCuda, 0}, 20});
   for (auto [device, per_iteration] : devices) {
