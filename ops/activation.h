@@ -43,9 +43,10 @@ struct ActivationOps {
   // dx (+)= dy * (1 - y^2), from the forward's OUTPUT y
   void (*tanh_backward)(const float* y, const float* dy, float* dx, int64_t n, bool accumulate,
                         Stream& stream) = nullptr;
-  // y[r, c] = gelu(x[r, c] + bias[c]), the erf form when `erf`, else the tanh form
+  // y[r, c] = gelu(x[r, c] + bias[c]), the erf form when `erf`, else the tanh form; y16 (may be
+  // null) gets y rounded to bf16 too (f32_to_bf16's bits), in the same pass.
   void (*bias_gelu)(const float* x, const float* bias, float* y, int64_t rows, int64_t cols,
-                    bool erf, Stream& stream) = nullptr;
+                    bool erf, uint16_t* y16, Stream& stream) = nullptr;
   // dx[r, c] = dy[r, c] * gelu'(x[r, c] + bias[c]) (overwritten); dbias[c] (+)= sum over r of
   // dx[r, c], in row order (as bias_grad sums)
   void (*bias_gelu_backward)(const float* x, const float* bias, const float* dy, float* dx,
@@ -139,13 +140,20 @@ inline void tanh_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, b
 
 // y = gelu(x + bias), bias broadcast over the rows of x; erf picks the erf form (gelu_erf).
 // y may be x (in place). Bit for bit bias_add(x, bias) then gelu / gelu_erf.
+// y16 (bf16, y's shape, or undefined): y rounded to bf16 too, in the same pass: bit for bit
+// cast(y), the operand a bf16 matrix product of y takes.
 inline void bias_gelu(const Tensor& x, const Tensor& bias, const Tensor& y, bool erf,
-                      Stream& stream) {
+                      Stream& stream, const Tensor& y16 = Tensor()) {
   detail::check_bias_activation("bias_gelu", x, bias, stream);
   detail::check_activation("bias_gelu", x, y, "y", stream);
+  if (y16.defined()) {
+    op_check::tensor("bias_gelu", "y16", y16, DType::kBF16, stream);
+    op_check::same_numel("bias_gelu", "y16", y16, "x", x);
+  }
   op_entry(&ActivationOps::bias_gelu, "bias_gelu", stream, [&] {
-    return OpLaunches{ledger::moves("bias_gelu_kernel", {&x, &bias, &y})};
-  })(x.f32(), bias.f32(), y.f32(), x.dim(0), x.dim(1), erf, stream);
+    return OpLaunches{ledger::moves("bias_gelu_kernel", {&x, &bias, &y, &y16})};
+  })(x.f32(), bias.f32(), y.f32(), x.dim(0), x.dim(1), erf, y16.defined() ? y16.bf16() : nullptr,
+     stream);
 }
 
 // dx = dy * gelu'(x + bias) (overwritten; dx may be dy) and dbias (+)= its column sums: bit for

@@ -65,10 +65,11 @@ struct FusedAttentionOps {
   // packed projections, with no head-major copies. qkv f32 [batch * t, 3 * heads * d] (each
   // token's q, k and v side by side, the heads inside each, as the qkv linear writes them),
   // rounded to bf16 as it is read (as split_heads_bf16 rounds it); out f32 [batch * t,
-  // heads * d], token-major (what merge_heads would give).
+  // heads * d], token-major (what merge_heads would give); out16 (may be null) gets out rounded to
+  // bf16 as well (f32_to_bf16's bits).
   void (*packed_attention)(const float* qkv, const int32_t* key_valid, int64_t batch,
                            int64_t heads, int64_t t, int64_t d, bool causal, float scale,
-                           float* out, Stream& stream) = nullptr;
+                           float* out, uint16_t* out16, Stream& stream) = nullptr;
   // Its backward from dout f32 [batch * t, heads * d]: dqkv f32 in qkv's layout, overwritten, or
   // added to when accumulate.
   void (*packed_attention_backward)(const float* qkv, const float* dout, const int32_t* key_valid,
@@ -375,21 +376,28 @@ inline int64_t check_packed(const char* op, const Tensor& qkv, const Tensor& con
 
 // out [batch * t, heads * d] = softmax(scale q k^T, masked as attention_softmax) v per head, from
 // the packed projections qkv [batch * t, 3 * heads * d] as they are: no head-major copies (CUDA,
-// bf16 products; see FusedAttentionOps::packed_attention). out is overwritten.
+// bf16 products; see FusedAttentionOps::packed_attention). out is overwritten; out16 (bf16, out's
+// shape, or undefined) gets it rounded to bf16 too, bit for bit cast(out).
 inline void packed_attention(const Tensor& qkv, const Tensor& key_valid, int64_t batch,
                              int64_t heads, bool causal, float scale, const Tensor& out,
-                             Stream& stream) {
+                             Stream& stream, const Tensor& out16 = Tensor()) {
   constexpr const char* op = "packed_attention";
   const int64_t t = detail::check_packed(op, qkv, out, "out", key_valid, batch, heads, stream);
   const int64_t d = qkv.dim(1) / (3 * heads);
+  if (out16.defined()) {
+    op_check::tensor(op, "out16", out16, DType::kBF16, stream);
+    LS_CHECK(out16.shape() == out.shape(), op, ": out16 is ", out16.describe(),
+             "; expected the shape of out (", out.describe(), ")");
+  }
   op_entry(&FusedAttentionOps::packed_attention, op, stream, [&] {
     // ops/cuda/fused_attention.cu: the forward kernel, reading q, k, v where they are.
-    Launch launch = ledger::moves("fused_attention_forward_kernel", {&qkv, &out, &key_valid});
+    Launch launch =
+        ledger::moves("fused_attention_forward_kernel", {&qkv, &out, &out16, &key_valid});
     launch.rate = LaunchRate::kFusedAttention;
     launch.flops = detail::attention_flops(batch * heads, t, d, causal, 2);
     return OpLaunches{launch};
   })(qkv.f32(), key_valid.defined() ? key_valid.i32() : nullptr, batch, heads, t, d, causal, scale,
-     out.f32(), stream);
+     out.f32(), out16.defined() ? out16.bf16() : nullptr, stream);
 }
 
 // The backward of packed_attention: dqkv (qkv's shape) = or += (accumulate) the gradient from

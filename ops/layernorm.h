@@ -20,8 +20,9 @@ namespace ls {
 
 struct LayerNormOps {
   // y = (x - mean) * rstd * gamma + beta per row; writes mean[rows], rstd[rows].
+  // y16 (may be null): y rounded to bf16 as well, in the same pass (f32_to_bf16's bits).
   void (*layernorm)(const float* x, const float* gamma, const float* beta, int64_t rows,
-                    int64_t cols, float eps, float* y, float* mean, float* rstd,
+                    int64_t cols, float eps, float* y, float* mean, float* rstd, uint16_t* y16,
                     Stream& stream) = nullptr;
   // dx (+)= the input gradient; dgamma += sum_r dy*xhat, dbeta += sum_r dy in row order.
   void (*layernorm_backward)(const float* x, const float* gamma, const float* mean,
@@ -50,8 +51,11 @@ inline void check_same_shape(const char* op, const char* name, const Tensor& t, 
 }
 }  // namespace detail
 
+// y16 (bf16, y's shape, or undefined): y rounded to bf16 too, written in the same pass, bit for
+// bit cast(y): what a bf16 matrix product of y multiplies (nn::linear takes it as its operand).
 inline void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
-                      const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& stream) {
+                      const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& stream,
+                      const Tensor& y16 = Tensor()) {
   const char* op = "layernorm";
   detail::check_layernorm_x(op, "x", x, stream);
   const int64_t cols = x.dim(x.ndim() - 1), rows = x.numel() / cols;
@@ -62,9 +66,15 @@ inline void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
   op_check::tensor(op, "y", y, DType::kF32, stream);
   detail::check_same_shape(op, "y", y, x);
   LS_CHECK(eps > 0.0f, "layernorm: eps is ", eps, "; expected a small positive value, e.g. 1e-5");
+  if (y16.defined()) {
+    op_check::tensor(op, "y16", y16, DType::kBF16, stream);
+    detail::check_same_shape(op, "y16", y16, x);
+  }
   op_entry(&LayerNormOps::layernorm, op, stream, [&] {
-    return OpLaunches{ledger::moves("layernorm_kernel", {&x, &gamma, &beta, &y, &mean, &rstd})};
-  })(x.f32(), gamma.f32(), beta.f32(), rows, cols, eps, y.f32(), mean.f32(), rstd.f32(), stream);
+    return OpLaunches{
+        ledger::moves("layernorm_kernel", {&x, &gamma, &beta, &y, &mean, &rstd, &y16})};
+  })(x.f32(), gamma.f32(), beta.f32(), rows, cols, eps, y.f32(), mean.f32(), rstd.f32(),
+     y16.defined() ? y16.bf16() : nullptr, stream);
 }
 
 inline void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,

@@ -5,6 +5,7 @@
 
 #include "ops/activation.h"
 #include "ops/bias.h"
+#include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/cuda_launch.h"
 
 namespace ls::cuda_ops {
@@ -74,11 +75,14 @@ __global__ void gelu_erf_backward_kernel(const float* x, const float* dy, float*
 }
 
 // Element i of [rows, cols]: column i % cols.
+// y16 (may be null): y rounded to bf16 as well.
 __global__ void bias_gelu_kernel(const float* x, const float* bias, float* y, int64_t n,
-                                 int64_t cols, bool erf) {
+                                 int64_t cols, bool erf, uint16_t* y16) {
   LS_GRID_STRIDE_LOOP(i, n) {
     const float u = x[i] + bias[i % cols];
-    y[i] = erf ? gelu_erf_value(u) : gelu_value(u);
+    const float v = erf ? gelu_erf_value(u) : gelu_value(u);
+    y[i] = v;
+    if (y16 != nullptr) y16[i] = f32_to_bf16_bits(v);
   }
 }
 
@@ -173,11 +177,12 @@ void tanh_backward(const float* y, const float* dy, float* dx, int64_t n, bool a
 }
 
 void bias_gelu(const float* x, const float* bias, float* y, int64_t rows, int64_t cols, bool erf,
-               Stream& on) {
+               uint16_t* y16, Stream& on) {
   const CudaLaunch launch(on);
   const int64_t n = rows * cols;
   if (n == 0) return;
-  LS_LAUNCH(bias_gelu_kernel, grid_for(n), kThreads, 0, launch.stream(), x, bias, y, n, cols, erf);
+  LS_LAUNCH(bias_gelu_kernel, grid_for(n), kThreads, 0, launch.stream(), x, bias, y, n, cols, erf,
+            y16);
   LS_CUDA_CHECK_LAUNCH();
 }
 

@@ -76,11 +76,13 @@ struct InMatrix {
     return (bh / heads) * batch_stride + (bh % heads) * head_stride + row * row_stride;
   }
 };
-// An f32 result in the same layouts; accumulate adds to what is there.
+// An f32 result in the same layouts; accumulate adds to what is there. base16 (forward only; may
+// be null): the result rounded to bf16 too, at the same offsets.
 struct OutMatrix {
   float* base;
   int64_t row_stride, batch_stride, head_stride;
   bool accumulate;
+  uint16_t* base16 = nullptr;
   __device__ float& at(int64_t bh, int64_t heads, int64_t row, int64_t col) const {
     return base[(bh / heads) * batch_stride + (bh % heads) * head_stride + row * row_stride + col];
   }
@@ -230,6 +232,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     for (int c = 0; c < D / 2; ++c) {
       float& dst = out.at(bh, s.heads, query, (D / 2) * half + c);
       dst = out.accumulate ? dst + o_row[c] * inv : o_row[c] * inv;
+      if (out.base16 != nullptr) out.base16[&dst - out.base] = f32_to_bf16_bits(dst);
     }
   }
 }
@@ -422,8 +425,8 @@ Operands head_major(const void* q, const void* k, const void* v, const void* dou
 
 // The packed f32 projections [B*T, 3*H*D] (q, k, v side by side in each token's row) and the
 // context [B*T, H*D] (the packed_attention slots); dqkv like qkv, added to when accumulate.
-Operands packed(const float* qkv, const float* dout, float* out, float* dqkv, bool accumulate,
-                int64_t heads, int64_t t, int64_t d) {
+Operands packed(const float* qkv, const float* dout, float* out, uint16_t* out16, float* dqkv,
+                bool accumulate, int64_t heads, int64_t t, int64_t d) {
   const int64_t c = heads * d;
   const auto in = [&](const float* p, int64_t width) {
     return InMatrix{p, width, t * width, d, true};
@@ -431,11 +434,13 @@ Operands packed(const float* qkv, const float* dout, float* out, float* dqkv, bo
   const auto result = [&](float* p, int64_t width, bool add) {
     return OutMatrix{p, width, t * width, d, add};
   };
+  OutMatrix context = result(out, c, false);
+  context.base16 = out16;
   return {in(qkv, 3 * c),
           in(qkv + c, 3 * c),
           in(qkv + 2 * c, 3 * c),
           in(dout, c),
-          result(out, c, false),
+          context,
           result(dqkv, 3 * c, accumulate),
           result(dqkv == nullptr ? nullptr : dqkv + c, 3 * c, accumulate),
           result(dqkv == nullptr ? nullptr : dqkv + 2 * c, 3 * c, accumulate)};
@@ -507,9 +512,10 @@ void fused_attention_backward(const void* q, const void* k, const void* v, const
 }
 
 void packed_attention(const float* qkv, const int32_t* key_valid, int64_t batch, int64_t heads,
-                      int64_t t, int64_t d, bool causal, float scale, float* out, Stream& on) {
+                      int64_t t, int64_t d, bool causal, float scale, float* out, uint16_t* out16,
+                      Stream& on) {
   check_supported("packed_attention", batch * heads, d, true);
-  forward(packed(qkv, nullptr, out, nullptr, false, heads, t, d),
+  forward(packed(qkv, nullptr, out, out16, nullptr, false, heads, t, d),
           {t, heads, causal, scale, key_valid}, batch * heads, d, on);
 }
 
@@ -517,7 +523,7 @@ void packed_attention_backward(const float* qkv, const float* dout, const int32_
                                int64_t batch, int64_t heads, int64_t t, int64_t d, bool causal,
                                float scale, float* dqkv, bool accumulate, Stream& on) {
   check_supported("packed_attention_backward", batch * heads, d, true);
-  backward(packed(qkv, dout, nullptr, dqkv, accumulate, heads, t, d),
+  backward(packed(qkv, dout, nullptr, nullptr, dqkv, accumulate, heads, t, d),
            {t, heads, causal, scale, key_valid}, batch * heads, d, on);
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "ops/cuda/bf16_bits.cuh"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/column_sums.cuh"
 #include "ops/cuda/cuda_launch.h"
@@ -60,10 +61,11 @@ __device__ inline int64_t first_row() {
 }
 __device__ inline int64_t row_step() { return static_cast<int64_t>(gridDim.x) * kRowsPerBlock; }
 
+// y16 (may be null): y rounded to bf16 as well.
 template <int kVec>
 __global__ void layernorm_kernel(const float* x, const float* gamma, const float* beta,
                                  int64_t rows, int64_t cols, float eps, float* y, float* mean,
-                                 float* rstd) {
+                                 float* rstd, uint16_t* y16) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const float inv_cols = 1.0f / static_cast<float>(cols);
   const int64_t chunks = cols / kVec;
@@ -87,6 +89,9 @@ __global__ void layernorm_kernel(const float* x, const float* gamma, const float
       const Chunk<kVec> g = load_chunk<kVec>(gamma, i), b = load_chunk<kVec>(beta, i);
       for (int j = 0; j < kVec; ++j) c.v[j] = (c.v[j] - m) * s * g.v[j] + b.v[j];
       store_chunk<kVec>(yr, i, c);
+      if (y16 != nullptr) {
+        for (int j = 0; j < kVec; ++j) y16[r * cols + i * kVec + j] = f32_to_bf16_bits(c.v[j]);
+      }
     }
     if (lane == 0) {
       mean[r] = m;
@@ -191,16 +196,16 @@ bool rows_take_float4(int64_t cols, std::initializer_list<const void*> pointers)
 }  // namespace
 
 void layernorm(const float* x, const float* gamma, const float* beta, int64_t rows, int64_t cols,
-               float eps, float* y, float* mean, float* rstd, Stream& on) {
+               float eps, float* y, float* mean, float* rstd, uint16_t* y16, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (rows * cols == 0) return;
   if (rows_take_float4(cols, {x, gamma, beta, y})) {
     LS_LAUNCH(layernorm_kernel<4>, row_blocks(rows), kThreads, 0, stream, x, gamma, beta, rows,
-              cols, eps, y, mean, rstd);
+              cols, eps, y, mean, rstd, y16);
   } else {
     LS_LAUNCH(layernorm_kernel<1>, row_blocks(rows), kThreads, 0, stream, x, gamma, beta, rows,
-              cols, eps, y, mean, rstd);
+              cols, eps, y, mean, rstd, y16);
   }
   LS_CUDA_CHECK_LAUNCH();
 }

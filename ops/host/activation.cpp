@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <lockstep/dtype.h>
+
 #include "ops/host/fast_math.h"
 #include "ops/host/host_ops.h"
 
@@ -143,13 +145,16 @@ void bias_gelu_erf_row(const float* x, const float* bias, float* y, int64_t cols
 }
 
 void bias_gelu(const float* x, const float* bias, float* y, int64_t rows, int64_t cols, bool erf,
-               Stream& stream) {
+               uint16_t* y16, Stream& stream) {
   enqueue_rows(stream, rows, cols, [=](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       if (erf) {
         bias_gelu_erf_row(x + r * cols, bias, y + r * cols, cols);
       } else {
         bias_gelu_row(x + r * cols, bias, y + r * cols, cols);
+      }
+      if (y16 != nullptr) {
+        for (int64_t c = 0; c < cols; ++c) y16[r * cols + c] = f32_to_bf16(y[r * cols + c]);
       }
     }
   });

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <lockstep/dtype.h>
+
 #include "ops/host/host_ops.h"
 
 namespace ls {
@@ -38,12 +40,15 @@ void layernorm_row(const float* x, const float* gamma, const float* beta, int64_
 }
 
 void layernorm(const float* x, const float* gamma, const float* beta, int64_t rows, int64_t cols,
-               float eps, float* y, float* mean, float* rstd, Stream& stream) {
+               float eps, float* y, float* mean, float* rstd, uint16_t* y16, Stream& stream) {
   if (rows <= 0 || cols <= 0) return;
   host_enqueue(stream, [=] {
     host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         layernorm_row(x + r * cols, gamma, beta, cols, eps, y + r * cols, mean + r, rstd + r);
+        if (y16 != nullptr) {
+          for (int64_t c = 0; c < cols; ++c) y16[r * cols + c] = f32_to_bf16(y[r * cols + c]);
+        }
       }
     });
   });

@@ -142,7 +142,13 @@ TEST_F(CudaFusedAttentionTest, PackedIsTheHeadMajorPathBitForBit) {
     merge_heads(dheads, dqkv_ref, {b, t, 3, h, d}, false, s);
     // Packed.
     const Tensor y = Tensor::empty({b * t, c}, DType::kF32, kCuda0);
-    packed_attention(qkv, valid, b, h, causal, scale, y, s);
+    const Tensor y16 = Tensor::empty({b * t, c}, DType::kBF16, kCuda0);
+    packed_attention(qkv, valid, b, h, causal, scale, y, s, y16);
+    const Tensor widened = Tensor::empty({b * t, c}, DType::kF32, kCuda0);
+    const Tensor rounded = Tensor::empty({b * t, c}, DType::kF32, kCuda0);
+    cast(y16, widened, s);
+    cast(cast_to_bf16(y, s), rounded, s);
+    EXPECT_TRUE(bitwise_equal(widened.to_host_f32(s), rounded.to_host_f32(s)));
     const Tensor dqkv = Tensor::empty({b * t, 3 * c}, DType::kF32, kCuda0);
     packed_attention_backward(qkv, dout, valid, b, h, causal, scale, dqkv, false, s);
     EXPECT_TRUE(bitwise_equal(y.to_host_f32(s), y_ref.to_host_f32(s)));

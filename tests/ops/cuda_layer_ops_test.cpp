@@ -16,6 +16,7 @@
 #include <lockstep/tensor.h>
 #include "ops/activation.h"
 #include "ops/dropout.h"
+#include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/layernorm.h"
 #include "tests/ops/cuda_op_test_util.h"
@@ -166,6 +167,35 @@ TEST_F(CudaLayerOpsTest, GeluErfMatchesHost) {
       expect_close(dx, 1e-5, 1e-6);
     }
   }
+}
+
+// The bf16 copies LayerNorm and bias + GELU write beside their outputs (VarNode::value16): bit for
+// bit the host's (the same f32 values rounded the same way would need equal f32 values; the
+// kernels differ in summation order, so the check is against the CUDA output itself, rounded).
+TEST_F(CudaLayerOpsTest, Bf16SideOutputsAreTheOutputRounded) {
+  const int64_t rows = 33, cols = 768;
+  Pair x = upload(random_vector(rows * cols, 1, -3, 3), {rows, cols});
+  Pair gamma = upload(random_vector(cols, 2), {cols}), beta = upload(random_vector(cols, 3), {cols});
+  Pair y = empty({rows, cols}), mean = empty({rows}), rstd = empty({rows});
+  Pair y16 = empty({rows, cols}, DType::kBF16), g = empty({rows, cols});
+  Pair g16 = empty({rows, cols}, DType::kBF16);
+  Pair widened = empty({rows, cols}), rounded = empty({rows, cols}, DType::kBF16);
+  Pair expected = empty({rows, cols}), gw = empty({rows, cols}), ge = empty({rows, cols});
+  Pair gr = empty({rows, cols}, DType::kBF16);
+  run_both([&](Stream& s, auto side) {
+    layernorm(side(x), side(gamma), side(beta), 1e-5f, side(y), side(mean), side(rstd), s,
+              side(y16));
+    cast(side(y16), side(widened), s);
+    cast(side(y), side(rounded), s);
+    cast(side(rounded), side(expected), s);
+    bias_gelu(side(x), side(beta), side(g), false, s, side(g16));
+    cast(side(g16), side(gw), s);
+    cast(side(g), side(gr), s);
+    cast(side(gr), side(ge), s);
+  });
+  EXPECT_TRUE(bitwise_equal(cuda_values(widened), cuda_values(expected)));
+  EXPECT_TRUE(bitwise_equal(cuda_values(gw), cuda_values(ge)));
+  expect_close(y, 1e-4, 1e-5);
 }
 
 TEST_F(CudaLayerOpsTest, BiasGeluMatchesHost) {

@@ -77,8 +77,11 @@ Var packed(Tape& tape, const Var& qkv, const Tensor& key_valid, const Heads& hd,
            float scale) {
   Stream& stream = tape.stream();
   Tensor y = Tensor::empty({hd.b * hd.t, hd.h * hd.d}, DType::kF32, hd.dev);
-  packed_attention(qkv->value, key_valid, hd.b, hd.h, causal, scale, y, stream);
+  // The output projection multiplies a bf16 copy (the packed path runs in bf16 only).
+  Tensor y16 = Tensor::empty(y.shape(), DType::kBF16, hd.dev);
+  packed_attention(qkv->value, key_valid, hd.b, hd.h, causal, scale, y, stream, y16);
   Var out = tape.output(std::move(y), {&qkv});
+  out->value16 = std::move(y16);
   tape.record(out, {qkv}, [=, &stream](const Tensor& dy) {
     if (!qkv->requires_grad) return;
     const bool add = Tape::begin_grad(*qkv);

@@ -44,7 +44,9 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   const bool cast_once = precision == Precision::kBF16;
   const Parameter* param = weight->parameter;
   const bool kept = param != nullptr && param->value16.defined();
-  Tensor x16 = cast_once ? cast_to_bf16(x->value, stream) : Tensor();
+  // The producer's bf16 copy of x when it wrote one (VarNode::value16): the same bits.
+  Tensor x16 = cast_once ? (x->value16.defined() ? x->value16 : cast_to_bf16(x->value, stream))
+                         : Tensor();
   Tensor w16 = cast_once ? (kept ? param->value16 : cast_to_bf16(w, stream)) : Tensor();
   Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
   product(x->value, x16, false, w, w16, true, y, 0.0f, precision, stream);
@@ -166,8 +168,13 @@ Var gelu(Tape& tape, const Var& x) {
 Var bias_gelu(Tape& tape, const Var& x, const Var& bias, bool erf_form) {
   Stream& stream = tape.stream();
   Tensor y = Tensor::empty(x->value.shape(), DType::kF32, x->value.device());
-  ls::bias_gelu(x->value, bias->value, y, erf_form, stream);
+  // In bf16 its consumer (an MLP's second linear) multiplies a bf16 copy: written in this pass.
+  Tensor y16 = tape.context().precision == Precision::kBF16
+                   ? Tensor::empty(x->value.shape(), DType::kBF16, x->value.device())
+                   : Tensor();
+  ls::bias_gelu(x->value, bias->value, y, erf_form, stream, y16);
   Var out = tape.output(std::move(y), {&x, &bias});
+  out->value16 = std::move(y16);
   tape.record(out, {x, bias}, [x, bias, erf_form, &stream](const Tensor& dy) {
     if (!x->requires_grad && !bias->requires_grad) return;
     // dx and dbias come out of one pass; where x's gradient is already being accumulated (x

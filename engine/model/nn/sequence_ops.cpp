@@ -85,8 +85,13 @@ Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float
   Tensor y = like_f32(xv);
   Tensor mean = Tensor::empty({xv.dim(0)}, DType::kF32, xv.device());
   Tensor rstd = Tensor::empty({xv.dim(0)}, DType::kF32, xv.device());
-  ls::layernorm(xv, gamma->value, beta->value, eps, y, mean, rstd, stream);
+  // In bf16 its consumers (linears) multiply a bf16 copy of y: written in the same pass.
+  Tensor y16 = tape.context().precision == Precision::kBF16
+                   ? Tensor::empty(xv.shape(), DType::kBF16, xv.device())
+                   : Tensor();
+  ls::layernorm(xv, gamma->value, beta->value, eps, y, mean, rstd, stream, y16);
   Var out = tape.output(std::move(y), {&x, &gamma, &beta});
+  out->value16 = std::move(y16);
   tape.record(out, {x, gamma, beta}, [x, gamma, beta, mean, rstd, &stream](const Tensor& dy) {
     const bool add = x->requires_grad && Tape::begin_grad(*x);
     for (const Var& p : {gamma, beta}) {  // first: it may be what gives them storage

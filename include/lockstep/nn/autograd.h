@@ -49,7 +49,10 @@ struct VarNode {
   // (nn::linear in bf16 without a bias gradient): a loss may then give it the gradient already
   // rounded to bf16 (nn::cross_entropy in bf16), a bf16 `grad`, which that op reads as it is.
   bool bf16_grad_ok = false;
-  int uses = 0;  // ops recorded with this Var as an input (a bf16 gradient needs it to be one)
+  int uses = 0;
+  // `value` rounded to bf16, when the op that made it wrote that too in a bf16 step (LayerNorm,
+  // bias + GELU, CUDA's attention): nn::linear multiplies with it instead of casting `value`.
+  Tensor value16;  // ops recorded with this Var as an input (a bf16 gradient needs it to be one)
 };
 using Var = std::shared_ptr<VarNode>;
 
