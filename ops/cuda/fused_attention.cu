@@ -157,6 +157,21 @@ __device__ __forceinline__ void write_rows(const FragAcc (&acc)[D / 16], float* 
   }
 }
 
+// One step of a row's online softmax, for the lane pair that owns the row: this lane's 16 scores
+// of it (s_row) scaled, or -inf where the key is not seen, in place; returns the maximum over
+// both lanes' 32.
+__device__ __forceinline__ float scale_mask_and_max(float* s_row, const AttentionShape& s,
+                                                    int64_t bh, int64_t query,
+                                                    int64_t first_key) {
+  float step_max = -INFINITY;
+  for (int c = 0; c < 16; ++c) {
+    const float x = key_visible(s, bh, query, first_key + c) ? s_row[c] * s.scale : -INFINITY;
+    s_row[c] = x;
+    step_max = fmaxf(step_max, x);
+  }
+  return fmaxf(step_max, __shfl_xor_sync(kFullWarp, step_max, 1));
+}
+
 // See Note [Fused attention on CUDA]: forward.
 template <int D>
 __global__ void __launch_bounds__(kBlockThreads, 1)
@@ -188,15 +203,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     }
     __syncwarp();
     float* s_row = scores + row * kKeyStep + 16 * half;
-    float step_max = -INFINITY;
-    for (int c = 0; c < 16; ++c) {
-      const float x =
-          key_visible(s, bh, query, k0 + 16 * half + c) ? s_row[c] * s.scale : -INFINITY;
-      s_row[c] = x;
-      step_max = fmaxf(step_max, x);
-    }
-    step_max = fmaxf(step_max, __shfl_xor_sync(kFullWarp, step_max, 1));
-    const float m_new = fmaxf(m, step_max);
+    const float m_new = fmaxf(m, scale_mask_and_max(s_row, s, bh, query, k0 + 16 * half));
     // Nothing seen yet (m_new = -inf): no rescale; else exp(-inf) = 0 drops the empty past.
     const float alpha = m_new == -INFINITY ? 1.0f : __expf(m - m_new);
     float sum = 0.0f;
@@ -283,15 +290,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     dq_step_products<D>(k, v, s, bh, k0, warp, q_tile, do_tile, k_tile, v_tile, scores, dprobs);
     float* s_row = scores + row * kKeyStep + 16 * half;  // scaled and masked in place
     const float* dp_row = dprobs + row * kKeyStep + 16 * half;
-    float step_max = -INFINITY;
-    for (int c = 0; c < 16; ++c) {
-      const float x =
-          key_visible(s, bh, query, k0 + 16 * half + c) ? s_row[c] * s.scale : -INFINITY;
-      s_row[c] = x;
-      step_max = fmaxf(step_max, x);
-    }
-    step_max = fmaxf(step_max, __shfl_xor_sync(kFullWarp, step_max, 1));
-    const float m_new = fmaxf(m, step_max);
+    const float m_new = fmaxf(m, scale_mask_and_max(s_row, s, bh, query, k0 + 16 * half));
     const float alpha = m_new == -INFINITY ? 1.0f : __expf(m - m_new);
     float sum = 0.0f, sum_pd = 0.0f;
     for (int c = 0; c < 16; ++c) {

@@ -17,6 +17,7 @@
 #include <lockstep/nn/autograd.h>
 #include <lockstep/nn/functional.h>
 #include "ops/op_ledger.h"
+#include "tests/nn/tiny_gpt_step.h"
 
 namespace ls {
 namespace {
@@ -35,29 +36,13 @@ StepResult run_step(Device device, Precision precision, bool record) {
   nn::Transformer model(config);
   nn::ParameterStore store(model, device, *stream, 5);
   if (precision == Precision::kBF16) store.keep_bf16_copy(*stream);
-  std::vector<int32_t> tokens, labels;
-  for (int i = 0; i < 16; ++i) {
-    tokens.push_back(1 + i % 10);
-    labels.push_back(1 + (i + 1) % 10);
-  }
-  const Tensor ids = Tensor::from_host_i32(tokens, {2, 8}, device, *stream);
-  const Tensor y = Tensor::from_host_i32(labels, {16}, device, *stream);
+  const test::TinyBatch batch(2, 8, device, *stream);
   stream->synchronize();
   StepResult result;
   const int64_t before = cuda_emu::device_launches();
   std::optional<OpLedger> ledger;
   if (record) ledger.emplace(OpLedger::Options{});
-  {
-    Tape tape(*stream);
-    ForwardContext context;
-    context.training = true;
-    context.precision = precision;
-    tape.set_context(context);
-    Var loss = nn::cross_entropy(tape, model.forward(tape, tape.constant(ids)), y);
-    store.zero_grad(*stream);
-    tape.backward(loss);
-    result.loss = loss->value.to_host_f32(*stream)[0];
-  }
+  result.loss = test::tiny_step(model, store, batch, precision, *stream)->value.to_host_f32(*stream)[0];
   result.grads = store.grads().to_host_f32(*stream);
   stream->synchronize();
   result.emulated = cuda_emu::device_launches() - before;

@@ -17,6 +17,7 @@
 #include <lockstep/nn/functional.h>
 #include "ops/attention.h"
 #include "ops/gemm.h"
+#include "tests/nn/tiny_gpt_step.h"
 
 namespace ls {
 namespace {
@@ -41,24 +42,9 @@ std::vector<LedgerRow> record_step(const TinyGpt& shape, Precision precision,
   nn::Transformer model(config);
   nn::ParameterStore store(model, kHost0, *stream, 5);
   if (precision == Precision::kBF16) store.keep_bf16_copy(*stream);
-  std::vector<int32_t> tokens, labels;
-  for (int64_t i = 0; i < shape.batch * shape.seq; ++i) {
-    tokens.push_back(static_cast<int32_t>(1 + i % 10));
-    labels.push_back(static_cast<int32_t>(1 + (i + 1) % 10));
-  }
-  const Tensor ids = Tensor::from_host_i32(tokens, {shape.batch, shape.seq}, kHost0, *stream);
-  const Tensor y = Tensor::from_host_i32(labels, {shape.batch * shape.seq}, kHost0, *stream);
+  const test::TinyBatch batch(shape.batch, shape.seq, kHost0, *stream);
   OpLedger ledger(options);
-  {
-    Tape tape(*stream);
-    ForwardContext context;
-    context.training = true;
-    context.precision = precision;
-    tape.set_context(context);
-    Var loss = nn::cross_entropy(tape, model.forward(tape, tape.constant(ids)), y);
-    store.zero_grad(*stream);
-    tape.backward(loss);
-  }
+  test::tiny_step(model, store, batch, precision, *stream);
   stream->synchronize();
   return ledger.rows();
 }
