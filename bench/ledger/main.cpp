@@ -110,6 +110,11 @@ int run(const LedgerFlags& flags) {
       config.describe().c_str(), static_cast<long long>(flags.batch), precision_name(*precision),
       rates.name.c_str(), rates.tensor_flops / 1e12, rates.f32_flops / 1e12,
       rates.attention_flops / 1e12, rates.bytes_per_s / 1e12, ledger::kLaunchFloorUs);
+  if (!built_with_cuda()) {
+    std::printf("note: this build has no CUDA backend, so the CUDA kernels' own choices (fused "
+                "attention) are unknown to it and the unfused ops are recorded instead; build with "
+                "the CUDA toolkit for the ledger of the CUDA step\n\n");
+  }
   print_table(p);
   std::printf("\n%lld launches, %.1f GB moved, %.2f TFLOP launched (model: %.2f TFLOP)\n",
               static_cast<long long>(p.launches), p.bytes / 1e9, p.flops / 1e12,
