@@ -1,5 +1,5 @@
 // The host kernels of fused attention (ops/host/fused_attention.cpp), for the host's table of
-// AttentionOps (ops/host/attention.cpp); the contract is the slots' in ops/attention.h.
+// FusedAttentionOps (registered in that file); the contract is the slots' in ops/attention.h.
 #pragma once
 
 #include <cstdint>
