@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include <lockstep/error.h>
+#include "engine/core/copy_observer.h"
 
 namespace ls {
 namespace {
@@ -25,14 +26,30 @@ const char* launch_rate_name(LaunchRate rate) {
   return "?";
 }
 
+namespace {
+// A copy between two tensors of one device (engine/core/copy_observer.h): a copy kernel on a GPU.
+void record_copy(size_t bytes) {
+  if (OpLedger* ledger = active_op_ledger()) {
+    char shape[32];
+    std::snprintf(shape, sizeof shape, "%zu bytes", bytes);
+    ledger->record("copy", {Launch{"cudaMemcpyAsync (device to device)", shape,
+                                   LaunchRate::kMemory, 2.0 * static_cast<double>(bytes), 0}});
+  }
+}
+}  // namespace
+
 OpLedger::OpLedger(Options options) : options_(options) {
   OpLedger* none = nullptr;
   LS_CHECK(g_active.compare_exchange_strong(none, this),
            "an OpLedger is already recording; "
            "end it before starting another (one ledger records at a time)");
+  detail::set_copy_observer(record_copy);
 }
 
-OpLedger::~OpLedger() { g_active.store(nullptr); }
+OpLedger::~OpLedger() {
+  detail::set_copy_observer(nullptr);
+  g_active.store(nullptr);
+}
 
 void OpLedger::record_unmodelled(const char* op) {
   std::lock_guard lock(mutex_);

@@ -6,7 +6,8 @@
 // Each op describes its launches as the CUDA backend makes them (ops/cuda/<family>.cu); the
 // emulated build checks those counts against the launches the CPU emulator sees
 // (tests/ops/op_ledger_emulated_test.cpp). In a dry run the ops enqueue nothing, so a step of any
-// size is walked through in seconds, on memory it allocates but never touches.
+// size is walked through in seconds, on memory it allocates but never touches. Copies between two
+// tensors of one device (Tensor::copy_from) are recorded too, as op "copy".
 // Thread-safety: record() may be called from any thread; one ledger is active at a time.
 #pragma once
 

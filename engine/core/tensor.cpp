@@ -1,9 +1,11 @@
 // Tensor and Storage (see lockstep/tensor.h).
 #include <lockstep/tensor.h>
 
+#include <atomic>
 #include <limits>
 
 #include <lockstep/error.h>
+#include "engine/core/copy_observer.h"
 #include "engine/core/runtime.h"
 
 namespace ls {
@@ -158,8 +160,19 @@ void Tensor::copy_from(const Tensor& src, Stream& stream) const {
   const bool reachable = device() == stream.device() || src.device() == stream.device();
   LS_CHECK(reachable, "copy_from: neither ", src.describe(), " nor ", describe(),
            " is on the stream's device ", stream.device().str());
+  if (src.device() == device()) detail::note_device_copy(nbytes());
   device_runtime(stream.device()).copy_async(data(), src.data(), nbytes(), stream);
 }
+
+namespace detail {
+namespace {
+std::atomic<CopyObserver> g_copy_observer{nullptr};
+}  // namespace
+void set_copy_observer(CopyObserver observer) { g_copy_observer.store(observer); }
+void note_device_copy(size_t bytes) {
+  if (CopyObserver observer = g_copy_observer.load(std::memory_order_relaxed)) observer(bytes);
+}
+}  // namespace detail
 
 std::vector<float> Tensor::to_host_f32(Stream& stream) const {
   std::vector<float> out(static_cast<size_t>(numel_));

@@ -210,9 +210,18 @@ Var add(Tape& tape, const Var& a, const Var& b) {
   ls::add(a->value, b->value, y, stream);
   Var out = tape.output(std::move(y), {&a, &b});
   tape.record(out, {a, b}, [a, b, &stream](const Tensor& dy) {
+    bool handed_over = false;
     for (const Var& v : {a, b}) {
       if (!v->requires_grad) continue;
-      if (Tape::begin_grad(*v)) {
+      // The first input with no gradient yet takes dy's buffer itself, not a copy (a residual
+      // stream's add would otherwise copy its gradient twice): after this closure nothing reads
+      // dy, so later contributions may add into it. Parameters keep their own storage.
+      if (!handed_over && !v->grad.defined() && v->grad_storage == nullptr &&
+          v->parameter == nullptr) {
+        v->grad = dy;
+        v->grad_written = true;
+        handed_over = true;
+      } else if (Tape::begin_grad(*v)) {
         axpy(1.0f, dy, v->grad, stream);
       } else {
         v->grad.copy_from(dy, stream);
