@@ -157,6 +157,12 @@ __device__ __forceinline__ void write_rows(const FragAcc (&acc)[D / 16], float* 
   }
 }
 
+// The keys a block of query rows [first, first + kRowTile) looks at: all, or under a causal mask
+// those up to its last row.
+__device__ __forceinline__ int64_t key_end_of(const AttentionShape& s, int64_t first) {
+  return s.causal && first + kRowTile < s.t ? first + kRowTile : s.t;
+}
+
 // One step of a row's online softmax, for the lane pair that owns the row: this lane's 16 scores
 // of it (s_row) scaled, or -inf where the key is not seen, in place; returns the maximum over
 // both lanes' 32.
@@ -191,7 +197,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   load_rows<D>(q, bh, s.heads, s.t, first, kRowTile, q_tile);
   for (int e = static_cast<int>(threadIdx.x); e < kRowTile * D; e += kBlockThreads) o_tile[e] = 0;
   float m = -INFINITY, l = 0.0f;
-  const int64_t key_end = s.causal && first + kRowTile < s.t ? first + kRowTile : s.t;
+  const int64_t key_end = key_end_of(s, first);
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeyStep) {
     __syncthreads();  // every warp is done with the last step's tiles
     load_rows<D>(k, bh, s.heads, s.t, k0, kKeyStep, k_tile);
@@ -282,8 +288,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   const int64_t query = first + row;
   load_rows<D>(q, bh, s.heads, s.t, first, kRowTile, q_tile);
   load_rows<D>(dout, bh, s.heads, s.t, first, kRowTile, do_tile);
-  const int64_t key_end = s.causal && first + kRowTile < s.t ? first + kRowTile : s.t;
-  // S and dP of one step of keys for the warp's rows.
+  const int64_t key_end = key_end_of(s, first);
   // Pass 1: m, l and sum_j exp(s - m) dP, rescaled as m grows.
   float m = -INFINITY, l = 0.0f, pd = 0.0f;
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeyStep) {
