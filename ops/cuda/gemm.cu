@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "engine/core/runtime.h"
+#include "ops/cuda/cublas_workspace.h"
 #include "ops/cuda/cuda_launch.h"
 #include "ops/gemm.h"
 
@@ -90,20 +91,25 @@ class ThreadCublas {
   // The calling thread's handle for `device` (current), bound to `stream` and its workspace.
   cublasHandle_t bind(int device, cudaStream_t stream) {
     DeviceCublas& state = devices_[device];
-    if (state.handle == nullptr) {
-      state.handle = acquire_handle(device);
-      state.workspace_bytes = workspace_bytes_for(device);
-    }
+    if (state.handle == nullptr) state.handle = acquire_handle(device);
+    const CublasWorkspace space = workspace(device, stream);
+    // cublasSetStream resets the workspace to cuBLAS's own pool, so set ours after it.
+    LS_CUBLAS_CHECK(cublasSetStream(state.handle, stream));
+    LS_CUBLAS_CHECK(cublasSetWorkspace(state.handle, space.data, space.bytes));
+    return state.handle;
+  }
+
+  // The workspace of (this thread, device, stream), taken from the allocator on first use.
+  CublasWorkspace workspace(int device, cudaStream_t stream) {
+    DeviceCublas& state = devices_[device];
+    if (state.workspace_bytes == 0) state.workspace_bytes = workspace_bytes_for(device);
     void*& workspace = state.workspaces[stream];
     if (workspace == nullptr) {
       workspace = device_runtime(Device{DeviceKind::kCuda, device})
                       .allocator()
                       .allocate(state.workspace_bytes);
     }
-    // cublasSetStream resets the workspace to cuBLAS's own pool, so set ours after it.
-    LS_CUBLAS_CHECK(cublasSetStream(state.handle, stream));
-    LS_CUBLAS_CHECK(cublasSetWorkspace(state.handle, workspace, state.workspace_bytes));
-    return state.handle;
+    return {workspace, state.workspace_bytes};
   }
 
  private:
@@ -346,6 +352,10 @@ void gemm_strided_batched_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n,
   if (scale_only(m, n, k, alpha, beta, c, ldc, batch, stride_c, launch.stream())) return;
   gemm_16bit(t_cublas.bind(launch.device(), launch.stream()), trans_a, trans_b, m, n, k, alpha, a,
              lda, stride_a, b, ldb, stride_b, CUDA_R_16BF, beta, c, ldc, stride_c, true, batch);
+}
+
+CublasWorkspace cublas_workspace(int device, cudaStream_t stream) {
+  return t_cublas.workspace(device, stream);
 }
 
 const GemmOps kCudaGemm{
