@@ -1,4 +1,5 @@
-// Softmax cross-entropy over the rows of f32 logits [rows, cols] with i32 class labels [rows].
+// Softmax cross-entropy over the rows of f32 (or bf16) logits [rows, cols] with i32 class labels
+// [rows].
 // Kernels: ops/host/softmax_xent.cpp, ops/cuda/softmax_xent.cu.
 //
 // softmax_xent: loss (f32 [1]) = (sum over rows of -log softmax(logits[r])[labels[r]]) / rows;
@@ -47,6 +48,12 @@ struct SoftmaxXentOps {
   void (*softmax_xent_bf16)(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                             float grad_scale, const float* device_scale, float* loss,
                             uint16_t* dlogits, Stream& stream) = nullptr;
+  // softmax_xent of bf16 logits (their bits, each widened exactly), dlogits (may be null, may be
+  // logits itself) rounded to bf16: the loss of a bf16 step's classifier read once, its gradient
+  // written over it.
+  void (*softmax_xent_bf16_logits)(const uint16_t* logits, const int32_t* labels, int64_t rows,
+                                   int64_t cols, float grad_scale, const float* device_scale,
+                                   float* loss, uint16_t* dlogits, Stream& stream) = nullptr;
   // *correct = rows whose argmax (first maximum on ties) is the label; kIgnoreLabel rows are
   // skipped; bad labels as above.
   void (*count_correct)(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
@@ -57,8 +64,8 @@ struct SoftmaxXentOps {
 
 namespace detail {
 inline void check_logits_labels(const char* op, const Tensor& logits, const Tensor& labels,
-                                const Stream& stream) {
-  op_check::tensor(op, "logits", logits, DType::kF32, stream);
+                                const Stream& stream, DType logits_dtype = DType::kF32) {
+  op_check::tensor(op, "logits", logits, logits_dtype, stream);
   op_check::tensor(op, "labels", labels, DType::kI32, stream);
   LS_CHECK(logits.ndim() == 2 && logits.dim(0) > 0 && logits.dim(1) > 0, op, ": logits is ",
            logits.describe(), "; expected a non-empty 2-D [rows, classes] tensor");
@@ -68,10 +75,14 @@ inline void check_logits_labels(const char* op, const Tensor& logits, const Tens
 }
 }  // namespace detail
 
+// Logits in bf16 (a bf16 step's classifier output) take a bf16 dlogits or none; that dlogits may
+// be the logits tensor itself, overwritten with its gradient.
 inline void softmax_xent(const Tensor& logits, const Tensor& labels, const Tensor& loss,
                          const Tensor& dlogits, float grad_scale, Stream& stream,
                          const Tensor& device_scale = Tensor()) {
-  detail::check_logits_labels("softmax_xent", logits, labels, stream);
+  const bool bf16_logits = logits.defined() && logits.dtype() == DType::kBF16;
+  detail::check_logits_labels("softmax_xent", logits, labels, stream,
+                              bf16_logits ? DType::kBF16 : DType::kF32);
   op_check::tensor("softmax_xent", "loss", loss, DType::kF32, stream);
   op_check::scalar("softmax_xent", "loss", loss);
   float* dlogits_data = nullptr;
@@ -82,8 +93,13 @@ inline void softmax_xent(const Tensor& logits, const Tensor& labels, const Tenso
     LS_CHECK(dlogits.shape() == logits.shape(), "softmax_xent: dlogits is ", dlogits.describe(),
              "; expected the shape of logits (", logits.describe(),
              "), or an undefined Tensor for no gradient");
-    LS_CHECK(!bf16_grad || !op_check::overlaps(dlogits, logits), "softmax_xent: bf16 dlogits (",
-             dlogits.describe(), ") overlaps the logits; give it its own tensor");
+    LS_CHECK(!bf16_logits || bf16_grad, "softmax_xent: bf16 logits (", logits.describe(),
+             ") take a bf16 dlogits (it may be the logits tensor itself); dlogits is ",
+             dlogits.describe());
+    const bool in_place = dlogits.data() == logits.data();
+    LS_CHECK(!bf16_grad || in_place == bf16_logits || !op_check::overlaps(dlogits, logits),
+             "softmax_xent: bf16 dlogits (", dlogits.describe(), ") overlaps the logits (",
+             logits.describe(), "); give it its own tensor, or the bf16 logits tensor itself");
     if (!bf16_grad) dlogits_data = dlogits.f32();
   }
   const float* device_scale_data = nullptr;
@@ -100,6 +116,12 @@ inline void softmax_xent(const Tensor& logits, const Tensor& labels, const Tenso
         ledger::moves("softmax_xent_kernel", {&logits, &logits, &labels, &dlogits}),
         ledger::moves("softmax_xent_loss_kernel", {&labels})};
   };
+  if (bf16_logits) {
+    op_entry(&SoftmaxXentOps::softmax_xent_bf16_logits, "softmax_xent", stream, launches)(
+        logits.bf16(), labels.i32(), logits.dim(0), logits.dim(1), grad_scale, device_scale_data,
+        loss.f32(), dlogits.defined() ? dlogits.bf16() : nullptr, stream);
+    return;
+  }
   if (bf16_grad) {
     op_entry(&SoftmaxXentOps::softmax_xent_bf16, "softmax_xent", stream, launches)(
         logits.f32(), labels.i32(), logits.dim(0), logits.dim(1), grad_scale, device_scale_data,

@@ -48,14 +48,18 @@ __device__ inline void store_gradient(uint16_t* dx, int64_t c, float value) {
 // maximum and a sum of exp(x - that maximum) over its columns (rescaled when the maximum grows),
 // so the row is read once for both; the block then rescales the threads' sums to the row's
 // maximum. The loss and dlogits read the row a second time, while it is still in L2.
+// The logits are f32 (logits) or bf16 (logits16, widened exactly; then logits is null).
 template <typename Out>
-__global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int64_t cols,
-                                    float grad_scale, const float* device_scale, float* row_loss,
-                                    Out* dlogits, DeviceFault* fault, int32_t site) {
+__global__ void softmax_xent_kernel(const float* logits, const uint16_t* logits16,
+                                    const int32_t* labels, int64_t cols, float grad_scale,
+                                    const float* device_scale, float* row_loss, Out* dlogits,
+                                    DeviceFault* fault, int32_t site) {
   __shared__ float shared[kWarp];
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t r = blockIdx.x;
-  const float* x = logits + r * cols;
+  const float* x32 = logits == nullptr ? nullptr : logits + r * cols;
+  const uint16_t* x16 = logits16 == nullptr ? nullptr : logits16 + r * cols;
+  const auto x = [x32, x16](int64_t c) { return x16 != nullptr ? bf16_bits_to_f32(x16[c]) : x32[c]; };
   Out* dx = dlogits == nullptr ? nullptr : dlogits + r * cols;
   const int32_t label = labels[r];
   if (label == kIgnoreLabel) {  // uniform over the block, as are the returns below
@@ -74,10 +78,10 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
         store_gradient(dx, c, __int_as_float(0x7fc00000));
     return;
   }
-  const float label_logit = tid == 0 ? x[label] : 0.0f;  // before anyone writes dx (in place)
+  const float label_logit = tid == 0 ? x(label) : 0.0f;  // before anyone writes dx (in place)
   float thread_max = -INFINITY, thread_sum = 0.0f;
   for (int64_t c = tid; c < cols; c += kThreads) {
-    const float v = x[c];
+    const float v = x(c);
     if (v > thread_max) {
       thread_sum = thread_sum * expf(thread_max - v) + 1.0f;  // exp(-inf) = 0 the first time
       thread_max = v;
@@ -94,7 +98,7 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
   // The order of ops/softmax_xent.h: (softmax - onehot) * grad_scale, then * *device_scale.
   const float scale = device_scale == nullptr ? 1.0f : *device_scale;
   for (int64_t c = tid; c < cols; c += kThreads) {
-    const float p = expf(x[c] - max_value) / sum;
+    const float p = expf(x(c) - max_value) / sum;
     const float g = (p - (c == label ? 1.0f : 0.0f)) * grad_scale;
     store_gradient(dx, c, device_scale == nullptr ? g : g * scale);
   }
@@ -158,10 +162,11 @@ __global__ void count_labels_kernel(const int32_t* labels, int64_t n, int32_t* c
 }  // namespace
 
 // See Note [Deterministic softmax_xent in two passes]; dlogits may be logits itself.
+// logits16: the logits in bf16 instead (then logits is null).
 template <typename Out>
-void softmax_xent_as(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
-                     float grad_scale, const float* device_scale, float* loss, Out* dlogits,
-                     Stream& on) {
+void softmax_xent_as(const float* logits, const uint16_t* logits16, const int32_t* labels,
+                     int64_t rows, int64_t cols, float grad_scale, const float* device_scale,
+                     float* loss, Out* dlogits, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   LS_CHECK(loss != nullptr, "softmax_xent: the loss pointer is null");
@@ -170,7 +175,7 @@ void softmax_xent_as(const float* logits, const int32_t* labels, int64_t rows, i
   const CudaScratch row_loss(launch.device(), sizeof(float) * std::max<int64_t>(rows, 1));
   if (rows > 0) {
     LS_LAUNCH(softmax_xent_kernel<Out>, static_cast<unsigned int>(rows), kThreads, 0, stream,
-              logits, labels, cols, grad_scale, device_scale, row_loss.f32(), dlogits,
+              logits, logits16, labels, cols, grad_scale, device_scale, row_loss.f32(), dlogits,
               launch.fault(), kSoftmaxXentSite);
     LS_CUDA_CHECK_LAUNCH();
   }
@@ -181,13 +186,23 @@ void softmax_xent_as(const float* logits, const int32_t* labels, int64_t rows, i
 void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                   float grad_scale, const float* device_scale, float* loss, float* dlogits,
                   Stream& on) {
-  softmax_xent_as(logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits, on);
+  softmax_xent_as(logits, nullptr, labels, rows, cols, grad_scale, device_scale, loss, dlogits,
+                  on);
 }
 
 void softmax_xent_bf16(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                        float grad_scale, const float* device_scale, float* loss, uint16_t* dlogits,
                        Stream& on) {
-  softmax_xent_as(logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits, on);
+  softmax_xent_as(logits, nullptr, labels, rows, cols, grad_scale, device_scale, loss, dlogits,
+                  on);
+}
+
+// bf16 logits; dlogits may be logits itself (see the Note: in place is safe).
+void softmax_xent_bf16_logits(const uint16_t* logits, const int32_t* labels, int64_t rows,
+                              int64_t cols, float grad_scale, const float* device_scale,
+                              float* loss, uint16_t* dlogits, Stream& on) {
+  softmax_xent_as(nullptr, logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits,
+                  on);
 }
 
 void count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
@@ -213,6 +228,7 @@ void count_labels(const int32_t* labels, int64_t n, int32_t* count, Stream& on) 
 const SoftmaxXentOps kCudaSoftmaxXent{
     .softmax_xent = softmax_xent,
     .softmax_xent_bf16 = softmax_xent_bf16,
+    .softmax_xent_bf16_logits = softmax_xent_bf16_logits,
     .count_correct = count_correct,
     .count_labels = count_labels,
 };

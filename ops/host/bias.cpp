@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <lockstep/dtype.h>
+
 #include "ops/host/host_ops.h"
 
 namespace ls {
@@ -13,7 +15,12 @@ namespace {
 // stream past, and each column is still summed strictly in row order.
 constexpr int64_t kBiasGradBlock = 256;
 
-LS_VECTOR_CLONES void bias_grad_cols(const float* __restrict dy, float* __restrict dbias,
+// f32 or bf16 bits, as f32 (bf16 widens exactly).
+inline float value_of(float x) { return x; }
+inline float value_of(uint16_t bits) { return bf16_to_f32(bits); }
+
+template <typename T>
+LS_VECTOR_CLONES void bias_grad_cols(const T* __restrict dy, float* __restrict dbias,
                                      int64_t rows, int64_t cols, int64_t c0, int64_t c1,
                                      bool accumulate) {
   float acc[kBiasGradBlock];
@@ -21,8 +28,8 @@ LS_VECTOR_CLONES void bias_grad_cols(const float* __restrict dy, float* __restri
     const int64_t width = std::min(kBiasGradBlock, c1 - cb);
     std::fill(acc, acc + width, 0.0f);
     for (int64_t r = 0; r < rows; ++r) {
-      const float* __restrict row = dy + r * cols + cb;
-      for (int64_t j = 0; j < width; ++j) acc[j] += row[j];
+      const T* __restrict row = dy + r * cols + cb;
+      for (int64_t j = 0; j < width; ++j) acc[j] += value_of(row[j]);
     }
     if (accumulate) {
       for (int64_t j = 0; j < width; ++j) dbias[cb + j] += acc[j];
@@ -42,8 +49,9 @@ void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, Stream& s
   });
 }
 
-void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols,
-                            bool accumulate, Stream& stream) {
+template <typename T>
+void column_sums(const T* dy, float* dbias, int64_t rows, int64_t cols, bool accumulate,
+                 Stream& stream) {
   if (cols <= 0) return;
   // Parallel over columns only: each column's sum runs over the rows in order (deterministic).
   host_enqueue(stream, [=] {
@@ -53,9 +61,20 @@ void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols,
   });
 }
 
+void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, bool accumulate,
+               Stream& stream) {
+  column_sums(dy, dbias, rows, cols, accumulate, stream);
+}
+
+void bias_grad_bf16(const uint16_t* dy, float* dbias, int64_t rows, int64_t cols, bool accumulate,
+                    Stream& stream) {
+  column_sums(dy, dbias, rows, cols, accumulate, stream);
+}
+
 const BiasOps kHostBias{
     .bias_add = bias_add,
     .bias_grad = bias_grad,
+    .bias_grad_bf16 = bias_grad_bf16,
 };
 LS_REGISTER_OP_TABLE(BiasOps, DeviceKind::kHost, kHostBias);
 

@@ -93,6 +93,38 @@ void softmax_xent_as(const float* logits, const int32_t* labels, int64_t rows, i
   });
 }
 
+// bf16 logits: each row widened into a per-thread f32 buffer, computed there in place, and its
+// gradient rounded back (over the logits when dlogits is logits: the row was read first).
+void softmax_xent_bf16_logits(const uint16_t* logits, const int32_t* labels, int64_t rows,
+                              int64_t cols, float host_scale, const float* device_scale,
+                              float* loss, uint16_t* dlogits, Stream& stream) {
+  LS_ASSERT(rows > 0 && cols > 0, "softmax_xent sizes rows=", rows, " cols=", cols);
+  host_enqueue(stream, [=] {
+    check_labels("softmax_xent", labels, rows, cols);
+    const float grad_scale = device_scale != nullptr ? host_scale * *device_scale : host_scale;
+    thread_local std::vector<float> row_loss;
+    row_loss.resize(static_cast<size_t>(rows));
+    float* row_loss_data = row_loss.data();
+    host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {
+      thread_local std::vector<float> row;
+      row.resize(static_cast<size_t>(cols));
+      float* x = row.data();
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint16_t* in = logits + r * cols;
+        for (int64_t c = 0; c < cols; ++c) x[c] = bf16_to_f32(in[c]);
+        row_loss_data[r] =
+            xent_row(x, labels[r], cols, grad_scale, dlogits == nullptr ? nullptr : x);
+        if (dlogits == nullptr) continue;
+        uint16_t* dx = dlogits + r * cols;
+        for (int64_t c = 0; c < cols; ++c) dx[c] = f32_to_bf16(x[c]);
+      }
+    });
+    double total = 0.0;  // in row order: deterministic
+    for (int64_t r = 0; r < rows; ++r) total += row_loss_data[r];
+    *loss = static_cast<float>(total / static_cast<double>(rows));
+  });
+}
+
 void count_correct(const float* logits, const int32_t* labels, int64_t rows,
                                 int64_t cols, int32_t* correct, Stream& stream) {
   LS_ASSERT(rows >= 0 && cols > 0, "count_correct sizes rows=", rows, " cols=", cols);
@@ -140,6 +172,7 @@ void softmax_xent_bf16(const float* logits, const int32_t* labels, int64_t rows,
 const SoftmaxXentOps kHostSoftmaxXent{
     .softmax_xent = softmax_xent,
     .softmax_xent_bf16 = softmax_xent_bf16,
+    .softmax_xent_bf16_logits = softmax_xent_bf16_logits,
     .count_correct = count_correct,
     .count_labels = count_labels,
 };

@@ -481,6 +481,8 @@ void Replica::enqueue_step(const Shard& shard, int64_t global_rows, int64_t glob
                   stream);
   ForwardContext context{true,          dropout_seed, step_index, shard.first_row,
                          step_options_.precision, step_options_.recompute};
+  context.logits_in_bf16 =
+      step_options_.precision == Precision::kBF16 && nn::is_cross_entropy(*step_options_.loss);
   if (!loss_contract_checked_) {  // once, eagerly, before any capture (Note [The loss contract])
     loss_contract_checked_ = true;
     if (step_options_.check_loss_contract && !nn::is_cross_entropy(*step_options_.loss)) {

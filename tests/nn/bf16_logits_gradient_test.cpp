@@ -12,6 +12,8 @@
 #include "engine/model/nn/transformer.h"
 #include <lockstep/nn/autograd.h>
 #include <lockstep/nn/functional.h>
+#include "ops/elementwise.h"
+#include "ops/softmax_xent.h"
 #include "tests/ops/op_test_util.h"
 
 namespace ls::nn {
@@ -70,6 +72,55 @@ TEST(Bf16LogitsGradient, ASecondUseGetsItWidened) {
   const Step widened = run(true, true), handed = run(true, false);
   EXPECT_EQ(widened.logits_grad, DType::kF32);
   EXPECT_TRUE(test::bitwise_equal(widened.grads, handed.grads));
+}
+
+// With ForwardContext::logits_in_bf16 (the engine's bf16 cross-entropy step) the head writes the
+// logits in bf16 only and the loss overwrites them with their bf16 gradient: the loss and the
+// gradient are bit for bit softmax_xent's on those bf16 values widened to f32, the gradient then
+// rounded.
+TEST(Bf16LogitsGradient, Bf16LogitsAreReadOnceAndOverwrittenByTheirGradient) {
+  auto stream = device_runtime(kHost0).create_stream();
+  TransformerConfig config = gpt_config(2, 2, 16, 8, 40);
+  config.ffn = 32;
+  config.pad_id = 0;
+  Transformer model(config);
+  ParameterStore store(model, kHost0, *stream, 3);
+  store.keep_bf16_copy(*stream);
+  std::vector<int32_t> tokens, labels;
+  for (int i = 0; i < 16; ++i) {
+    tokens.push_back(1 + (i * 5) % 39);
+    labels.push_back(1 + (i * 3) % 39);
+  }
+  const Tensor ids = Tensor::from_host_i32(tokens, {2, 8}, kHost0, *stream);
+  const Tensor y = Tensor::from_host_i32(labels, {16}, kHost0, *stream);
+  Tape tape(*stream);
+  ForwardContext context;
+  context.training = true;
+  context.precision = Precision::kBF16;
+  context.logits_in_bf16 = true;
+  tape.set_context(context);
+  Var logits = model.forward(tape, tape.constant(ids));
+  ASSERT_EQ(logits->value.dtype(), DType::kBF16);
+  Tensor widened = Tensor::empty(logits->value.shape(), DType::kF32, kHost0);
+  cast(logits->value, widened, *stream);  // before the loss overwrites them
+  const float grad_scale = 1.0f / 16.0f;
+  Var loss = cross_entropy(tape, logits, y, grad_scale);
+  store.zero_grad(*stream);
+  tape.backward(loss);
+  EXPECT_EQ(logits->grad.dtype(), DType::kBF16);
+  EXPECT_EQ(logits->grad.data(), logits->value.data()) << "the gradient is written in place";
+
+  Tensor expected_loss = Tensor::empty({1}, DType::kF32, kHost0);
+  Tensor expected_grad = Tensor::empty(widened.shape(), DType::kF32, kHost0);
+  ls::softmax_xent(widened, y, expected_loss, expected_grad, grad_scale, *stream);
+  Tensor grad = Tensor::empty(widened.shape(), DType::kF32, kHost0);
+  cast(logits->grad, grad, *stream);
+  Tensor rounded = Tensor::empty(widened.shape(), DType::kF32, kHost0);
+  cast(cast_to_bf16(expected_grad, *stream), rounded, *stream);
+  EXPECT_TRUE(test::bitwise_equal(loss->value.to_host_f32(*stream),
+                                  expected_loss.to_host_f32(*stream)));
+  EXPECT_TRUE(test::bitwise_equal(grad.to_host_f32(*stream), rounded.to_host_f32(*stream)));
+  stream->synchronize();
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ inline Var tiny_step(nn::Transformer& model, nn::ParameterStore& store, const Ti
   ForwardContext context;
   context.training = true;
   context.precision = precision;
+  context.logits_in_bf16 = precision == Precision::kBF16;  // as the engine's step sets it
   tape.set_context(context);
   Var loss = nn::cross_entropy(tape, model.forward(tape, tape.constant(batch.ids)), batch.labels);
   store.zero_grad(stream);

@@ -84,9 +84,18 @@ TEST(OpLedger, CountsEveryLaunchOfAGptStepInF32) {
 TEST(OpLedger, CountsTheBf16StepsRoundedOperands) {
   const TinyGpt shape{.layers = 2};
   const auto counts = counts_of(record_step(shape, Precision::kBF16, {}));
-  // Linears multiply the bf16 weight copy with the cast input: 3 products each.
-  EXPECT_EQ((counts.at({"matmul_bf16", "cublasGemmEx"})), 3 * (4 * 2 + 1));
+  const int64_t l = 2;
+  // The attention's two linears and the tied head multiply the bf16 weight copy with the cast
+  // input: 3 products each, the linears' forward with the bias in its epilogue. The MLP (nn::mlp)
+  // is two products with epilogues forward, one with dGELU's and three plain ones backward; no
+  // bias + GELU pass either way, and no bias_add but the position embeddings' broadcast add.
+  // The head's forward writes bf16 logits (ForwardContext::logits_in_bf16), through cuBLASLt too.
+  EXPECT_EQ((counts.at({"matmul_bf16", "cublasGemmEx"})), 3 * (2 * l + 1) - 2 * l + 3 * l - 1);
+  EXPECT_EQ((counts.at({"matmul_bf16_epilogue", "cublasLtMatmul"})), 2 * l + 3 * l + 1);
+  EXPECT_EQ((counts.at({"bias_add", "bias_add_kernel"})), 1);
   EXPECT_EQ(counts.count({"matmul", "cublasSgemm"}), 0u);
+  EXPECT_EQ(counts.count({"bias_gelu", "bias_gelu_kernel"}), 0u);
+  EXPECT_EQ(counts.count({"bias_gelu_backward", "bias_gelu_backward_kernel"}), 0u);
 }
 
 TEST(OpLedger, EveryOpOfTheStepDescribesItsLaunches) {

@@ -104,14 +104,16 @@ TEST(MixedPrecision, Bf16AndF16TrackF32TrainingOver200Steps) {
 
 // In f32, N replicas differ from one only in the order of sums (last bits). In bf16, such a
 // last-bit difference sometimes moves a GEMM operand across a bf16 rounding boundary: a change of
-// one bf16 unit (2^-8 relative) in that element. So the bound is bf16-sized: losses within 1e-3
-// relative (measured 2.8e-4 over 20 steps; f32: below 1e-5, also checked here).
+// one bf16 unit (2^-8 relative) in that element. The loss itself reads bf16 logits (the head's
+// output, as under autocast), where such a unit moves the loss directly. So the bound is
+// bf16-sized: losses within 2e-3 relative (measured 1.03e-3 over 20 steps, 2.8e-4 while the
+// logits were f32; f32: below 1e-5, also checked here).
 TEST(MixedPrecision, Bf16ReplicasMatchOneReplicaOnTheSameGlobalBatch) {
   for (Precision p : {Precision::kF32, Precision::kBF16}) {
     const std::vector<float> one = train_losses(p, 1, 20, momentum_sgd());
     for (int n : {2, 4}) {
       const std::vector<float> many = train_losses(p, n, 20, momentum_sgd());
-      EXPECT_LT(max_relative_difference(one, many), p == Precision::kF32 ? 1e-5 : 1e-3)
+      EXPECT_LT(max_relative_difference(one, many), p == Precision::kF32 ? 1e-5 : 2e-3)
           << precision_name(p) << ", " << n << " replicas";
     }
   }

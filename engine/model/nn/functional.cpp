@@ -9,6 +9,7 @@
 #include "ops/elementwise.h"
 #include "engine/model/nn/like_f32.h"
 #include "ops/gemm.h"
+#include "ops/gemm_epilogue.h"
 #include "ops/pointwise_loss.h"
 #include "ops/softmax_xent.h"
 
@@ -49,8 +50,15 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
                          : Tensor();
   Tensor w16 = cast_once ? (kept ? param->value16 : cast_to_bf16(w, stream)) : Tensor();
   Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
-  product(x->value, x16, false, w, w16, true, y, 0.0f, precision, stream);
-  if (bias != nullptr) bias_add(y, (*bias)->value, stream);
+  if (cast_once && bias != nullptr && w.dim(1) > 0) {
+    // The bias rides in the product's epilogue (cuBLASLt on a GPU): the same f32 sum as the
+    // product followed by bias_add, without a pass over y.
+    matmul_bf16_epilogue(x16, false, w16, true, GemmEpilogue::kBias, (*bias)->value, Tensor(), y,
+                         stream);
+  } else {
+    product(x->value, x16, false, w, w16, true, y, 0.0f, precision, stream);
+    if (bias != nullptr) bias_add(y, (*bias)->value, stream);
+  }
 
   Var b = bias != nullptr ? *bias : nullptr;
   Var out = tape.output(std::move(y), {&x, &weight});
@@ -83,6 +91,51 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
     if (b && b->requires_grad) {
       const bool add = Tape::begin_grad(*b);  // before reading b->grad: it may give it storage
       bias_grad(dy, b->grad, add, stream);
+    }
+  });
+  return out;
+}
+
+Var linear_bf16_output(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
+  if (tape.context().precision != Precision::kBF16) return linear(tape, x, weight, bias);
+  const Tensor& w = weight->value;
+  LS_CHECK(x->value.ndim() == 2 && w.ndim() == 2 && x->value.dim(1) == w.dim(1) && w.dim(1) > 0,
+           "linear_bf16_output: input ", x->value.describe(), " does not fit weight ",
+           w.describe(), " (expected input [rows, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
+  Stream& stream = tape.stream();
+  const Parameter* param = weight->parameter;
+  Tensor x16 = x->value16.defined() ? x->value16 : cast_to_bf16(x->value, stream);
+  Tensor w16 = param != nullptr && param->value16.defined() ? param->value16
+                                                            : cast_to_bf16(w, stream);
+  Var b = bias != nullptr ? *bias : nullptr;
+  Tensor b16;
+  if (b) {
+    const Parameter* bp = b->parameter;
+    b16 = bp != nullptr && bp->value16.defined() ? bp->value16 : cast_to_bf16(b->value, stream);
+  }
+  Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kBF16, x->value.device());
+  matmul_bf16_epilogue(x16, false, w16, true, b ? GemmEpilogue::kBias : GemmEpilogue::kNone, b16,
+                       Tensor(), y, stream);
+  Var out = tape.output(std::move(y), {&x, &weight});
+  if (b) out->requires_grad = out->requires_grad || (tape.recording() && b->requires_grad);
+  out->bf16_grad_ok = true;
+  std::vector<Var> inputs{x, weight};
+  if (b) inputs.push_back(b);
+  if (!weight->requires_grad) x16 = Tensor();
+  if (!x->requires_grad) w16 = Tensor();
+  tape.record(out, inputs, [x, weight, b, x16, w16, &stream](const Tensor& dy) {
+    const Tensor dy16 = dy.dtype() == DType::kBF16 ? dy : cast_to_bf16(dy, stream);
+    if (x->requires_grad) {  // dx = dy W
+      const bool add = Tape::begin_grad(*x);
+      ls::matmul_bf16(dy16, false, w16, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream);
+    }
+    if (weight->requires_grad) {  // dW = dy^T x
+      const bool add = Tape::begin_grad(*weight);
+      ls::matmul_bf16(dy16, true, x16, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream);
+    }
+    if (b && b->requires_grad) {
+      const bool add = Tape::begin_grad(*b);
+      bias_grad(dy16, b->grad, add, stream);
     }
   });
   return out;
@@ -242,15 +295,23 @@ Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels, float gra
   // in the pass that computes it: the [rows, vocab] f32 gradient is never written, nor read back
   // to be rounded. The same numbers reach the products. Should the logits have another use whose
   // gradient adds to this one, the bf16 values are widened (exactly) to f32 first.
-  const bool bf16_grad = tape.context().precision == Precision::kBF16 && logits->bf16_grad_ok;
-  Tensor dlogits = need_grad ? Tensor::empty(z.shape(), bf16_grad ? DType::kBF16 : DType::kF32,
-                                             z.device())
-                             : Tensor();
+  // bf16 logits (nn::linear_bf16_output, ForwardContext::logits_in_bf16) are read once and, when
+  // nothing else has used them, overwritten with their bf16 gradient: neither the [rows, vocab]
+  // f32 logits nor a second buffer for dlogits exists.
+  const bool bf16_logits = z.dtype() == DType::kBF16;
+  const bool bf16_grad =
+      bf16_logits || (tape.context().precision == Precision::kBF16 && logits->bf16_grad_ok);
+  const bool in_place = bf16_logits && need_grad && logits->uses == 0;
+  Tensor dlogits = !need_grad ? Tensor()
+                   : in_place ? z
+                              : Tensor::empty(z.shape(), bf16_grad ? DType::kBF16 : DType::kF32,
+                                              z.device());
   softmax_xent(z, labels, loss, dlogits, grad_scale, stream, device_scale);
   Var out = tape.output(std::move(loss), {&logits});
   tape.record(out, {logits}, [logits, dlogits, &stream](const Tensor&) mutable {
     // The gradient was computed in forward; the loss is the root, so no upstream factor.
-    if (dlogits.dtype() == DType::kBF16 && (logits->uses > 1 || logits->grad.defined())) {
+    if (dlogits.dtype() == DType::kBF16 &&
+        (logits->uses > 1 || logits->grad.defined() || !logits->bf16_grad_ok)) {
       Tensor widened = Tensor::empty(dlogits.shape(), DType::kF32, dlogits.device());
       cast(dlogits, widened, stream);
       dlogits = widened;

@@ -144,10 +144,14 @@ class TransformerBlock final : public Module {
     a = dropout(tape, proj_.forward(tape, a), p, block_site(layer_, 1), row_len);
     x = add(tape, x, a);
     if (!pre) x = ln_1_.forward(tape, x);
-    // The MLP's first Linear feeds GELU alone, so its bias goes in with GELU (one pass less).
-    Var m = linear(tape, pre ? ln_2_.forward(tape, x) : x, tape.parameter(fc_.weight()), nullptr);
-    m = bias_gelu(tape, m, tape.parameter(*fc_.bias()), config_.gelu == GeluForm::kErf);
-    m = dropout(tape, mlp_proj_.forward(tape, m), p, block_site(layer_, 2), row_len);
+    // In use order (arguments' order of evaluation is unspecified): ZeRO-3 gathers parameters
+    // as the tape asks for them, and the layer norm comes first.
+    const Var mlp_in = pre ? ln_2_.forward(tape, x) : x;
+    const Var fc_w = tape.parameter(fc_.weight()), fc_b = tape.parameter(*fc_.bias());
+    const Var proj_w = tape.parameter(mlp_proj_.weight());
+    const Var proj_b = tape.parameter(*mlp_proj_.bias());
+    Var m = mlp(tape, mlp_in, fc_w, fc_b, proj_w, proj_b, config_.gelu == GeluForm::kErf);
+    m = dropout(tape, m, p, block_site(layer_, 2), row_len);
     x = add(tape, x, m);
     if (!pre) x = ln_2_.forward(tape, x);
     return x;
@@ -287,6 +291,10 @@ Var Transformer::head(Tape& tape, Var x, const Tensor& tokens, const Tensor& val
   if (ln_f_ != nullptr) x = ln_f_->forward(tape, x);
   if (config_.hidden_states) return x;
   if (!config_.is_classifier()) {  // the tied head: logits = x wte^T
+    // In bf16 with the engine's cross-entropy, the [rows, vocab] logits are written in bf16 only.
+    if (tape.context().logits_in_bf16) {
+      return linear_bf16_output(tape, x, tape.parameter(wte_->weight()));
+    }
     return linear(tape, x, tape.parameter(wte_->weight()), nullptr);
   }
   Var pooled = pool(tape, x, valid, config_.pooling, tokens.dim(0), tokens.dim(1));

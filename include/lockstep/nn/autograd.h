@@ -96,6 +96,11 @@ struct ForwardContext {
   // Activation checkpointing (--recompute blocks): layers run through Tape::recomputable keep
   // only their input and recompute their forward in backward.
   bool recompute = false;
+  // Set by the engine in a bf16 training step whose loss is cross-entropy (fused into the step):
+  // the model may hand its classifier's logits over in bf16 (nn::linear_bf16_output), which
+  // nn::cross_entropy reads once and overwrites with their bf16 gradient. The built-in
+  // transformers' heads do.
+  bool logits_in_bf16 = false;
 };
 
 class Tape {

@@ -23,6 +23,12 @@ namespace ls::nn {
 
 // y = x W^T + b, W [out, in] (PyTorch's layout), b [out] or null.
 Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias);
+// linear with its output stored in bf16, in a bf16 step (precision kBF16; elsewhere exactly
+// linear): for a layer whose consumer reads bf16, like a classifier head when the engine's
+// cross-entropy takes bf16 logits (ForwardContext::logits_in_bf16). The product and the bias
+// (rounded to bf16, as autocast rounds it) are summed in f32 and rounded once. Its backward
+// takes a bf16 gradient as it is (bias gradients sum it).
+Var linear_bf16_output(Tape& tape, const Var& x, const Var& weight, const Var* bias = nullptr);
 // c = a b: a [m, k], b [k, n] -> [m, n].
 Var matmul(Tape& tape, const Var& a, const Var& b);
 // c[i] = a[i] b[i] for every i: a [batch, m, k], b [batch, k, n] -> [batch, m, n].
@@ -47,6 +53,13 @@ Var gelu_erf(Tape& tape, const Var& x);  // erf form 0.5 x (1 + erf(x / sqrt 2))
 // [rows, cols]: bit for bit gelu(linear's bias added to x), with one pass over memory less each
 // way, for a Linear whose output only feeds GELU: linear(x, W, nullptr), then this with its bias.
 Var bias_gelu(Tape& tape, const Var& x, const Var& bias, bool erf_form = false);
+// A transformer's MLP, linear(gelu(linear(x, fc_weight, fc_bias)), proj_weight, proj_bias)
+// (weights [out, in]; the erf form of GELU when erf_form): x [rows, in] -> [rows, out]. In a bf16
+// step with the tanh form it is two products with the bias and GELU (and, in backward, GELU's
+// gradient) in their epilogues, the [rows, ffn] activations kept in bf16 only; b1 is rounded to
+// bf16 as autocast rounds it. Otherwise exactly the three functions it names.
+Var mlp(Tape& tape, const Var& x, const Var& fc_weight, const Var& fc_bias, const Var& proj_weight,
+        const Var& proj_bias, bool erf_form = false);
 Var tanh(Tape& tape, const Var& x);
 // Drops each element with probability p (scaling the rest by 1/(1-p)) when training. An example
 // is row_len consecutive elements; `site` tells apart the dropout layers of one model.
