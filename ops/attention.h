@@ -71,11 +71,12 @@ struct FusedAttentionOps {
                            int64_t heads, int64_t t, int64_t d, bool causal, float scale,
                            float* out, uint16_t* out16, Stream& stream) = nullptr;
   // Its backward from dout f32 [batch * t, heads * d]: dqkv f32 in qkv's layout, overwritten, or
-  // added to when accumulate.
+  // added to when accumulate; or (dqkv null) dqkv16 in bf16, overwritten, each element the
+  // f32_to_bf16 of what dqkv would hold.
   void (*packed_attention_backward)(const float* qkv, const float* dout, const int32_t* key_valid,
                                     int64_t batch, int64_t heads, int64_t t, int64_t d,
-                                    bool causal, float scale, float* dqkv, bool accumulate,
-                                    Stream& stream) = nullptr;
+                                    bool causal, float scale, float* dqkv, uint16_t* dqkv16,
+                                    bool accumulate, Stream& stream) = nullptr;
 };
 
 namespace detail {
@@ -401,7 +402,8 @@ inline void packed_attention(const Tensor& qkv, const Tensor& key_valid, int64_t
 }
 
 // The backward of packed_attention: dqkv (qkv's shape) = or += (accumulate) the gradient from
-// dout (out's shape), recomputing the probabilities from qkv.
+// dout (out's shape), recomputing the probabilities from qkv. A bf16 dqkv (not accumulated) gets
+// the gradient rounded as it is written: what a bf16 step's qkv linear multiplies.
 inline void packed_attention_backward(const Tensor& qkv, const Tensor& dout,
                                       const Tensor& key_valid, int64_t batch, int64_t heads,
                                       bool causal, float scale, const Tensor& dqkv,
@@ -409,7 +411,10 @@ inline void packed_attention_backward(const Tensor& qkv, const Tensor& dout,
   constexpr const char* op = "packed_attention_backward";
   const int64_t t = detail::check_packed(op, qkv, dout, "dout", key_valid, batch, heads, stream);
   const int64_t d = qkv.dim(1) / (3 * heads);
-  op_check::tensor(op, "dqkv", dqkv, DType::kF32, stream);
+  const bool bf16_grad = dqkv.defined() && dqkv.dtype() == DType::kBF16;
+  op_check::tensor(op, "dqkv", dqkv, bf16_grad ? DType::kBF16 : DType::kF32, stream);
+  LS_CHECK(!(bf16_grad && accumulate), op, ": a bf16 dqkv is written, not added to; pass an f32 "
+           "dqkv to accumulate");
   LS_CHECK(dqkv.shape() == qkv.shape(), op, ": dqkv is ", dqkv.describe(),
            "; expected the shape of qkv (", qkv.describe(), ")");
   LS_CHECK(!op_check::overlaps(dqkv, qkv) && !op_check::overlaps(dqkv, dout), op,
@@ -425,7 +430,8 @@ inline void packed_attention_backward(const Tensor& qkv, const Tensor& dout,
     for_dkdv.flops = detail::attention_flops(batch * heads, t, d, causal, 4);
     return OpLaunches{for_dq, for_dkdv};
   })(qkv.f32(), dout.f32(), key_valid.defined() ? key_valid.i32() : nullptr, batch, heads, t, d,
-     causal, scale, dqkv.f32(), accumulate, stream);
+     causal, scale, bf16_grad ? nullptr : dqkv.f32(), bf16_grad ? dqkv.bf16() : nullptr,
+     accumulate, stream);
 }
 
 }  // namespace ls

@@ -53,6 +53,7 @@ inline void check_same_shape(const char* op, const char* name, const Tensor& t, 
 
 // y16 (bf16, y's shape, or undefined): y rounded to bf16 too, written in the same pass, bit for
 // bit cast(y): what a bf16 matrix product of y multiplies (nn::linear takes it as its operand).
+// y may be undefined when y16 is not: the output in bf16 only (a bf16 step's activation).
 inline void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                       const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& stream,
                       const Tensor& y16 = Tensor()) {
@@ -63,8 +64,12 @@ inline void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
   detail::check_layernorm_vector(op, "beta", beta, cols, "column", x, stream);
   detail::check_layernorm_vector(op, "mean", mean, rows, "row", x, stream);
   detail::check_layernorm_vector(op, "rstd", rstd, rows, "row", x, stream);
-  op_check::tensor(op, "y", y, DType::kF32, stream);
-  detail::check_same_shape(op, "y", y, x);
+  LS_CHECK(y.defined() || y16.defined(), "layernorm: y and y16 are both undefined; pass y (f32), "
+           "y16 (bf16) or both");
+  if (y.defined()) {
+    op_check::tensor(op, "y", y, DType::kF32, stream);
+    detail::check_same_shape(op, "y", y, x);
+  }
   LS_CHECK(eps > 0.0f, "layernorm: eps is ", eps, "; expected a small positive value, e.g. 1e-5");
   if (y16.defined()) {
     op_check::tensor(op, "y16", y16, DType::kBF16, stream);
@@ -73,8 +78,8 @@ inline void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
   op_entry(&LayerNormOps::layernorm, op, stream, [&] {
     return OpLaunches{
         ledger::moves("layernorm_kernel", {&x, &gamma, &beta, &y, &mean, &rstd, &y16})};
-  })(x.f32(), gamma.f32(), beta.f32(), rows, cols, eps, y.f32(), mean.f32(), rstd.f32(),
-     y16.defined() ? y16.bf16() : nullptr, stream);
+  })(x.f32(), gamma.f32(), beta.f32(), rows, cols, eps, y.defined() ? y.f32() : nullptr,
+     mean.f32(), rstd.f32(), y16.defined() ? y16.bf16() : nullptr, stream);
 }
 
 inline void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,

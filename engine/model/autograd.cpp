@@ -76,7 +76,9 @@ bool Tape::begin_grad(VarNode& v) {
     LS_ASSERT(v.grad.shape() == v.value.shape(), "gradient storage ", v.grad.describe(),
               " for parameter ", v.value.describe());
   }
-  if (!v.grad.defined()) v.grad = Tensor::empty(v.value.shape(), v.value.dtype(), v.value.device());
+  // An activation stored in bf16 (a bf16 step's) gets an f32 gradient, like every other one.
+  const DType grad_dtype = v.value.dtype() == DType::kBF16 ? DType::kF32 : v.value.dtype();
+  if (!v.grad.defined()) v.grad = Tensor::empty(v.value.shape(), grad_dtype, v.value.device());
   const bool add = v.grad_written;
   v.grad_written = true;
   return add;

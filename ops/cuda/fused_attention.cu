@@ -76,15 +76,27 @@ struct InMatrix {
     return (bh / heads) * batch_stride + (bh % heads) * head_stride + row * row_stride;
   }
 };
-// An f32 result in the same layouts; accumulate adds to what is there. base16 (forward only; may
-// be null): the result rounded to bf16 too, at the same offsets.
+// An f32 result in the same layouts; accumulate adds to what is there. base16 (may be null): the
+// result rounded to bf16 too, at the same offsets; with base null, the result in bf16 only (the
+// packed backward's bf16 dqkv; never accumulated).
 struct OutMatrix {
   float* base;
   int64_t row_stride, batch_stride, head_stride;
   bool accumulate;
   uint16_t* base16 = nullptr;
+  __device__ int64_t offset(int64_t bh, int64_t heads, int64_t row, int64_t col) const {
+    return (bh / heads) * batch_stride + (bh % heads) * head_stride + row * row_stride + col;
+  }
   __device__ float& at(int64_t bh, int64_t heads, int64_t row, int64_t col) const {
-    return base[(bh / heads) * batch_stride + (bh % heads) * head_stride + row * row_stride + col];
+    return base[offset(bh, heads, row, col)];
+  }
+  // Writes (adds) one element to the f32 result and its bf16 rounding, as each is asked for.
+  __device__ void store(int64_t at, float value) const {
+    if (base != nullptr) {
+      value = accumulate ? base[at] + value : value;
+      base[at] = value;
+    }
+    if (base16 != nullptr) base16[at] = f32_to_bf16_bits(value);
   }
 };
 
@@ -150,8 +162,7 @@ __device__ __forceinline__ void write_rows(const FragAcc (&acc)[D / 16], float* 
     for (int e = lane; e < 256; e += 32) {
       const int64_t row = first + e / 16;
       if (row >= t) continue;
-      float& dst = out.at(bh, heads, row, 16 * n + e % 16);
-      dst = out.accumulate ? dst + staging[e] : staging[e];
+      out.store(out.offset(bh, heads, row, 16 * n + e % 16), staging[e]);
     }
     __syncwarp();
   }
@@ -243,9 +254,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const float* o_row = o_tile + row * D + (D / 2) * half;
     for (int c = 0; c < D / 2; ++c) {
-      float& dst = out.at(bh, s.heads, query, (D / 2) * half + c);
-      dst = out.accumulate ? dst + o_row[c] * inv : o_row[c] * inv;
-      if (out.base16 != nullptr) out.base16[&dst - out.base] = f32_to_bf16_bits(dst);
+      out.store(out.offset(bh, s.heads, query, (D / 2) * half + c), o_row[c] * inv);
     }
   }
 }
@@ -428,9 +437,10 @@ Operands head_major(const void* q, const void* k, const void* v, const void* dou
 }
 
 // The packed f32 projections [B*T, 3*H*D] (q, k, v side by side in each token's row) and the
-// context [B*T, H*D] (the packed_attention slots); dqkv like qkv, added to when accumulate.
+// context [B*T, H*D] (the packed_attention slots); dqkv like qkv, added to when accumulate, or
+// dqkv16 instead: in bf16.
 Operands packed(const float* qkv, const float* dout, float* out, uint16_t* out16, float* dqkv,
-                bool accumulate, int64_t heads, int64_t t, int64_t d) {
+                uint16_t* dqkv16, bool accumulate, int64_t heads, int64_t t, int64_t d) {
   const int64_t c = heads * d;
   const auto in = [&](const float* p, int64_t width) {
     return InMatrix{p, width, t * width, d, true};
@@ -440,14 +450,14 @@ Operands packed(const float* qkv, const float* dout, float* out, uint16_t* out16
   };
   OutMatrix context = result(out, c, false);
   context.base16 = out16;
-  return {in(qkv, 3 * c),
-          in(qkv + c, 3 * c),
-          in(qkv + 2 * c, 3 * c),
-          in(dout, c),
-          context,
-          result(dqkv, 3 * c, accumulate),
-          result(dqkv == nullptr ? nullptr : dqkv + c, 3 * c, accumulate),
-          result(dqkv == nullptr ? nullptr : dqkv + 2 * c, 3 * c, accumulate)};
+  // Group g (0: q, 1: k, 2: v) of dqkv, f32 or bf16.
+  const auto gradient = [&](int64_t g) {
+    OutMatrix m = result(dqkv == nullptr ? nullptr : dqkv + g * c, 3 * c, accumulate);
+    m.base16 = dqkv16 == nullptr ? nullptr : dqkv16 + g * c;
+    return m;
+  };
+  return {in(qkv, 3 * c), in(qkv + c, 3 * c), in(qkv + 2 * c, 3 * c), in(dout, c), context,
+          gradient(0),    gradient(1),        gradient(2)};
 }
 
 template <int D>
@@ -519,15 +529,16 @@ void packed_attention(const float* qkv, const int32_t* key_valid, int64_t batch,
                       int64_t t, int64_t d, bool causal, float scale, float* out, uint16_t* out16,
                       Stream& on) {
   check_supported("packed_attention", batch * heads, d, true);
-  forward(packed(qkv, nullptr, out, out16, nullptr, false, heads, t, d),
+  forward(packed(qkv, nullptr, out, out16, nullptr, nullptr, false, heads, t, d),
           {t, heads, causal, scale, key_valid}, batch * heads, d, on);
 }
 
 void packed_attention_backward(const float* qkv, const float* dout, const int32_t* key_valid,
                                int64_t batch, int64_t heads, int64_t t, int64_t d, bool causal,
-                               float scale, float* dqkv, bool accumulate, Stream& on) {
+                               float scale, float* dqkv, uint16_t* dqkv16, bool accumulate,
+                               Stream& on) {
   check_supported("packed_attention_backward", batch * heads, d, true);
-  backward(packed(qkv, dout, nullptr, nullptr, dqkv, accumulate, heads, t, d),
+  backward(packed(qkv, dout, nullptr, nullptr, dqkv, dqkv16, accumulate, heads, t, d),
            {t, heads, causal, scale, key_valid}, batch * heads, d, on);
 }
 

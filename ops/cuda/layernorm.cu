@@ -61,7 +61,7 @@ __device__ inline int64_t first_row() {
 }
 __device__ inline int64_t row_step() { return static_cast<int64_t>(gridDim.x) * kRowsPerBlock; }
 
-// y16 (may be null): y rounded to bf16 as well.
+// y16 (may be null): y rounded to bf16 as well; y may be null when y16 is not (bf16 only).
 template <int kVec>
 __global__ void layernorm_kernel(const float* x, const float* gamma, const float* beta,
                                  int64_t rows, int64_t cols, float eps, float* y, float* mean,
@@ -71,7 +71,7 @@ __global__ void layernorm_kernel(const float* x, const float* gamma, const float
   const int64_t chunks = cols / kVec;
   for (int64_t r = first_row(); r < rows; r += row_step()) {  // uniform over the warp
     const float* xr = x + r * cols;
-    float* yr = y + r * cols;
+    float* yr = y == nullptr ? nullptr : y + r * cols;
     float sum = 0.0f;
     for (int64_t i = lane; i < chunks; i += kWarp) {
       const Chunk<kVec> c = load_chunk<kVec>(xr, i);
@@ -88,7 +88,7 @@ __global__ void layernorm_kernel(const float* x, const float* gamma, const float
       Chunk<kVec> c = load_chunk<kVec>(xr, i);
       const Chunk<kVec> g = load_chunk<kVec>(gamma, i), b = load_chunk<kVec>(beta, i);
       for (int j = 0; j < kVec; ++j) c.v[j] = (c.v[j] - m) * s * g.v[j] + b.v[j];
-      store_chunk<kVec>(yr, i, c);
+      if (yr != nullptr) store_chunk<kVec>(yr, i, c);
       if (y16 != nullptr) {
         for (int j = 0; j < kVec; ++j) y16[r * cols + i * kVec + j] = f32_to_bf16_bits(c.v[j]);
       }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include <lockstep/dtype.h>
 
@@ -44,10 +45,13 @@ void layernorm(const float* x, const float* gamma, const float* beta, int64_t ro
   if (rows <= 0 || cols <= 0) return;
   host_enqueue(stream, [=] {
     host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {
+      thread_local std::vector<float> row;  // y's row when only y16 is asked for
+      if (y == nullptr) row.resize(static_cast<size_t>(cols));
       for (int64_t r = r0; r < r1; ++r) {
-        layernorm_row(x + r * cols, gamma, beta, cols, eps, y + r * cols, mean + r, rstd + r);
+        float* yr = y == nullptr ? row.data() : y + r * cols;
+        layernorm_row(x + r * cols, gamma, beta, cols, eps, yr, mean + r, rstd + r);
         if (y16 != nullptr) {
-          for (int64_t c = 0; c < cols; ++c) y16[r * cols + c] = f32_to_bf16(y[r * cols + c]);
+          for (int64_t c = 0; c < cols; ++c) y16[r * cols + c] = f32_to_bf16(yr[c]);
         }
       }
     });

@@ -111,7 +111,8 @@ TEST_F(CudaFusedAttentionTest, RepeatsBitwise) {
 
 // packed_attention reads the qkv projection in place and writes token-major: bit for bit what
 // split_heads_bf16, the head-major kernels and merge_heads give (the same bf16 roundings, the
-// same kernels), backward included, and its accumulate adds to the gradient there.
+// same kernels), backward included, and its accumulate adds to the gradient there; a bf16 dqkv is
+// the f32 one rounded.
 TEST_F(CudaFusedAttentionTest, PackedIsTheHeadMajorPathBitForBit) {
   const int64_t b = 2, h = 2, t = 40, d = 16, c = h * d, bh = b * h;
   const float scale = 0.25f;
@@ -154,6 +155,16 @@ TEST_F(CudaFusedAttentionTest, PackedIsTheHeadMajorPathBitForBit) {
     EXPECT_TRUE(bitwise_equal(y.to_host_f32(s), y_ref.to_host_f32(s)));
     const std::vector<float> grads = dqkv.to_host_f32(s);
     EXPECT_TRUE(bitwise_equal(grads, dqkv_ref.to_host_f32(s)));
+    // A bf16 dqkv: the f32 one rounded, bit for bit; it cannot be accumulated into.
+    const Tensor dqkv16 = Tensor::empty({b * t, 3 * c}, DType::kBF16, kCuda0);
+    packed_attention_backward(qkv, dout, valid, b, h, causal, scale, dqkv16, false, s);
+    const Tensor dqkv16_wide = Tensor::empty({b * t, 3 * c}, DType::kF32, kCuda0);
+    const Tensor dqkv_rounded = Tensor::empty({b * t, 3 * c}, DType::kF32, kCuda0);
+    cast(dqkv16, dqkv16_wide, s);
+    cast(cast_to_bf16(dqkv, s), dqkv_rounded, s);
+    EXPECT_TRUE(bitwise_equal(dqkv16_wide.to_host_f32(s), dqkv_rounded.to_host_f32(s)));
+    EXPECT_THROW(
+        packed_attention_backward(qkv, dout, valid, b, h, causal, scale, dqkv16, true, s), Error);
     // accumulate: added to what is there.
     const Tensor ones = upload(std::vector<float>(static_cast<size_t>(b * t * 3 * c), 1.0f),
                                {b * t, 3 * c}).cuda;

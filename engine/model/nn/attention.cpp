@@ -84,6 +84,16 @@ Var packed(Tape& tape, const Var& qkv, const Tensor& key_valid, const Heads& hd,
   out->value16 = std::move(y16);
   tape.record(out, {qkv}, [=, &stream](const Tensor& dy) {
     if (!qkv->requires_grad) return;
+    // qkv's only use is this, and its linear multiplies the gradient in bf16: written rounded,
+    // with no f32 [rows, 3 * hidden] gradient and no cast of it (VarNode::bf16_grad_ok).
+    if (qkv->bf16_grad_ok && qkv->uses == 1 && !qkv->grad.defined() &&
+        qkv->grad_storage == nullptr && qkv->parameter == nullptr) {
+      qkv->grad = Tensor::empty(qkv->value.shape(), DType::kBF16, hd.dev);
+      qkv->grad_written = true;
+      packed_attention_backward(qkv->value, dy, key_valid, hd.b, hd.h, causal, scale, qkv->grad,
+                                false, stream);
+      return;
+    }
     const bool add = Tape::begin_grad(*qkv);
     packed_attention_backward(qkv->value, dy, key_valid, hd.b, hd.h, causal, scale, qkv->grad,
                               add, stream);

@@ -28,6 +28,14 @@ void product(const Tensor& a, const Tensor& a16, bool trans_a, const Tensor& b, 
   }
 }
 
+// x's value in bf16: itself when stored so, else the copy its producer wrote (VarNode::value16),
+// else a cast.
+Tensor bf16_copy_of(const Var& x, Stream& stream) {
+  if (x->value.dtype() == DType::kBF16) return x->value;
+  if (x->value16.defined()) return x->value16;
+  return cast_to_bf16(x->value, stream);
+}
+
 }  // namespace
 
 Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
@@ -43,11 +51,14 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   // parameter's bf16 copy, when the engine keeps one, is that rounding already (Note [The bf16
   // copy of the weights], engine/model/nn/parameter_store.h): the weight is not rounded here.
   const bool cast_once = precision == Precision::kBF16;
+  LS_CHECK(cast_once || x->value.dtype() == DType::kF32, "linear: input ", x->value.describe(),
+           " is stored in ", dtype_name(x->value.dtype()), "; outside a bf16 step linear takes f32 "
+           "(nn::to_f32 widens it)");
   const Parameter* param = weight->parameter;
   const bool kept = param != nullptr && param->value16.defined();
-  // The producer's bf16 copy of x when it wrote one (VarNode::value16): the same bits.
-  Tensor x16 = cast_once ? (x->value16.defined() ? x->value16 : cast_to_bf16(x->value, stream))
-                         : Tensor();
+  // The producer's bf16 copy of x when it wrote one (VarNode::value16), or x itself when it is
+  // stored in bf16: the same bits.
+  Tensor x16 = cast_once ? bf16_copy_of(x, stream) : Tensor();
   Tensor w16 = cast_once ? (kept ? param->value16 : cast_to_bf16(w, stream)) : Tensor();
   Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
   if (cast_once && bias != nullptr && w.dim(1) > 0) {
@@ -63,9 +74,9 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   Var b = bias != nullptr ? *bias : nullptr;
   Var out = tape.output(std::move(y), {&x, &weight});
   if (b) out->requires_grad = out->requires_grad || (tape.recording() && b->requires_grad);
-  // In bf16 both products of backward take dy rounded to bf16: a loss may hand it over so (bias
-  // gradients sum the f32 dy, so not with a bias that needs one).
-  out->bf16_grad_ok = cast_once && !(b && b->requires_grad);
+  // In bf16 both products of backward take dy rounded to bf16: a loss or an add may hand it over
+  // so (the bias gradient then sums the bf16 dy, as under autocast).
+  out->bf16_grad_ok = cast_once;
   std::vector<Var> inputs{x, weight};
   if (b) inputs.push_back(b);
   // Backward keeps only the casts it multiplies with: x16 for dW, w16 for dx.
@@ -74,10 +85,13 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   tape.record(out, inputs,
               [x, weight, b, x16, w16, cast_once, precision, &stream](const Tensor& dy) {
     const bool products = x->requires_grad || weight->requires_grad;
-    // dy is bf16 when the loss rounded it already (out->bf16_grad_ok): the same numbers.
-    const Tensor dy16 = dy.dtype() == DType::kBF16      ? dy
-                        : cast_once && products ? cast_to_bf16(dy, stream)
-                                                : Tensor();
+    const bool bias_needs = b && b->requires_grad;
+    // dy is bf16 when a loss or an add rounded it already (out->bf16_grad_ok): the same numbers.
+    // In bf16 the bias gradient sums it as the products take it (as under autocast), on every
+    // backend alike whoever rounded it.
+    const Tensor dy16 = dy.dtype() == DType::kBF16                   ? dy
+                        : cast_once && (products || bias_needs) ? cast_to_bf16(dy, stream)
+                                                                : Tensor();
     if (x->requires_grad) {  // dx = dy W
       const bool add = Tape::begin_grad(*x);
       product(dy, dy16, false, weight->value, w16, false, x->grad, add ? 1.0f : 0.0f, precision,
@@ -88,9 +102,9 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
       product(dy, dy16, true, x->value, x16, false, weight->grad, add ? 1.0f : 0.0f, precision,
               stream);
     }
-    if (b && b->requires_grad) {
+    if (bias_needs) {
       const bool add = Tape::begin_grad(*b);  // before reading b->grad: it may give it storage
-      bias_grad(dy, b->grad, add, stream);
+      bias_grad(dy16.defined() ? dy16 : dy, b->grad, add, stream);
     }
   });
   return out;
@@ -104,7 +118,7 @@ Var linear_bf16_output(Tape& tape, const Var& x, const Var& weight, const Var* b
            w.describe(), " (expected input [rows, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
   Stream& stream = tape.stream();
   const Parameter* param = weight->parameter;
-  Tensor x16 = x->value16.defined() ? x->value16 : cast_to_bf16(x->value, stream);
+  Tensor x16 = bf16_copy_of(x, stream);
   Tensor w16 = param != nullptr && param->value16.defined() ? param->value16
                                                             : cast_to_bf16(w, stream);
   Var b = bias != nullptr ? *bias : nullptr;
@@ -269,11 +283,18 @@ Var add(Tape& tape, const Var& a, const Var& b) {
       // The first input with no gradient yet takes dy's buffer itself, not a copy (a residual
       // stream's add would otherwise copy its gradient twice): after this closure nothing reads
       // dy, so later contributions may add into it. Parameters keep their own storage.
-      if (!handed_over && !v->grad.defined() && v->grad_storage == nullptr &&
-          v->parameter == nullptr) {
+      const bool fresh =
+          !v->grad.defined() && v->grad_storage == nullptr && v->parameter == nullptr;
+      if (!handed_over && fresh) {
         v->grad = dy;
         v->grad_written = true;
         handed_over = true;
+      } else if (fresh && v->bf16_grad_ok && v->uses == 1 && dy.dtype() == DType::kF32) {
+        // The other input's only use is this add and its op multiplies the gradient in bf16 (a
+        // bf16 step's attention projection or MLP): it gets dy rounded, one pass, where a copy
+        // and then the op's own rounding were two.
+        v->grad = cast_to_bf16(dy, stream);
+        v->grad_written = true;
       } else if (Tape::begin_grad(*v)) {
         axpy(1.0f, dy, v->grad, stream);
       } else {
@@ -333,11 +354,21 @@ Var to_f32(Tape& tape, const Var& x) {
   if (dtype == DType::kF32) return x;
   LS_CHECK(dtype == DType::kBF16, "to_f32: ", x->value.describe(), " holds ",
            dtype_name(dtype), " values; i32 inputs are ids (embedding), not values to widen");
-  LS_CHECK(!x->requires_grad, "to_f32: ", x->value.describe(),
-           " needs a gradient; only inputs (constants) are bf16");
+  Stream& stream = tape.stream();
   Tensor y = Tensor::empty(x->value.shape(), DType::kF32, x->value.device());
-  cast(x->value, y, tape.stream());
-  return tape.constant(std::move(y));
+  cast(x->value, y, stream);
+  if (!x->requires_grad) return tape.constant(std::move(y));
+  // A bf16 activation (a bf16 step's): the gradient passes through unchanged (its grad is f32).
+  Var out = tape.output(std::move(y), {&x});
+  tape.record(out, {x}, [x, &stream](const Tensor& dy) {
+    if (!x->requires_grad) return;
+    if (Tape::begin_grad(*x)) {
+      axpy(1.0f, dy, x->grad, stream);
+    } else {
+      x->grad.copy_from(dy, stream);
+    }
+  });
+  return out;
 }
 
 Var scale(Tape& tape, const Var& x, float alpha) {

@@ -12,7 +12,8 @@
 // bytes an element more), and neither bias + GELU nor its backward is a pass of its own. What
 // changes in the numbers is what PyTorch's autocast does too: b1 is rounded to bf16 (autocast
 // casts a Linear's bias with its weight), GELU and its gradient read the bf16 pre, and db1 sums
-// the bf16 dpre that the products multiply. db2 still sums the f32 dy. The host computes the same
+// the bf16 dpre that the products multiply, and db2 the bf16 dy they multiply (which the residual
+// add hands over rounded, VarNode::bf16_grad_ok). The host computes the same
 // (ops/host/gemm_epilogue.cpp), so a host bf16 run stays the GPU's numerics.
 // Elsewhere (f32 or f16 steps, the erf form: cuBLASLt's GELU is the tanh form only, or an ffn
 // that is not a multiple of 8) the MLP is nn::linear, nn::bias_gelu, nn::linear, as before.
@@ -28,6 +29,7 @@ namespace {
 
 // The bf16 copy of a Var's value: the one its producer wrote or the engine keeps, else a cast.
 Tensor bf16_of(const Var& v, Stream& stream) {
+  if (v->value.dtype() == DType::kBF16) return v->value;
   if (v->value16.defined()) return v->value16;
   if (v->parameter != nullptr && v->parameter->value16.defined()) return v->parameter->value16;
   return cast_to_bf16(v->value, stream);
@@ -67,6 +69,7 @@ Var mlp(Tape& tape, const Var& x, const Var& fc_weight, const Var& fc_bias, cons
                        stream);
 
   Var out = tape.output(std::move(y), {&x, &fc_weight, &fc_bias, &proj_weight, &proj_bias});
+  out->bf16_grad_ok = true;  // backward multiplies dy in bf16 (db2 then sums the bf16 dy)
   // Backward keeps what it multiplies with: x16 for dW1, w1_16 for dx.
   if (!fc_weight->requires_grad) x16 = Tensor();
   if (!x->requires_grad) w1_16 = Tensor();
@@ -77,11 +80,11 @@ Var mlp(Tape& tape, const Var& x, const Var& fc_weight, const Var& fc_bias, cons
     // gradients in separate calls; each call that needs dpre computes it).
     const bool inner = x->requires_grad || fc_weight->requires_grad || fc_bias->requires_grad;
     if (!inner && !proj_weight->requires_grad && !proj_bias->requires_grad) return;
+    const Tensor dy16 = dy.dtype() == DType::kBF16 ? dy : cast_to_bf16(dy, stream);
     if (proj_bias->requires_grad) {
       const bool add = Tape::begin_grad(*proj_bias);
-      bias_grad(dy, proj_bias->grad, add, stream);
+      bias_grad(dy16, proj_bias->grad, add, stream);
     }
-    const Tensor dy16 = dy.dtype() == DType::kBF16 ? dy : cast_to_bf16(dy, stream);
     if (proj_weight->requires_grad) {  // dW2 = dy^T h
       const bool add = Tape::begin_grad(*proj_weight);
       matmul_bf16(dy16, true, h16, false, proj_weight->grad, 1.0f, add ? 1.0f : 0.0f, stream);

@@ -78,19 +78,21 @@ Var add_table_rows(Tape& tape, const Var& x, const Var& table, int64_t period) {
   return out;
 }
 
-Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float eps) {
+Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float eps,
+              bool bf16_output) {
   const Tensor& xv = x->value;
   LS_CHECK(xv.ndim() == 2, "layernorm: x is ", xv.describe(), "; expected [rows, channels]");
   Stream& stream = tape.stream();
-  Tensor y = like_f32(xv);
+  const bool bf16 = tape.context().precision == Precision::kBF16;
+  // In bf16 its consumers (linears) multiply a bf16 copy of y: written in the same pass, and
+  // alone when the caller says products are all that read it (no f32 y at all).
+  Tensor y = bf16 && bf16_output ? Tensor() : like_f32(xv);
   Tensor mean = Tensor::empty({xv.dim(0)}, DType::kF32, xv.device());
   Tensor rstd = Tensor::empty({xv.dim(0)}, DType::kF32, xv.device());
-  // In bf16 its consumers (linears) multiply a bf16 copy of y: written in the same pass.
-  Tensor y16 = tape.context().precision == Precision::kBF16
-                   ? Tensor::empty(xv.shape(), DType::kBF16, xv.device())
-                   : Tensor();
+  Tensor y16 = bf16 ? Tensor::empty(xv.shape(), DType::kBF16, xv.device()) : Tensor();
   ls::layernorm(xv, gamma->value, beta->value, eps, y, mean, rstd, stream, y16);
-  Var out = tape.output(std::move(y), {&x, &gamma, &beta});
+  Var out = y.defined() ? tape.output(std::move(y), {&x, &gamma, &beta})
+                        : tape.output(y16, {&x, &gamma, &beta});
   out->value16 = std::move(y16);
   tape.record(out, {x, gamma, beta}, [x, gamma, beta, mean, rstd, &stream](const Tensor& dy) {
     const bool add = x->requires_grad && Tape::begin_grad(*x);

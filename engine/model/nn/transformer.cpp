@@ -110,6 +110,11 @@ Var LayerNorm::forward(Tape& tape, const Var& x) {
   return layernorm(tape, x, tape.parameter(weight_), tape.parameter(bias_), eps_);
 }
 
+Var LayerNorm::forward_to_products(Tape& tape, const Var& x) {
+  return layernorm(tape, x, tape.parameter(weight_), tape.parameter(bias_), eps_,
+                   /*bf16_output=*/true);
+}
+
 // Dropout sites: one per dropout layer of the model, so no two layers share a mask.
 namespace {
 constexpr uint64_t kEmbeddingSite = 1;
@@ -139,14 +144,15 @@ class TransformerBlock final : public Module {
     const int64_t row_len = shape.seq * config_.hidden;
     const float p = config_.dropout;
     const bool pre = config_.norm == NormPlacement::kPre;
-    Var a = attention(tape, qkv_.forward(tape, pre ? ln_1_.forward(tape, x) : x), valid, shape, p,
+    Var a = attention(tape, qkv_.forward(tape, pre ? ln_1_.forward_to_products(tape, x) : x),
+                      valid, shape, p,
                       block_site(layer_, 0));
     a = dropout(tape, proj_.forward(tape, a), p, block_site(layer_, 1), row_len);
     x = add(tape, x, a);
     if (!pre) x = ln_1_.forward(tape, x);
     // In use order (arguments' order of evaluation is unspecified): ZeRO-3 gathers parameters
     // as the tape asks for them, and the layer norm comes first.
-    const Var mlp_in = pre ? ln_2_.forward(tape, x) : x;
+    const Var mlp_in = pre ? ln_2_.forward_to_products(tape, x) : x;
     const Var fc_w = tape.parameter(fc_.weight()), fc_b = tape.parameter(*fc_.bias());
     const Var proj_w = tape.parameter(mlp_proj_.weight());
     const Var proj_b = tape.parameter(*mlp_proj_.bias());
@@ -288,7 +294,11 @@ Var Transformer::forward(Tape& tape, const Var& tokens) {
 }
 
 Var Transformer::head(Tape& tape, Var x, const Tensor& tokens, const Tensor& valid) {
-  if (ln_f_ != nullptr) x = ln_f_->forward(tape, x);
+  if (ln_f_ != nullptr) {
+    // Only the tied head's product reads it there (hidden states and classifiers read more).
+    const bool to_products = !config_.hidden_states && !config_.is_classifier();
+    x = to_products ? ln_f_->forward_to_products(tape, x) : ln_f_->forward(tape, x);
+  }
   if (config_.hidden_states) return x;
   if (!config_.is_classifier()) {  // the tied head: logits = x wte^T
     // In bf16 with the engine's cross-entropy, the [rows, vocab] logits are written in bf16 only.

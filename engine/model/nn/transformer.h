@@ -39,6 +39,9 @@ class LayerNorm final : public Module {
  public:
   LayerNorm(int64_t dim, float eps);
   Var forward(Tape& tape, const Var& x) override;
+  // forward for a norm whose output only feeds matrix products (a pre-norm block's, the tied
+  // head's): in a bf16 step it is stored in bf16 only (nn::layernorm's bf16_output).
+  Var forward_to_products(Tape& tape, const Var& x);
 
  private:
   float eps_;

@@ -46,8 +46,9 @@ struct VarNode {
   // ParameterSource and is dropped (left undefined) whenever the tape does not need it.
   bool gathered = false;
   // Set by the op that made this Var when its backward multiplies the gradient in bf16 only
-  // (nn::linear in bf16 without a bias gradient): a loss may then give it the gradient already
-  // rounded to bf16 (nn::cross_entropy in bf16), a bf16 `grad`, which that op reads as it is.
+  // (nn::linear and nn::mlp in bf16; a bias gradient then sums that bf16 gradient): a loss or an
+  // add may then give it the gradient already rounded to bf16 (nn::cross_entropy in bf16,
+  // nn::add when this Var has no other use), a bf16 `grad`, which that op reads as it is.
   bool bf16_grad_ok = false;
   int uses = 0;
   // `value` rounded to bf16, when the op that made it wrote that too in a bf16 step (LayerNorm,

@@ -40,8 +40,9 @@ Var reshape(Tape& tape, const Var& x, const Shape& shape);
 
 // out = alpha x (same shape).
 Var scale(Tape& tape, const Var& x, float alpha);
-// The values of a bf16 input as f32 (exact), for the ops, which compute in f32; an f32 Var is
-// returned as it is. For inputs (constants): a bf16 Var never needs a gradient.
+// The values of a bf16 Var as f32 (exact), for the ops, which compute in f32; an f32 Var is
+// returned as it is. A bf16 input (a constant), or a bf16 step's activation stored in bf16
+// (layernorm's bf16_output), whose gradient then passes through unchanged.
 Var to_f32(Tape& tape, const Var& x);
 
 // ---- activations -------------------------------------------------------------------------------
@@ -71,8 +72,12 @@ Var dropout(Tape& tape, const Var& x, float p, uint64_t site, int64_t row_len);
 Var embedding(Tape& tape, const Var& table, const Tensor& ids);
 // y[r] = x[r] + table[r % period]: position embeddings (period T) or one token type (period 1).
 Var add_table_rows(Tape& tape, const Var& x, const Var& table, int64_t period);
-// Layer normalisation over the last dimension of x [rows, C]; gamma, beta [C].
-Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float eps);
+// Layer normalisation over the last dimension of x [rows, C]; gamma, beta [C]. bf16_output: in a
+// bf16 step (elsewhere ignored) the output is stored in bf16 only, a bf16 `value` that
+// nn::linear, nn::linear_bf16_output and nn::mlp multiply as it is: for a norm whose consumers
+// are products (a pre-norm block's), not a residual stream.
+Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float eps,
+              bool bf16_output = false);
 
 struct AttentionShape {
   int64_t batch = 0, seq = 0, heads = 0;
