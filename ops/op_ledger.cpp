@@ -1,11 +1,13 @@
 // The step ledger's recorder (ops/op_ledger.h).
 #include "ops/op_ledger.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 
 #include <lockstep/error.h>
 #include "engine/core/copy_observer.h"
+#include "engine/core/runtime.h"
 
 namespace ls {
 namespace {
@@ -39,6 +41,8 @@ void record_copy(size_t bytes) {
 }  // namespace
 
 OpLedger::OpLedger(Options options) : options_(options) {
+  LS_CHECK(!(options.timed && options.dry_run), "OpLedger: a dry run enqueues nothing to time; "
+           "ask for timed or dry_run, not both");
   OpLedger* none = nullptr;
   LS_CHECK(g_active.compare_exchange_strong(none, this),
            "an OpLedger is already recording; "
@@ -56,8 +60,9 @@ void OpLedger::record_unmodelled(const char* op) {
   add(op, Launch{"(no cost description)", "", LaunchRate::kMemory, 0, 0}, false);
 }
 
-void OpLedger::record(const char* op, OpLaunches launches) {
+void OpLedger::record(const char* op, OpLaunches launches, const Stream* stream) {
   std::lock_guard lock(mutex_);
+  if (options_.timed && stream != nullptr) mark(op, launches, *stream);
   for (Launch& launch : launches) add(op, std::move(launch), true);
 }
 
@@ -73,9 +78,52 @@ void OpLedger::add(const char* op, Launch launch, bool modelled) {
   }
 }
 
+void OpLedger::mark(const char* op, const OpLaunches& launches, const Stream& stream) {
+  if (timed_stream_ == nullptr) timed_stream_ = &stream;
+  if (&stream != timed_stream_ || launches.empty()) return;  // one stream's calls are timed
+  TimedCall call{op, launches.front(), device_runtime(stream.device()).create_event()};
+  for (size_t i = 1; i < launches.size(); ++i) {
+    call.launch.bytes += launches[i].bytes;
+    call.launch.flops += launches[i].flops;
+  }
+  // Recording an event changes nothing the op's work can see; the op holds its stream const.
+  const_cast<Stream&>(stream).record(*call.start);
+  calls_.push_back(std::move(call));
+}
+
+std::vector<MeasuredRow> OpLedger::measured() {
+  std::lock_guard lock(mutex_);
+  std::vector<MeasuredRow> out;
+  if (calls_.empty()) return out;
+  std::unique_ptr<Event> end = device_runtime(timed_stream_->device()).create_event();
+  const_cast<Stream*>(timed_stream_)->record(*end);
+  end->synchronize();
+  for (size_t i = 0; i < calls_.size(); ++i) {
+    const Event& next = i + 1 < calls_.size() ? *calls_[i + 1].start : *end;
+    const double seconds = next.elapsed_ms_since(*calls_[i].start) * 1e-3;
+    const TimedCall& call = calls_[i];
+    auto row = std::find_if(out.begin(), out.end(), [&](const MeasuredRow& r) {
+      return r.op == call.op && r.launch.kernel == call.launch.kernel &&
+             r.launch.shape == call.launch.shape;
+    });
+    if (row == out.end()) {
+      out.push_back(MeasuredRow{call.op, call.launch, 0, 0});
+      row = out.end() - 1;
+      row->launch.bytes = row->launch.flops = 0;
+    }
+    ++row->calls;
+    row->seconds += seconds;
+    row->launch.bytes += call.launch.bytes;
+    row->launch.flops += call.launch.flops;
+  }
+  calls_.clear();
+  return out;
+}
+
 void OpLedger::clear() {
   std::lock_guard lock(mutex_);
   rows_.clear();
+  calls_.clear();
 }
 
 std::vector<LedgerRow> OpLedger::rows() const {

@@ -8,16 +8,22 @@
 // (tests/ops/op_ledger_emulated_test.cpp). In a dry run the ops enqueue nothing, so a step of any
 // size is walked through in seconds, on memory it allocates but never touches. Copies between two
 // tensors of one device (Tensor::copy_from) are recorded too, as op "copy".
+// A timed ledger (Options::timed) measures as well: before each op call on the first stream it
+// sees, it records an event there, and measured() turns the events into each call's device time
+// (from its event to the next one), summed per op and shape: the step's kernels timed where they
+// run, on the step's own tensors (bench/ledger/main.cpp --measure on a GPU).
 // Thread-safety: record() may be called from any thread; one ledger is active at a time.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <lockstep/device.h>
+#include <lockstep/stream.h>
 #include <lockstep/tensor.h>
 
 namespace ls {
@@ -39,6 +45,15 @@ struct Launch {
 };
 using OpLaunches = std::vector<Launch>;
 
+// What a timed ledger measured for one (op, first launch) over the recorded span: its calls, their
+// device seconds, and the bytes and FLOPs of all their launches.
+struct MeasuredRow {
+  std::string op;
+  Launch launch;  // the op's first launch; bytes and flops those of all its calls together
+  int64_t calls = 0;
+  double seconds = 0;
+};
+
 // One line of the ledger: the calls of one op that launched the same kernel on the same shape.
 struct LedgerRow {
   std::string op;        // the checked op: "matmul", "layernorm"
@@ -53,6 +68,7 @@ class OpLedger {
     bool dry_run = false;  // ops enqueue nothing (their results are garbage)
     // Ops choose as a backend of this kind would (planning_kind); unset: as their own device's.
     std::optional<DeviceKind> plan_as;
+    bool timed = false;  // record an event before each op call (see above); not with dry_run
   };
   // Becomes the active ledger; an error if another one is.
   explicit OpLedger(Options options);
@@ -62,21 +78,36 @@ class OpLedger {
 
   bool dry_run() const { return options_.dry_run; }
   std::optional<DeviceKind> plan_as() const { return options_.plan_as; }
-  // Adds one call of `op` that made these launches (none: it had nothing to do).
-  void record(const char* op, OpLaunches launches);
+  // Adds one call of `op` that made these launches (none: it had nothing to do); a timed ledger
+  // marks the call on `stream` when one is given.
+  void record(const char* op, OpLaunches launches, const Stream* stream = nullptr);
   // Adds one call of an op that does not describe its launches (one row, modelled == false).
   void record_unmodelled(const char* op);
   // Forgets what was recorded (e.g. the warm-up step's allocations before the step to ledger).
   void clear();
   // Rows in the order their op was first recorded.
   std::vector<LedgerRow> rows() const;
+  // A timed ledger: ends the span with an event on the timed stream, waits for it, and returns
+  // each (op, first launch)'s calls and device time in the order first recorded; a call's time
+  // runs from its event to the next call's (a copy or collective between two op calls counts in
+  // the first). Empty when nothing was timed. Call it once, after the last op of the span.
+  std::vector<MeasuredRow> measured();
 
  private:
   void add(const char* op, Launch launch, bool modelled);  // mutex_ held
+  void mark(const char* op, const OpLaunches& launches, const Stream& stream);  // mutex_ held
+
+  struct TimedCall {
+    std::string op;
+    Launch launch;
+    std::unique_ptr<Event> start;
+  };
 
   Options options_;
   mutable std::mutex mutex_;
   std::vector<LedgerRow> rows_;
+  const Stream* timed_stream_ = nullptr;  // the first stream an op call was recorded on
+  std::vector<TimedCall> calls_;
 };
 
 // The active ledger, or null. One relaxed load: ops ask on every call.

@@ -71,7 +71,7 @@ Fn op_entry(Fn Table::*slot, const char* op, const Stream& stream, Describe&& de
     if constexpr (std::is_same_v<std::decay_t<Describe>, std::nullptr_t>) {
       ledger->record_unmodelled(op);
     } else {
-      ledger->record(op, describe());
+      ledger->record(op, describe(), &stream);
     }
     // A dry run plans as another backend may (planning_kind): the op need not exist here.
     if (ledger->dry_run()) return &detail::NoOpKernel<Fn>::run;

@@ -4,11 +4,15 @@
 // (the ops record their launches and enqueue nothing) making the choices the CUDA backend makes
 // (ops/op_ledger.h). Measured numbers always win over it; it shows progress between GPU runs.
 // Default shape: GPT-2 124M (12 x 768, 12 heads, seq 1024, vocabulary 50,257), batch 16.
+// --measure DEVICE (on a GPU machine: gpu-check's step-ledger step) also runs the step there and
+// prints each op's measured time beside its ledger price, as TFLOP/s or GB/s and as a share of
+// the ceilings measured in the same process; then checks that the step repeats bit for bit.
 #include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "bench/ledger/ledger_model.h"
+#include "bench/ledger/measure.h"
 #include "bench/micro/bench_util.h"
 #include "ops/op_ledger.h"
 #include "programs/common/cli.h"
@@ -23,6 +27,8 @@ struct LedgerFlags {
   std::string gpu = "h100";
   int64_t layers = 12, heads = 12, hidden = 768, seq = 1024, vocab = 50257, batch = 16;
   std::string json;
+  std::string measure;  // a device: time the step there too
+  int64_t ceiling_gemm = 8192, ceiling_copy_mb = 1024;
 };
 
 // The ops of the second step (the first may set up what later steps reuse).
@@ -88,6 +94,64 @@ void write_json(const std::string& path, const ledger::StepPrediction& p, double
   w.write_file(path);
 }
 
+// --measure: every op call of the step timed on the device, beside the ceilings measured there;
+// then the step run again from the same start. Returns 1 when the two runs differ.
+int measure(const LedgerFlags& flags, const nn::TransformerConfig& config, Precision precision,
+            const ledger::GpuRates& rates, double model_flops) {
+  const std::vector<Device> devices = parse_devices(flags.measure);
+  LS_CHECK(devices.size() == 1, "--measure: '", flags.measure, "' names ", devices.size(),
+           " devices; name one (cuda:0)");
+  const Device device = devices.front();
+  const ledger::Ceilings ceilings =
+      ledger::measure_ceilings(device, flags.ceiling_gemm, flags.ceiling_copy_mb << 20);
+  std::printf("\nmeasured on %s: ceilings %.1f TFLOP/s (bf16 product %lld^3, cuBLASLt), %.1f GB/s "
+              "(copy, bytes read + written)\n",
+              device.str().c_str(), ceilings.gemm_flops_per_s / 1e12,
+              static_cast<long long>(flags.ceiling_gemm), ceilings.copy_bytes_per_s / 1e9);
+  constexpr int kSteps = 3;
+  const ledger::MeasuredStep first =
+      ledger::measure_step(config, flags.batch, precision, device, kSteps);
+  std::vector<MeasuredRow> rows = first.rows;
+  std::stable_sort(rows.begin(), rows.end(), [](const MeasuredRow& a, const MeasuredRow& b) {
+    return a.seconds > b.seconds;
+  });
+  double timed = 0;
+  for (const MeasuredRow& r : rows) timed += r.seconds;
+  std::printf("%-28s %-34s %-26s %6s %9s %9s %9s %8s %6s %8s %6s\n", "op", "first launch",
+              "shape", "calls", "ms", "us/call", "ledger", "TFLOP/s", "%gemm", "GB/s", "%copy");
+  for (const MeasuredRow& r : rows) {
+    const double calls = static_cast<double>(r.calls);
+    Launch per_call = r.launch;
+    per_call.bytes /= calls;
+    per_call.flops /= calls;
+    const double predicted = calls * ledger::launch_seconds(per_call, rates);
+    const double flops = r.launch.flops / r.seconds, bytes = r.launch.bytes / r.seconds;
+    const bool math = r.launch.rate != LaunchRate::kMemory;
+    std::printf("%-28s %-34s %-26s %6lld %9s %9s %9s %8s %6s %8s %6s\n", r.op.c_str(),
+                r.launch.kernel.c_str(), r.launch.shape.c_str(), static_cast<long long>(r.calls),
+                fixed(r.seconds * 1e3, 3).c_str(), fixed(r.seconds / calls * 1e6, 1).c_str(),
+                fixed(predicted * 1e3, 3).c_str(), math ? fixed(flops / 1e12, 1).c_str() : "",
+                math ? fixed(100 * flops / ceilings.gemm_flops_per_s, 0).c_str() : "",
+                fixed(bytes / 1e9, 0).c_str(),
+                math ? "" : fixed(100 * bytes / ceilings.copy_bytes_per_s, 0).c_str());
+  }
+  const double tokens = static_cast<double>(flags.batch * flags.seq);
+  std::printf("\nmeasured: step %.1f ms (host clock; op calls %.1f ms), %.0f tokens/s, MFU %.3f "
+              "(eager, one device)\n",
+              first.step_seconds * 1e3, timed * 1e3, tokens / first.step_seconds,
+              model_flops / (first.step_seconds * rates.peak_bf16_flops));
+  const ledger::MeasuredStep second =
+      ledger::measure_step(config, flags.batch, precision, device, kSteps);
+  const bool same_losses = first.losses == second.losses;
+  const bool same_hash = first.parameter_hash == second.parameter_hash;
+  std::printf("repeat: two runs of %d steps from the same start: losses %s (last %.9g, %.9g), "
+              "parameter hash %016llx %s %016llx\n",
+              kSteps, same_losses ? "equal" : "DIFFER", first.losses.back(),
+              second.losses.back(), static_cast<unsigned long long>(first.parameter_hash),
+              same_hash ? "==" : "!=", static_cast<unsigned long long>(second.parameter_hash));
+  return same_losses && same_hash ? 0 : 1;
+}
+
 int run(const LedgerFlags& flags) {
   const std::optional<Precision> precision = parse_precision(flags.precision);
   LS_CHECK(precision.has_value(), "--precision: unknown precision '", flags.precision,
@@ -125,6 +189,7 @@ int run(const LedgerFlags& flags) {
   }
   if (!flags.json.empty()) write_json(flags.json, p, mfu);
   std::printf("predicted: step %.1f ms, MFU %.3f\n", p.step_seconds * 1e3, mfu);
+  if (!flags.measure.empty()) return measure(flags, config, *precision, rates, model_flops);
   return 0;
 }
 
@@ -149,6 +214,15 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(ls::cli::positive());
   app.add_option("--json", flags.json, "also write the ledger as JSON to this file");
+  app.add_option("--measure", flags.measure,
+                 "also run the step on this device (cuda:0) and time every op call there, beside "
+                 "the ceilings measured there, then run it again to check it repeats");
+  app.add_option("--ceiling-gemm", flags.ceiling_gemm, "side of the bf16 ceiling product")
+      ->capture_default_str()
+      ->check(ls::cli::positive());
+  app.add_option("--ceiling-copy-mb", flags.ceiling_copy_mb, "MiB of the ceiling copy")
+      ->capture_default_str()
+      ->check(ls::cli::positive());
   if (const std::optional<int> exit = ls::cli::parse(app, argc, argv)) return *exit;
   try {
     return ls::run(flags);

@@ -13,6 +13,34 @@
 namespace ls {
 namespace {
 
+// One row of each epilogue, plain loops in the vector clones (as bias_gelu's rows are), so that
+// GELU's exp vectorises; p is the f32 product's row.
+LS_VECTOR_CLONES void bias_row(const float* p, const float* bias, float* d, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) d[c] = p[c] + bias[c];
+}
+
+LS_VECTOR_CLONES void rounded_row(const float* p, const uint16_t* bias16, uint16_t* d,
+                                  int64_t n) {
+  if (bias16 == nullptr) {
+    for (int64_t c = 0; c < n; ++c) d[c] = f32_to_bf16(p[c]);
+  } else {
+    for (int64_t c = 0; c < n; ++c) d[c] = f32_to_bf16(p[c] + bf16_to_f32(bias16[c]));
+  }
+}
+
+LS_VECTOR_CLONES void bias_gelu_row(const float* p, const uint16_t* bias16, uint16_t* aux,
+                                    uint16_t* d, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float pre = p[c] + bf16_to_f32(bias16[c]);
+    aux[c] = f32_to_bf16(pre);
+    d[c] = f32_to_bf16(gelu_value(pre));
+  }
+}
+
+LS_VECTOR_CLONES void dgelu_row(const float* p, const uint16_t* aux, uint16_t* d, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) d[c] = f32_to_bf16(p[c] * gelu_grad(bf16_to_f32(aux[c])));
+}
+
 void gemm_bf16_epilogue(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                         const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
                         GemmEpilogue epilogue, const void* bias, uint16_t* aux, void* d,
@@ -34,22 +62,23 @@ void gemm_bf16_epilogue(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
     (void)scratch;  // held until this pass has run
     for (int64_t r = r0; r < r1; ++r) {
       const float* p = product + r * n;
-      for (int64_t c = 0; c < n; ++c) {
-        float v = p[c];
-        if (epilogue == GemmEpilogue::kBias || epilogue == GemmEpilogue::kBiasGelu) {
-          v += d_bf16 ? bf16_to_f32(bias16[c]) : bias32[c];
-        }
-        if (epilogue == GemmEpilogue::kBiasGelu) {
-          aux[r * n + c] = f32_to_bf16(v);
-          v = gelu_value(v);
-        } else if (epilogue == GemmEpilogue::kDGelu) {
-          v *= gelu_grad(bf16_to_f32(aux[r * n + c]));
-        }
-        if (d_bf16) {
-          d16[r * n + c] = f32_to_bf16(v);
-        } else {
-          d32[r * n + c] = v;
-        }
+      switch (epilogue) {
+        case GemmEpilogue::kNone:  // d_bf16 here
+          rounded_row(p, nullptr, d16 + r * n, n);
+          break;
+        case GemmEpilogue::kBias:
+          if (d_bf16) {
+            rounded_row(p, bias16, d16 + r * n, n);
+          } else {
+            bias_row(p, bias32, d32 + r * n, n);
+          }
+          break;
+        case GemmEpilogue::kBiasGelu:
+          bias_gelu_row(p, bias16, aux + r * n, d16 + r * n, n);
+          break;
+        case GemmEpilogue::kDGelu:
+          dgelu_row(p, aux + r * n, d16 + r * n, n);
+          break;
       }
     }
   });

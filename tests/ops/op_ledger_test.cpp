@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <map>
 
 #include "bench/ledger/ledger_model.h"
@@ -186,6 +188,44 @@ TEST(LedgerModel, PredictionAddsTheRowsLongestFirst) {
   EXPECT_EQ(p.rows[0].row.op, "b");  // 0.1 s
   EXPECT_DOUBLE_EQ(p.rows[1].seconds, 2 * 3.84e9 / (0.8 * 4.8e12));
   EXPECT_DOUBLE_EQ(p.step_seconds, 0.1 + 2 * 3.84e9 / (0.8 * 4.8e12) + 3e-6);
+}
+
+}  // namespace
+}  // namespace ls
+
+namespace ls {
+namespace {
+
+// A timed ledger marks every op call on the step's stream: each (op, first launch) it measured is
+// a row the ledger counted as often, its time is a device time (>= 0) and the step's calls sum
+// to a positive time. A dry run has nothing to time.
+TEST(OpLedger, ATimedLedgerTimesEveryCallOfTheStep) {
+  for (Precision p : {Precision::kF32, Precision::kBF16}) {
+    auto stream = device_runtime(kHost0).create_stream();
+    const TinyGpt shape;
+    nn::Transformer model(shape.config());
+    nn::ParameterStore store(model, kHost0, *stream, 5);
+    if (p == Precision::kBF16) store.keep_bf16_copy(*stream);
+    const test::TinyBatch batch(shape.batch, shape.seq, kHost0, *stream);
+    OpLedger ledger({.timed = true});
+    test::tiny_step(model, store, batch, p, *stream);
+    const std::vector<MeasuredRow> measured = ledger.measured();
+    const std::vector<LedgerRow> rows = ledger.rows();
+    ASSERT_FALSE(measured.empty());
+    double total = 0;
+    for (const MeasuredRow& m : measured) {
+      const auto row = std::find_if(rows.begin(), rows.end(), [&](const LedgerRow& r) {
+        return r.op == m.op && r.launch.kernel == m.launch.kernel && r.launch.shape == m.launch.shape;
+      });
+      ASSERT_NE(row, rows.end()) << m.op << " " << m.launch.kernel;
+      EXPECT_EQ(row->count, m.calls) << m.op << " " << m.launch.kernel << " " << m.launch.shape;
+      EXPECT_GE(m.seconds, 0.0);
+      EXPECT_GE(m.launch.bytes, row->launch.bytes * static_cast<double>(m.calls));
+      total += m.seconds;
+    }
+    EXPECT_GT(total, 0.0);
+  }
+  EXPECT_THROW(OpLedger({.dry_run = true, .timed = true}), Error);
 }
 
 }  // namespace
