@@ -63,10 +63,20 @@ inline void embedding_backward(const Tensor& dy, const Tensor& ids, const Tensor
   LS_CHECK(!op_check::overlaps(dy, dtable), "embedding_backward: dy (", dy.describe(),
            ") and dtable (", dtable.describe(), ") share memory; pass separate buffers");
   op_entry(&EmbeddingOps::embedding_backward, "embedding_backward", stream, [&] {
-    // Links each id to its next position, then walks each chain per column (ops/cuda/
-    // embedding.cu): the second reads dy and the table rows it adds to, once.
-    return OpLaunches{ledger::moves("embedding_links_kernel", {&ids, &ids, &ids}),
-                      ledger::moves("embedding_chains_kernel", {&ids, &dy, &dy, &dy})};
+    // Sorts (id, position) keys (tiles, then merge passes), links each position to the next of
+    // its id, then walks each chain per column (ops/cuda/embedding.cu): the last reads dy and
+    // the table rows it adds to, once.
+    const int64_t n = ids.numel(), tiles = (n + 1023) / 1024, count = tiles * 1024;
+    const double key_bytes = 8.0 * static_cast<double>(count);
+    OpLaunches launches{ledger::elementwise("embedding_sort_tiles_kernel", n,
+                                            ledger::bytes(ids) + key_bytes)};
+    for (int64_t run = 1024; run < count; run *= 2) {
+      launches.push_back(ledger::elementwise("embedding_merge_kernel", count, 2 * key_bytes));
+    }
+    launches.push_back(ledger::moves("embedding_links_kernel", {&ids, &ids, &ids}));
+    launches.back().bytes = key_bytes + 2.0 * ledger::bytes(ids);
+    launches.push_back(ledger::moves("embedding_chains_kernel", {&ids, &dy, &dy, &dy}));
+    return launches;
   })(dy.f32(), ids.i32(), ids.numel(), dtable.dim(0), dtable.dim(1), dtable.f32(), stream);
 }
 

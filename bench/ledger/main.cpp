@@ -227,6 +227,7 @@ int main(int argc, char** argv) {
   try {
     return ls::run(flags);
   } catch (const std::exception& e) {
+    std::fflush(stdout);  // the table so far first, then the error
     std::fprintf(stderr, "lockstep-step-ledger: %s\n", e.what());
     return ls::cli::exit_code_of(e);
   }

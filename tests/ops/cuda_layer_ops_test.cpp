@@ -47,7 +47,7 @@ TEST_F(CudaLayerOpsTest, EmbeddingAndItsGradientMatchHostBitwise) {
 // GPT-2's 50,257-token vocabulary: a table that size, ids over all of it with many repeats
 // (one id in four from a handful of common tokens). Bitwise the host's, and the same again.
 TEST_F(CudaLayerOpsTest, EmbeddingGradientAtTheGpt2VocabularyMatchesHostBitwise) {
-  const int64_t vocab = 50257, dim = 16, n = 600;
+  const int64_t vocab = 50257, dim = 16, n = 3000;  // three sort tiles: merges
   std::vector<int32_t> id_values = random_labels(n, static_cast<int32_t>(vocab), 4);
   for (int64_t i = 0; i < n; i += 4) id_values[i] = static_cast<int32_t>((i * 7) % 5) * 10000;
   id_values[1] = static_cast<int32_t>(vocab - 1);
