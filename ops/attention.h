@@ -74,9 +74,9 @@ struct FusedAttentionOps {
   // added to when accumulate; or (dqkv null) dqkv16 in bf16, overwritten, each element the
   // f32_to_bf16 of what dqkv would hold.
   void (*packed_attention_backward)(const float* qkv, const float* dout, const int32_t* key_valid,
-                                    int64_t batch, int64_t heads, int64_t t, int64_t d,
-                                    bool causal, float scale, float* dqkv, uint16_t* dqkv16,
-                                    bool accumulate, Stream& stream) = nullptr;
+                                    int64_t batch, int64_t heads, int64_t t, int64_t d, bool causal,
+                                    float scale, float* dqkv, uint16_t* dqkv16, bool accumulate,
+                                    Stream& stream) = nullptr;
 };
 
 namespace detail {
@@ -413,25 +413,27 @@ inline void packed_attention_backward(const Tensor& qkv, const Tensor& dout,
   const int64_t d = qkv.dim(1) / (3 * heads);
   const bool bf16_grad = dqkv.defined() && dqkv.dtype() == DType::kBF16;
   op_check::tensor(op, "dqkv", dqkv, bf16_grad ? DType::kBF16 : DType::kF32, stream);
-  LS_CHECK(!(bf16_grad && accumulate), op, ": a bf16 dqkv is written, not added to; pass an f32 "
+  LS_CHECK(!(bf16_grad && accumulate), op,
+           ": a bf16 dqkv is written, not added to; pass an f32 "
            "dqkv to accumulate");
   LS_CHECK(dqkv.shape() == qkv.shape(), op, ": dqkv is ", dqkv.describe(),
            "; expected the shape of qkv (", qkv.describe(), ")");
   LS_CHECK(!op_check::overlaps(dqkv, qkv) && !op_check::overlaps(dqkv, dout), op,
            ": dqkv overlaps qkv or dout; give it its own tensor");
-  op_entry(&FusedAttentionOps::packed_attention_backward, op, stream, [&] {
-    Launch for_dq = ledger::moves("fused_attention_dq_kernel",
-                                  {&qkv, &dout, &dqkv, &key_valid});
-    for_dq.rate = LaunchRate::kFusedAttention;
-    for_dq.flops = detail::attention_flops(batch * heads, t, d, causal, 5);
-    Launch for_dkdv = ledger::moves("fused_attention_dkdv_kernel",
-                                    {&qkv, &dout, &dqkv, &key_valid});
-    for_dkdv.rate = LaunchRate::kFusedAttention;
-    for_dkdv.flops = detail::attention_flops(batch * heads, t, d, causal, 4);
-    return OpLaunches{for_dq, for_dkdv};
-  })(qkv.f32(), dout.f32(), key_valid.defined() ? key_valid.i32() : nullptr, batch, heads, t, d,
-     causal, scale, bf16_grad ? nullptr : dqkv.f32(), bf16_grad ? dqkv.bf16() : nullptr,
-     accumulate, stream);
+  op_entry(&FusedAttentionOps::packed_attention_backward, op, stream,
+           [&] {
+             Launch for_dq =
+                 ledger::moves("fused_attention_dq_kernel", {&qkv, &dout, &dqkv, &key_valid});
+             for_dq.rate = LaunchRate::kFusedAttention;
+             for_dq.flops = detail::attention_flops(batch * heads, t, d, causal, 5);
+             Launch for_dkdv =
+                 ledger::moves("fused_attention_dkdv_kernel", {&qkv, &dout, &dqkv, &key_valid});
+             for_dkdv.rate = LaunchRate::kFusedAttention;
+             for_dkdv.flops = detail::attention_flops(batch * heads, t, d, causal, 4);
+             return OpLaunches{for_dq, for_dkdv};
+           })(qkv.f32(), dout.f32(), key_valid.defined() ? key_valid.i32() : nullptr, batch, heads,
+              t, d, causal, scale, bf16_grad ? nullptr : dqkv.f32(),
+              bf16_grad ? dqkv.bf16() : nullptr, accumulate, stream);
 }
 
 }  // namespace ls

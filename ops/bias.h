@@ -52,7 +52,8 @@ inline void bias_add(const Tensor& y, const Tensor& bias, Stream& stream) {
 // bf16 step's gradient as the products took it: what PyTorch's autocast sums for a bias too).
 inline void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate, Stream& stream) {
   const bool bf16 = dy.dtype() == DType::kBF16;
-  detail::check_bias("bias_grad", "dy", dy, "dbias", dbias, stream, bf16 ? DType::kBF16 : DType::kF32);
+  detail::check_bias("bias_grad", "dy", dy, "dbias", dbias, stream,
+                     bf16 ? DType::kBF16 : DType::kF32);
   // Two passes (ops/cuda/column_sums.cuh): tiles of rows, then the tiles' sums.
   const auto describe = [&] {
     return OpLaunches{ledger::moves("bias_grad_tile_kernel", {&dy}),

@@ -68,8 +68,8 @@ inline void embedding_backward(const Tensor& dy, const Tensor& ids, const Tensor
     // the table rows it adds to, once.
     const int64_t n = ids.numel(), tiles = (n + 1023) / 1024, count = tiles * 1024;
     const double key_bytes = 8.0 * static_cast<double>(count);
-    OpLaunches launches{ledger::elementwise("embedding_sort_tiles_kernel", n,
-                                            ledger::bytes(ids) + key_bytes)};
+    OpLaunches launches{
+        ledger::elementwise("embedding_sort_tiles_kernel", n, ledger::bytes(ids) + key_bytes)};
     for (int64_t run = 1024; run < count; run *= 2) {
       launches.push_back(ledger::elementwise("embedding_merge_kernel", count, 2 * key_bytes));
     }

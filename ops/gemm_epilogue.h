@@ -41,10 +41,14 @@ struct GemmEpilogueOps {
 
 inline const char* gemm_epilogue_name(GemmEpilogue epilogue) {
   switch (epilogue) {
-    case GemmEpilogue::kNone: return "none";
-    case GemmEpilogue::kBias: return "bias";
-    case GemmEpilogue::kBiasGelu: return "bias+gelu";
-    case GemmEpilogue::kDGelu: return "dgelu";
+    case GemmEpilogue::kNone:
+      return "none";
+    case GemmEpilogue::kBias:
+      return "bias";
+    case GemmEpilogue::kBiasGelu:
+      return "bias+gelu";
+    case GemmEpilogue::kDGelu:
+      return "dgelu";
   }
   return "?";
 }
@@ -71,7 +75,8 @@ inline void matmul_bf16_epilogue(const Tensor& a, bool trans_a, const Tensor& b,
            "; expected f32 or bf16");
   op_check::tensor(op, "d", d, d.dtype(), stream);
   const detail::GemmDims dims = detail::check_gemm_shapes(op, a, trans_a, b, trans_b, d, 0);
-  LS_CHECK(dims.k > 0, op, ": the inner dimension is empty (k = 0); use matmul_bf16, which "
+  LS_CHECK(dims.k > 0, op,
+           ": the inner dimension is empty (k = 0); use matmul_bf16, which "
            "scales d, and the separate bias/GELU kernels");
   const bool d_bf16 = d.dtype() == DType::kBF16;
   const char* name = gemm_epilogue_name(epilogue);
@@ -91,22 +96,24 @@ inline void matmul_bf16_epilogue(const Tensor& a, bool trans_a, const Tensor& b,
     LS_CHECK(dims.n % 8 == 0, op, ": epilogue ", name, " needs n (", dims.n,
              ") a multiple of 8 (cuBLASLt's aux leading dimension); use matmul_bf16 and the "
              "separate kernels");
-    LS_CHECK(!op_check::overlaps(aux, d) && !op_check::overlaps(aux, a) &&
-                 !op_check::overlaps(aux, b),
-             op, ": aux (", aux.describe(), ") overlaps d or an input");
+    LS_CHECK(
+        !op_check::overlaps(aux, d) && !op_check::overlaps(aux, a) && !op_check::overlaps(aux, b),
+        op, ": aux (", aux.describe(), ") overlaps d or an input");
   } else {
     LS_CHECK(!aux.defined(), op, ": epilogue ", name, " takes no aux; pass Tensor()");
   }
-  op_entry(&GemmEpilogueOps::gemm_bf16_epilogue, op, stream, [&] {
-    // One cublasLtMatmul: the tensor-core product; the epilogue's reads and writes ride on it.
-    Launch launch = ledger::gemm("cublasLtMatmul", trans_a, trans_b, dims.m, dims.n, dims.k, 1, 2,
-                                 2, d_bf16 ? 2 : 4, false, LaunchRate::kTensorCore);
-    launch.bytes += ledger::bytes(bias) + ledger::bytes(aux);
-    launch.shape += std::string(" +") + name;
-    return OpLaunches{launch};
-  })(trans_a, trans_b, dims.m, dims.n, dims.k, a.bf16(), a.dim(1), b.bf16(), b.dim(1), epilogue,
-     bias.defined() ? bias.data() : nullptr,
-     aux.defined() ? static_cast<uint16_t*>(aux.data()) : nullptr, d.data(), d_bf16, stream);
+  op_entry(
+      &GemmEpilogueOps::gemm_bf16_epilogue, op, stream,
+      [&] {
+        // One cublasLtMatmul: the tensor-core product; the epilogue's reads and writes ride on it.
+        Launch launch = ledger::gemm("cublasLtMatmul", trans_a, trans_b, dims.m, dims.n, dims.k, 1,
+                                     2, 2, d_bf16 ? 2 : 4, false, LaunchRate::kTensorCore);
+        launch.bytes += ledger::bytes(bias) + ledger::bytes(aux);
+        launch.shape += std::string(" +") + name;
+        return OpLaunches{launch};
+      })(trans_a, trans_b, dims.m, dims.n, dims.k, a.bf16(), a.dim(1), b.bf16(), b.dim(1), epilogue,
+         bias.defined() ? bias.data() : nullptr,
+         aux.defined() ? static_cast<uint16_t*>(aux.data()) : nullptr, d.data(), d_bf16, stream);
 }
 
 }  // namespace ls

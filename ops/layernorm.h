@@ -64,7 +64,8 @@ inline void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
   detail::check_layernorm_vector(op, "beta", beta, cols, "column", x, stream);
   detail::check_layernorm_vector(op, "mean", mean, rows, "row", x, stream);
   detail::check_layernorm_vector(op, "rstd", rstd, rows, "row", x, stream);
-  LS_CHECK(y.defined() || y16.defined(), "layernorm: y and y16 are both undefined; pass y (f32), "
+  LS_CHECK(y.defined() || y16.defined(),
+           "layernorm: y and y16 are both undefined; pass y (f32), "
            "y16 (bf16) or both");
   if (y.defined()) {
     op_check::tensor(op, "y", y, DType::kF32, stream);
@@ -75,11 +76,12 @@ inline void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
     op_check::tensor(op, "y16", y16, DType::kBF16, stream);
     detail::check_same_shape(op, "y16", y16, x);
   }
-  op_entry(&LayerNormOps::layernorm, op, stream, [&] {
-    return OpLaunches{
-        ledger::moves("layernorm_kernel", {&x, &gamma, &beta, &y, &mean, &rstd, &y16})};
-  })(x.f32(), gamma.f32(), beta.f32(), rows, cols, eps, y.defined() ? y.f32() : nullptr,
-     mean.f32(), rstd.f32(), y16.defined() ? y16.bf16() : nullptr, stream);
+  op_entry(&LayerNormOps::layernorm, op, stream,
+           [&] {
+             return OpLaunches{
+                 ledger::moves("layernorm_kernel", {&x, &gamma, &beta, &y, &mean, &rstd, &y16})};
+           })(x.f32(), gamma.f32(), beta.f32(), rows, cols, eps, y.defined() ? y.f32() : nullptr,
+              mean.f32(), rstd.f32(), y16.defined() ? y16.bf16() : nullptr, stream);
 }
 
 inline void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,

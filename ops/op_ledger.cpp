@@ -41,7 +41,8 @@ void record_copy(size_t bytes) {
 }  // namespace
 
 OpLedger::OpLedger(Options options) : options_(options) {
-  LS_CHECK(!(options.timed && options.dry_run), "OpLedger: a dry run enqueues nothing to time; "
+  LS_CHECK(!(options.timed && options.dry_run),
+           "OpLedger: a dry run enqueues nothing to time; "
            "ask for timed or dry_run, not both");
   OpLedger* none = nullptr;
   LS_CHECK(g_active.compare_exchange_strong(none, this),

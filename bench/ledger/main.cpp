@@ -104,10 +104,11 @@ int measure(const LedgerFlags& flags, const nn::TransformerConfig& config, Preci
   const Device device = devices.front();
   const ledger::Ceilings ceilings =
       ledger::measure_ceilings(device, flags.ceiling_gemm, flags.ceiling_copy_mb << 20);
-  std::printf("\nmeasured on %s: ceilings %.1f TFLOP/s (bf16 product %lld^3, cuBLASLt), %.1f GB/s "
-              "(copy, bytes read + written)\n",
-              device.str().c_str(), ceilings.gemm_flops_per_s / 1e12,
-              static_cast<long long>(flags.ceiling_gemm), ceilings.copy_bytes_per_s / 1e9);
+  std::printf(
+      "\nmeasured on %s: ceilings %.1f TFLOP/s (bf16 product %lld^3, cuBLASLt), %.1f GB/s "
+      "(copy, bytes read + written)\n",
+      device.str().c_str(), ceilings.gemm_flops_per_s / 1e12,
+      static_cast<long long>(flags.ceiling_gemm), ceilings.copy_bytes_per_s / 1e9);
   constexpr int kSteps = 3;
   const ledger::MeasuredStep first =
       ledger::measure_step(config, flags.batch, precision, device, kSteps);
@@ -117,8 +118,8 @@ int measure(const LedgerFlags& flags, const nn::TransformerConfig& config, Preci
   });
   double timed = 0;
   for (const MeasuredRow& r : rows) timed += r.seconds;
-  std::printf("%-28s %-34s %-26s %6s %9s %9s %9s %8s %6s %8s %6s\n", "op", "first launch",
-              "shape", "calls", "ms", "us/call", "ledger", "TFLOP/s", "%gemm", "GB/s", "%copy");
+  std::printf("%-28s %-34s %-26s %6s %9s %9s %9s %8s %6s %8s %6s\n", "op", "first launch", "shape",
+              "calls", "ms", "us/call", "ledger", "TFLOP/s", "%gemm", "GB/s", "%copy");
   for (const MeasuredRow& r : rows) {
     const double calls = static_cast<double>(r.calls);
     Launch per_call = r.launch;
@@ -136,19 +137,21 @@ int measure(const LedgerFlags& flags, const nn::TransformerConfig& config, Preci
                 math ? "" : fixed(100 * bytes / ceilings.copy_bytes_per_s, 0).c_str());
   }
   const double tokens = static_cast<double>(flags.batch * flags.seq);
-  std::printf("\nmeasured: step %.1f ms (host clock; op calls %.1f ms), %.0f tokens/s, MFU %.3f "
-              "(eager, one device)\n",
-              first.step_seconds * 1e3, timed * 1e3, tokens / first.step_seconds,
-              model_flops / (first.step_seconds * rates.peak_bf16_flops));
+  std::printf(
+      "\nmeasured: step %.1f ms (host clock; op calls %.1f ms), %.0f tokens/s, MFU %.3f "
+      "(eager, one device)\n",
+      first.step_seconds * 1e3, timed * 1e3, tokens / first.step_seconds,
+      model_flops / (first.step_seconds * rates.peak_bf16_flops));
   const ledger::MeasuredStep second =
       ledger::measure_step(config, flags.batch, precision, device, kSteps);
   const bool same_losses = first.losses == second.losses;
   const bool same_hash = first.parameter_hash == second.parameter_hash;
-  std::printf("repeat: two runs of %d steps from the same start: losses %s (last %.9g, %.9g), "
-              "parameter hash %016llx %s %016llx\n",
-              kSteps, same_losses ? "equal" : "DIFFER", first.losses.back(),
-              second.losses.back(), static_cast<unsigned long long>(first.parameter_hash),
-              same_hash ? "==" : "!=", static_cast<unsigned long long>(second.parameter_hash));
+  std::printf(
+      "repeat: two runs of %d steps from the same start: losses %s (last %.9g, %.9g), "
+      "parameter hash %016llx %s %016llx\n",
+      kSteps, same_losses ? "equal" : "DIFFER", first.losses.back(), second.losses.back(),
+      static_cast<unsigned long long>(first.parameter_hash),
+      same_hash ? "==" : "!=", static_cast<unsigned long long>(second.parameter_hash));
   return same_losses && same_hash ? 0 : 1;
 }
 

@@ -77,8 +77,8 @@ void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, bool a
   column_sums(dy, nullptr, dbias, rows, cols, accumulate, on);
 }
 
-void bias_grad_bf16(const uint16_t* dy, float* dbias, int64_t rows, int64_t cols,
-                    bool accumulate, Stream& on) {
+void bias_grad_bf16(const uint16_t* dy, float* dbias, int64_t rows, int64_t cols, bool accumulate,
+                    Stream& on) {
   column_sums(nullptr, dy, dbias, rows, cols, accumulate, on);
 }
 

@@ -456,8 +456,9 @@ Operands packed(const float* qkv, const float* dout, float* out, uint16_t* out16
     m.base16 = dqkv16 == nullptr ? nullptr : dqkv16 + g * c;
     return m;
   };
-  return {in(qkv, 3 * c), in(qkv + c, 3 * c), in(qkv + 2 * c, 3 * c), in(dout, c), context,
-          gradient(0),    gradient(1),        gradient(2)};
+  return {
+      in(qkv, 3 * c), in(qkv + c, 3 * c), in(qkv + 2 * c, 3 * c), in(dout, c), context, gradient(0),
+      gradient(1),    gradient(2)};
 }
 
 template <int D>

@@ -71,10 +71,14 @@ uint32_t alignment_of(const void* p) {
 
 cublasLtEpilogue_t lt_epilogue(GemmEpilogue epilogue) {
   switch (epilogue) {
-    case GemmEpilogue::kNone: return CUBLASLT_EPILOGUE_DEFAULT;
-    case GemmEpilogue::kBias: return CUBLASLT_EPILOGUE_BIAS;
-    case GemmEpilogue::kBiasGelu: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case GemmEpilogue::kDGelu: return CUBLASLT_EPILOGUE_DGELU;
+    case GemmEpilogue::kNone:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::kBias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::kBiasGelu:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::kDGelu:
+      return CUBLASLT_EPILOGUE_DGELU;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -167,13 +171,13 @@ class ThreadCublasLt {
         cublasLtMatmulAlgoGetHeuristic(handle(key.device), plan.desc, plan.b, plan.a, plan.d,
                                        plan.d, preference, 1, &result, &found_count);
     cublasLtMatmulPreferenceDestroy(preference);
-    LS_CHECK(status == CUBLAS_STATUS_SUCCESS && found_count > 0 &&
-                 result.state == CUBLAS_STATUS_SUCCESS,
-             "matmul_bf16_epilogue: cuBLASLt has no algorithm for ", key.m, "x", key.n, "x", key.k,
-             key.trans_a ? " T" : " N", key.trans_b ? "T" : "N", " with epilogue ",
-             gemm_epilogue_name(key.epilogue), " and a ", key.d_bf16 ? "bf16" : "f32",
-             " output (", ::ls::detail::describe_cublas_status(status),
-             "); use matmul_bf16 and the separate bias/GELU kernels for this shape");
+    LS_CHECK(
+        status == CUBLAS_STATUS_SUCCESS && found_count > 0 && result.state == CUBLAS_STATUS_SUCCESS,
+        "matmul_bf16_epilogue: cuBLASLt has no algorithm for ", key.m, "x", key.n, "x", key.k,
+        key.trans_a ? " T" : " N", key.trans_b ? "T" : "N", " with epilogue ",
+        gemm_epilogue_name(key.epilogue), " and a ", key.d_bf16 ? "bf16" : "f32", " output (",
+        ::ls::detail::describe_cublas_status(status),
+        "); use matmul_bf16 and the separate bias/GELU kernels for this shape");
     plan.algo = result.algo;
     return plans_.emplace(key, plan).first->second;
   }
@@ -195,9 +199,19 @@ void gemm_bf16_epilogue(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
   LS_ASSERT(lda == (trans_a ? m : k) && ldb == (trans_b ? k : n),
             "matmul_bf16_epilogue: strided operands are not planned for");
   const CublasWorkspace workspace = cublas_workspace(launch.device(), launch.stream());
-  const PlanKey key{launch.device(),   trans_a,           trans_b,         m, n, k, epilogue,
-                    d_bf16,            alignment_of(a),   alignment_of(b), alignment_of(d),
-                    alignment_of(bias), alignment_of(aux)};
+  const PlanKey key{launch.device(),
+                    trans_a,
+                    trans_b,
+                    m,
+                    n,
+                    k,
+                    epilogue,
+                    d_bf16,
+                    alignment_of(a),
+                    alignment_of(b),
+                    alignment_of(d),
+                    alignment_of(bias),
+                    alignment_of(aux)};
   Plan& plan = t_cublas_lt.plan(key, bias, aux, workspace.bytes);
   if (detail::epilogue_has_bias(epilogue)) {
     set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
@@ -208,8 +222,8 @@ void gemm_bf16_epilogue(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
   const float alpha = 1.0f, beta = 0.0f;
   // See Note [Row-major products through cuBLASLt].
   LS_CUBLAS_CHECK(cublasLtMatmul(t_cublas_lt.handle(launch.device()), plan.desc, &alpha, b, plan.b,
-                                 a, plan.a, &beta, d, plan.d, d, plan.d, &plan.algo,
-                                 workspace.data, workspace.bytes, launch.stream()));
+                                 a, plan.a, &beta, d, plan.d, d, plan.d, &plan.algo, workspace.data,
+                                 workspace.bytes, launch.stream()));
 }
 
 }  // namespace

@@ -59,7 +59,9 @@ __global__ void softmax_xent_kernel(const float* logits, const uint16_t* logits1
   const int64_t r = blockIdx.x;
   const float* x32 = logits == nullptr ? nullptr : logits + r * cols;
   const uint16_t* x16 = logits16 == nullptr ? nullptr : logits16 + r * cols;
-  const auto x = [x32, x16](int64_t c) { return x16 != nullptr ? bf16_bits_to_f32(x16[c]) : x32[c]; };
+  const auto x = [x32, x16](int64_t c) {
+    return x16 != nullptr ? bf16_bits_to_f32(x16[c]) : x32[c];
+  };
   Out* dx = dlogits == nullptr ? nullptr : dlogits + r * cols;
   const int32_t label = labels[r];
   if (label == kIgnoreLabel) {  // uniform over the block, as are the returns below
@@ -186,23 +188,20 @@ void softmax_xent_as(const float* logits, const uint16_t* logits16, const int32_
 void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                   float grad_scale, const float* device_scale, float* loss, float* dlogits,
                   Stream& on) {
-  softmax_xent_as(logits, nullptr, labels, rows, cols, grad_scale, device_scale, loss, dlogits,
-                  on);
+  softmax_xent_as(logits, nullptr, labels, rows, cols, grad_scale, device_scale, loss, dlogits, on);
 }
 
 void softmax_xent_bf16(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                        float grad_scale, const float* device_scale, float* loss, uint16_t* dlogits,
                        Stream& on) {
-  softmax_xent_as(logits, nullptr, labels, rows, cols, grad_scale, device_scale, loss, dlogits,
-                  on);
+  softmax_xent_as(logits, nullptr, labels, rows, cols, grad_scale, device_scale, loss, dlogits, on);
 }
 
 // bf16 logits; dlogits may be logits itself (see the Note: in place is safe).
 void softmax_xent_bf16_logits(const uint16_t* logits, const int32_t* labels, int64_t rows,
                               int64_t cols, float grad_scale, const float* device_scale,
                               float* loss, uint16_t* dlogits, Stream& on) {
-  softmax_xent_as(nullptr, logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits,
-                  on);
+  softmax_xent_as(nullptr, logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits, on);
 }
 
 void count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,

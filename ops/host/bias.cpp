@@ -20,9 +20,8 @@ inline float value_of(float x) { return x; }
 inline float value_of(uint16_t bits) { return bf16_to_f32(bits); }
 
 template <typename T>
-LS_VECTOR_CLONES void bias_grad_cols(const T* __restrict dy, float* __restrict dbias,
-                                     int64_t rows, int64_t cols, int64_t c0, int64_t c1,
-                                     bool accumulate) {
+LS_VECTOR_CLONES void bias_grad_cols(const T* __restrict dy, float* __restrict dbias, int64_t rows,
+                                     int64_t cols, int64_t c0, int64_t c1, bool accumulate) {
   float acc[kBiasGradBlock];
   for (int64_t cb = c0; cb < c1; cb += kBiasGradBlock) {
     const int64_t width = std::min(kBiasGradBlock, c1 - cb);

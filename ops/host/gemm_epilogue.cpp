@@ -19,8 +19,7 @@ LS_VECTOR_CLONES void bias_row(const float* p, const float* bias, float* d, int6
   for (int64_t c = 0; c < n; ++c) d[c] = p[c] + bias[c];
 }
 
-LS_VECTOR_CLONES void rounded_row(const float* p, const uint16_t* bias16, uint16_t* d,
-                                  int64_t n) {
+LS_VECTOR_CLONES void rounded_row(const float* p, const uint16_t* bias16, uint16_t* d, int64_t n) {
   if (bias16 == nullptr) {
     for (int64_t c = 0; c < n; ++c) d[c] = f32_to_bf16(p[c]);
   } else {

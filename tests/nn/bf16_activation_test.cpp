@@ -40,13 +40,12 @@ Outcome run(bool bf16_output, Precision precision) {
   Var w = param(out * cols, {out, cols}, 4), b = param(out, {out}, 5);
   Var h = layernorm(tape, x, gamma, beta, 1e-5f, bf16_output);
   Var y = linear(tape, h, w, &b);
-  const Tensor target =
-      Tensor::from_host(std::vector<float>(static_cast<size_t>(rows * out), 0.5f), {rows, out},
-                        kHost0, *stream);
+  const Tensor target = Tensor::from_host(std::vector<float>(static_cast<size_t>(rows * out), 0.5f),
+                                          {rows, out}, kHost0, *stream);
   Var loss = squared_error_sum(tape, y, target);
   tape.backward(loss, Tensor::from_host(std::vector<float>{1.0f}, {1}, kHost0, *stream));
-  Outcome r{y->value.to_host_f32(*stream), x->grad.to_host_f32(*stream), w->grad.to_host_f32(*stream),
-        h->value.dtype()};
+  Outcome r{y->value.to_host_f32(*stream), x->grad.to_host_f32(*stream),
+            w->grad.to_host_f32(*stream), h->value.dtype()};
   stream->synchronize();
   return r;
 }
@@ -86,8 +85,8 @@ TEST(Bf16Activation, ToF32WidensAndPassesTheGradient) {
   for (float g : h->grad.to_host_f32(*stream)) EXPECT_EQ(g, 3.0f);
   // An f32 step's linear says what to do with a bf16 input.
   Tape f32_tape(*stream);
-  Var w = f32_tape.constant(
-      Tensor::from_host(std::vector<float>(8, 0.0f), {2, 4}, kHost0, *stream));
+  Var w =
+      f32_tape.constant(Tensor::from_host(std::vector<float>(8, 0.0f), {2, 4}, kHost0, *stream));
   try {
     linear(f32_tape, h, w, nullptr);
     ADD_FAILURE() << "no error";

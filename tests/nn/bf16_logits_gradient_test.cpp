@@ -117,8 +117,8 @@ TEST(Bf16LogitsGradient, Bf16LogitsAreReadOnceAndOverwrittenByTheirGradient) {
   cast(logits->grad, grad, *stream);
   Tensor rounded = Tensor::empty(widened.shape(), DType::kF32, kHost0);
   cast(cast_to_bf16(expected_grad, *stream), rounded, *stream);
-  EXPECT_TRUE(test::bitwise_equal(loss->value.to_host_f32(*stream),
-                                  expected_loss.to_host_f32(*stream)));
+  EXPECT_TRUE(
+      test::bitwise_equal(loss->value.to_host_f32(*stream), expected_loss.to_host_f32(*stream)));
   EXPECT_TRUE(test::bitwise_equal(grad.to_host_f32(*stream), rounded.to_host_f32(*stream)));
   stream->synchronize();
 }

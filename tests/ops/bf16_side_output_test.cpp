@@ -47,7 +47,8 @@ TEST_F(Bf16SideOutputTest, LayerNormWritesItsOutputRounded) {
                Error);
   // y16 alone (a bf16 step's pre-norm): the same bits, and the same mean and rstd.
   const Tensor only16 = Tensor::empty({rows, cols}, DType::kBF16, dev_);
-  Tensor mean16 = Tensor::empty({rows}, DType::kF32, dev_), rstd16 = Tensor::empty({rows}, DType::kF32, dev_);
+  Tensor mean16 = Tensor::empty({rows}, DType::kF32, dev_),
+         rstd16 = Tensor::empty({rows}, DType::kF32, dev_);
   layernorm(x, gamma, beta, 1e-5f, Tensor(), mean16, rstd16, *stream_, only16);
   expect_rounded_copy(y, only16);
   layernorm(x, gamma, beta, 1e-5f, y, mean, rstd, *stream_);

@@ -1,8 +1,9 @@
 // The CUDA kernels that read or write the bf16 tensors a bf16 step passes between ops, against the
 // host's: bias_grad of a bf16 dy (ops/cuda/bias.cu), softmax_xent of bf16 logits, its bf16
-// gradient written over them (ops/cuda/softmax_xent.cu), LayerNorm's output in bf16 only. The host kernels are checked against their f32 forms on the
-// widened values (tests/nn/bf16_logits_gradient_test.cpp, tests/ops/gemm_epilogue_test.cpp's
-// neighbours). Runs on a GPU and under the CPU emulator (LOCKSTEP_CUDA=EMULATED).
+// gradient written over them (ops/cuda/softmax_xent.cu), LayerNorm's output in bf16 only. The host
+// kernels are checked against their f32 forms on the widened values
+// (tests/nn/bf16_logits_gradient_test.cpp, tests/ops/gemm_epilogue_test.cpp's neighbours). Runs on
+// a GPU and under the CPU emulator (LOCKSTEP_CUDA=EMULATED).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -73,7 +74,8 @@ TEST_F(CudaBf16InputTest, LayerNormWritesItsOutputInBf16Only) {
   for (int64_t cols : {768, 37}) {
     const int64_t rows = 19;
     const Pair x = upload(random_vector(rows * cols, 5, -3, 3), {rows, cols});
-    const Pair gamma = upload(random_vector(cols, 6), {cols}), beta = upload(random_vector(cols, 7), {cols});
+    const Pair gamma = upload(random_vector(cols, 6), {cols}),
+               beta = upload(random_vector(cols, 7), {cols});
     const Pair y16 = empty({rows, cols}, DType::kBF16), mean = empty({rows}), rstd = empty({rows});
     run_both([&](Stream& s, auto side) {
       layernorm(side(x), side(gamma), side(beta), 1e-5f, Tensor(), side(mean), side(rstd), s,

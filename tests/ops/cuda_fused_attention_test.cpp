@@ -163,8 +163,8 @@ TEST_F(CudaFusedAttentionTest, PackedIsTheHeadMajorPathBitForBit) {
     cast(dqkv16, dqkv16_wide, s);
     cast(cast_to_bf16(dqkv, s), dqkv_rounded, s);
     EXPECT_TRUE(bitwise_equal(dqkv16_wide.to_host_f32(s), dqkv_rounded.to_host_f32(s)));
-    EXPECT_THROW(
-        packed_attention_backward(qkv, dout, valid, b, h, causal, scale, dqkv16, true, s), Error);
+    EXPECT_THROW(packed_attention_backward(qkv, dout, valid, b, h, causal, scale, dqkv16, true, s),
+                 Error);
     // accumulate: added to what is there.
     const Tensor ones = upload(std::vector<float>(static_cast<size_t>(b * t * 3 * c), 1.0f),
                                {b * t, 3 * c}).cuda;

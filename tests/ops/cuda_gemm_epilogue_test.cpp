@@ -53,14 +53,14 @@ class CudaGemmEpilogueTest : public CudaVsHostTest {
     run_both([&](Stream& s, auto side) {
       const Tensor bias_t = bias.host.defined() ? side(bias) : Tensor();
       const Tensor aux_t = aux.host.defined() ? side(aux) : Tensor();
-      matmul_bf16_epilogue(side(a), trans_a, side(b), trans_b, epilogue, bias_t, aux_t, side(d),
-                           s);
+      matmul_bf16_epilogue(side(a), trans_a, side(b), trans_b, epilogue, bias_t, aux_t, side(d), s);
       if (epilogue != GemmEpilogue::kBiasGelu) {  // kBiasGelu writes aux: compare it first
         matmul_bf16_epilogue(side(a), trans_a, side(b), trans_b, epilogue, bias_t, aux_t,
                              side(again), s);
       }
     });
-    expect_close(f32_of(d), d_type == DType::kBF16 ? kRtol : 1e-5, d_type == DType::kBF16 ? kAtol : 1e-5);
+    expect_close(f32_of(d), d_type == DType::kBF16 ? kRtol : 1e-5,
+                 d_type == DType::kBF16 ? kAtol : 1e-5);
     if (epilogue == GemmEpilogue::kBiasGelu) {
       expect_close(f32_of(aux), kRtol, kAtol);
     } else {

@@ -215,7 +215,8 @@ TEST(OpLedger, ATimedLedgerTimesEveryCallOfTheStep) {
     double total = 0;
     for (const MeasuredRow& m : measured) {
       const auto row = std::find_if(rows.begin(), rows.end(), [&](const LedgerRow& r) {
-        return r.op == m.op && r.launch.kernel == m.launch.kernel && r.launch.shape == m.launch.shape;
+        return r.op == m.op && r.launch.kernel == m.launch.kernel &&
+               r.launch.shape == m.launch.shape;
       });
       ASSERT_NE(row, rows.end()) << m.op << " " << m.launch.kernel;
       EXPECT_EQ(row->count, m.calls) << m.op << " " << m.launch.kernel << " " << m.launch.shape;

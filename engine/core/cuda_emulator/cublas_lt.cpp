@@ -124,12 +124,24 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
   if (desc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   bool ok = false;
   switch (attribute) {
-    case CUBLASLT_MATMUL_DESC_TRANSA: ok = read_value(value, size, &desc->trans_a); break;
-    case CUBLASLT_MATMUL_DESC_TRANSB: ok = read_value(value, size, &desc->trans_b); break;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE: ok = read_value(value, size, &desc->epilogue); break;
-    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: ok = read_value(value, size, &desc->bias); break;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: ok = read_value(value, size, &desc->aux); break;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: ok = read_value(value, size, &desc->aux_ld); break;
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+      ok = read_value(value, size, &desc->trans_a);
+      break;
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      ok = read_value(value, size, &desc->trans_b);
+      break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      ok = read_value(value, size, &desc->epilogue);
+      break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      ok = read_value(value, size, &desc->bias);
+      break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      ok = read_value(value, size, &desc->aux);
+      break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      ok = read_value(value, size, &desc->aux_ld);
+      break;
   }
   return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -158,9 +170,9 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t prefer
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmulPreferenceSetAttribute(
-    cublasLtMatmulPreference_t preference, cublasLtMatmulPreferenceAttributes_t attribute,
-    const void* value, size_t size) {
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t preference,
+                                                    cublasLtMatmulPreferenceAttributes_t attribute,
+                                                    const void* value, size_t size) {
   if (preference == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   if (attribute == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) {
     return read_value(value, size, &preference->max_workspace) ? CUBLAS_STATUS_SUCCESS
@@ -169,8 +181,7 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(
   const int index = static_cast<int>(attribute) - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES;
   if (index < 0 || index > 3) return CUBLAS_STATUS_INVALID_VALUE;
   uint32_t alignment = 0;
-  if (!read_value(value, size, &alignment) || alignment == 0 ||
-      (alignment & (alignment - 1)) != 0)
+  if (!read_value(value, size, &alignment) || alignment == 0 || (alignment & (alignment - 1)) != 0)
     return CUBLAS_STATUS_INVALID_VALUE;
   preference->min_alignment[index] = alignment;
   return CUBLAS_STATUS_SUCCESS;
@@ -189,7 +200,8 @@ cublasStatus_t check_operation(const cublasLtMatmulDescEmulated& desc,
   if (a.type != CUDA_R_16BF || b.type != CUDA_R_16BF ||
       (d.type != CUDA_R_16BF && d.type != CUDA_R_32F) || c.type != d.type)
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  if (desc.trans_a == CUBLAS_OP_C || desc.trans_b == CUBLAS_OP_C) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (desc.trans_a == CUBLAS_OP_C || desc.trans_b == CUBLAS_OP_C)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   const uint64_t m = desc.trans_a == CUBLAS_OP_N ? a.rows : a.cols;
   const uint64_t k = desc.trans_a == CUBLAS_OP_N ? a.cols : a.rows;
   const uint64_t kb = desc.trans_b == CUBLAS_OP_N ? b.rows : b.cols;
@@ -198,14 +210,16 @@ cublasStatus_t check_operation(const cublasLtMatmulDescEmulated& desc,
     return CUBLAS_STATUS_INVALID_VALUE;
   switch (desc.epilogue) {
     case CUBLASLT_EPILOGUE_DEFAULT:
-    case CUBLASLT_EPILOGUE_BIAS: break;
+    case CUBLASLT_EPILOGUE_BIAS:
+      break;
     case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
     case CUBLASLT_EPILOGUE_DGELU:
       if (d.type != CUDA_R_16BF) return CUBLAS_STATUS_NOT_SUPPORTED;  // aux takes D's type
       if (desc.aux_ld % 8 != 0 || desc.aux_ld < static_cast<int64_t>(d.rows))
         return CUBLAS_STATUS_INVALID_VALUE;
       break;
-    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    default:
+      return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -236,12 +250,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
-                              const void* alpha, const void* a, cublasLtMatrixLayout_t a_desc,
-                              const void* b, cublasLtMatrixLayout_t b_desc, const void* beta,
-                              const void* c, cublasLtMatrixLayout_t c_desc, void* d,
-                              cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t* algo,
-                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha,
+                              const void* a, cublasLtMatrixLayout_t a_desc, const void* b,
+                              cublasLtMatrixLayout_t b_desc, const void* beta, const void* c,
+                              cublasLtMatrixLayout_t c_desc, void* d, cublasLtMatrixLayout_t d_desc,
+                              const cublasLtMatmulAlgo_t* algo, void* workspace,
+                              size_t workspace_bytes, cudaStream_t stream) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (desc == nullptr || a_desc == nullptr || b_desc == nullptr || c_desc == nullptr ||
       d_desc == nullptr || algo == nullptr || alpha == nullptr || beta == nullptr ||

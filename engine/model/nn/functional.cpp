@@ -52,7 +52,8 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   // copy of the weights], engine/model/nn/parameter_store.h): the weight is not rounded here.
   const bool cast_once = precision == Precision::kBF16;
   LS_CHECK(cast_once || x->value.dtype() == DType::kF32, "linear: input ", x->value.describe(),
-           " is stored in ", dtype_name(x->value.dtype()), "; outside a bf16 step linear takes f32 "
+           " is stored in ", dtype_name(x->value.dtype()),
+           "; outside a bf16 step linear takes f32 "
            "(nn::to_f32 widens it)");
   const Parameter* param = weight->parameter;
   const bool kept = param != nullptr && param->value16.defined();
@@ -82,31 +83,31 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   // Backward keeps only the casts it multiplies with: x16 for dW, w16 for dx.
   if (!weight->requires_grad) x16 = Tensor();
   if (!x->requires_grad) w16 = Tensor();
-  tape.record(out, inputs,
-              [x, weight, b, x16, w16, cast_once, precision, &stream](const Tensor& dy) {
-    const bool products = x->requires_grad || weight->requires_grad;
-    const bool bias_needs = b && b->requires_grad;
-    // dy is bf16 when a loss or an add rounded it already (out->bf16_grad_ok): the same numbers.
-    // In bf16 the bias gradient sums it as the products take it (as under autocast), on every
-    // backend alike whoever rounded it.
-    const Tensor dy16 = dy.dtype() == DType::kBF16                   ? dy
-                        : cast_once && (products || bias_needs) ? cast_to_bf16(dy, stream)
-                                                                : Tensor();
-    if (x->requires_grad) {  // dx = dy W
-      const bool add = Tape::begin_grad(*x);
-      product(dy, dy16, false, weight->value, w16, false, x->grad, add ? 1.0f : 0.0f, precision,
-              stream);
-    }
-    if (weight->requires_grad) {  // dW = dy^T x
-      const bool add = Tape::begin_grad(*weight);
-      product(dy, dy16, true, x->value, x16, false, weight->grad, add ? 1.0f : 0.0f, precision,
-              stream);
-    }
-    if (bias_needs) {
-      const bool add = Tape::begin_grad(*b);  // before reading b->grad: it may give it storage
-      bias_grad(dy16.defined() ? dy16 : dy, b->grad, add, stream);
-    }
-  });
+  tape.record(
+      out, inputs, [x, weight, b, x16, w16, cast_once, precision, &stream](const Tensor& dy) {
+        const bool products = x->requires_grad || weight->requires_grad;
+        const bool bias_needs = b && b->requires_grad;
+        // dy is bf16 when a loss or an add rounded it already (out->bf16_grad_ok): the same
+        // numbers. In bf16 the bias gradient sums it as the products take it (as under autocast),
+        // on every backend alike whoever rounded it.
+        const Tensor dy16 = dy.dtype() == DType::kBF16              ? dy
+                            : cast_once && (products || bias_needs) ? cast_to_bf16(dy, stream)
+                                                                    : Tensor();
+        if (x->requires_grad) {  // dx = dy W
+          const bool add = Tape::begin_grad(*x);
+          product(dy, dy16, false, weight->value, w16, false, x->grad, add ? 1.0f : 0.0f, precision,
+                  stream);
+        }
+        if (weight->requires_grad) {  // dW = dy^T x
+          const bool add = Tape::begin_grad(*weight);
+          product(dy, dy16, true, x->value, x16, false, weight->grad, add ? 1.0f : 0.0f, precision,
+                  stream);
+        }
+        if (bias_needs) {
+          const bool add = Tape::begin_grad(*b);  // before reading b->grad: it may give it storage
+          bias_grad(dy16.defined() ? dy16 : dy, b->grad, add, stream);
+        }
+      });
   return out;
 }
 
@@ -114,13 +115,13 @@ Var linear_bf16_output(Tape& tape, const Var& x, const Var& weight, const Var* b
   if (tape.context().precision != Precision::kBF16) return linear(tape, x, weight, bias);
   const Tensor& w = weight->value;
   LS_CHECK(x->value.ndim() == 2 && w.ndim() == 2 && x->value.dim(1) == w.dim(1) && w.dim(1) > 0,
-           "linear_bf16_output: input ", x->value.describe(), " does not fit weight ",
-           w.describe(), " (expected input [rows, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
+           "linear_bf16_output: input ", x->value.describe(), " does not fit weight ", w.describe(),
+           " (expected input [rows, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
   Stream& stream = tape.stream();
   const Parameter* param = weight->parameter;
   Tensor x16 = bf16_copy_of(x, stream);
-  Tensor w16 = param != nullptr && param->value16.defined() ? param->value16
-                                                            : cast_to_bf16(w, stream);
+  Tensor w16 =
+      param != nullptr && param->value16.defined() ? param->value16 : cast_to_bf16(w, stream);
   Var b = bias != nullptr ? *bias : nullptr;
   Tensor b16;
   if (b) {
@@ -323,10 +324,10 @@ Var cross_entropy(Tape& tape, const Var& logits, const Tensor& labels, float gra
   const bool bf16_grad =
       bf16_logits || (tape.context().precision == Precision::kBF16 && logits->bf16_grad_ok);
   const bool in_place = bf16_logits && need_grad && logits->uses == 0;
-  Tensor dlogits = !need_grad ? Tensor()
-                   : in_place ? z
-                              : Tensor::empty(z.shape(), bf16_grad ? DType::kBF16 : DType::kF32,
-                                              z.device());
+  Tensor dlogits =
+      !need_grad ? Tensor()
+      : in_place ? z
+                 : Tensor::empty(z.shape(), bf16_grad ? DType::kBF16 : DType::kF32, z.device());
   softmax_xent(z, labels, loss, dlogits, grad_scale, stream, device_scale);
   Var out = tape.output(std::move(loss), {&logits});
   tape.record(out, {logits}, [logits, dlogits, &stream](const Tensor&) mutable {

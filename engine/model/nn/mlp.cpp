@@ -62,8 +62,7 @@ Var mlp(Tape& tape, const Var& x, const Var& fc_weight, const Var& fc_bias, cons
   const Tensor b1_16 = bf16_of(fc_bias, stream), w2_16 = bf16_of(proj_weight, stream);
   const Tensor pre16 = Tensor::empty({rows, ffn}, DType::kBF16, device);
   const Tensor h16 = Tensor::empty({rows, ffn}, DType::kBF16, device);
-  matmul_bf16_epilogue(x16, false, w1_16, true, GemmEpilogue::kBiasGelu, b1_16, pre16, h16,
-                       stream);
+  matmul_bf16_epilogue(x16, false, w1_16, true, GemmEpilogue::kBiasGelu, b1_16, pre16, h16, stream);
   Tensor y = Tensor::empty({rows, out_features}, DType::kF32, device);
   matmul_bf16_epilogue(h16, false, w2_16, true, GemmEpilogue::kBias, proj_bias->value, Tensor(), y,
                        stream);
@@ -73,40 +72,41 @@ Var mlp(Tape& tape, const Var& x, const Var& fc_weight, const Var& fc_bias, cons
   // Backward keeps what it multiplies with: x16 for dW1, w1_16 for dx.
   if (!fc_weight->requires_grad) x16 = Tensor();
   if (!x->requires_grad) w1_16 = Tensor();
-  tape.record(out, {x, fc_weight, fc_bias, proj_weight, proj_bias},
-              [x, fc_weight, fc_bias, proj_weight, proj_bias, x16, w1_16, w2_16, pre16, h16,
-               &stream](const Tensor& dy) {
-    // Each gradient only when asked for (zero-bubble schedules ask for dx and the weights'
-    // gradients in separate calls; each call that needs dpre computes it).
-    const bool inner = x->requires_grad || fc_weight->requires_grad || fc_bias->requires_grad;
-    if (!inner && !proj_weight->requires_grad && !proj_bias->requires_grad) return;
-    const Tensor dy16 = dy.dtype() == DType::kBF16 ? dy : cast_to_bf16(dy, stream);
-    if (proj_bias->requires_grad) {
-      const bool add = Tape::begin_grad(*proj_bias);
-      bias_grad(dy16, proj_bias->grad, add, stream);
-    }
-    if (proj_weight->requires_grad) {  // dW2 = dy^T h
-      const bool add = Tape::begin_grad(*proj_weight);
-      matmul_bf16(dy16, true, h16, false, proj_weight->grad, 1.0f, add ? 1.0f : 0.0f, stream);
-    }
-    if (!inner) return;
-    // dpre = (dy W2) * gelu'(pre), in the product's epilogue.
-    const Tensor dpre16 = Tensor::empty(pre16.shape(), DType::kBF16, pre16.device());
-    matmul_bf16_epilogue(dy16, false, w2_16, false, GemmEpilogue::kDGelu, Tensor(), pre16, dpre16,
-                         stream);
-    if (fc_bias->requires_grad) {
-      const bool add = Tape::begin_grad(*fc_bias);
-      bias_grad(dpre16, fc_bias->grad, add, stream);
-    }
-    if (fc_weight->requires_grad) {  // dW1 = dpre^T x
-      const bool add = Tape::begin_grad(*fc_weight);
-      matmul_bf16(dpre16, true, x16, false, fc_weight->grad, 1.0f, add ? 1.0f : 0.0f, stream);
-    }
-    if (x->requires_grad) {  // dx = dpre W1
-      const bool add = Tape::begin_grad(*x);
-      matmul_bf16(dpre16, false, w1_16, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream);
-    }
-  });
+  tape.record(
+      out, {x, fc_weight, fc_bias, proj_weight, proj_bias},
+      [x, fc_weight, fc_bias, proj_weight, proj_bias, x16, w1_16, w2_16, pre16, h16,
+       &stream](const Tensor& dy) {
+        // Each gradient only when asked for (zero-bubble schedules ask for dx and the weights'
+        // gradients in separate calls; each call that needs dpre computes it).
+        const bool inner = x->requires_grad || fc_weight->requires_grad || fc_bias->requires_grad;
+        if (!inner && !proj_weight->requires_grad && !proj_bias->requires_grad) return;
+        const Tensor dy16 = dy.dtype() == DType::kBF16 ? dy : cast_to_bf16(dy, stream);
+        if (proj_bias->requires_grad) {
+          const bool add = Tape::begin_grad(*proj_bias);
+          bias_grad(dy16, proj_bias->grad, add, stream);
+        }
+        if (proj_weight->requires_grad) {  // dW2 = dy^T h
+          const bool add = Tape::begin_grad(*proj_weight);
+          matmul_bf16(dy16, true, h16, false, proj_weight->grad, 1.0f, add ? 1.0f : 0.0f, stream);
+        }
+        if (!inner) return;
+        // dpre = (dy W2) * gelu'(pre), in the product's epilogue.
+        const Tensor dpre16 = Tensor::empty(pre16.shape(), DType::kBF16, pre16.device());
+        matmul_bf16_epilogue(dy16, false, w2_16, false, GemmEpilogue::kDGelu, Tensor(), pre16,
+                             dpre16, stream);
+        if (fc_bias->requires_grad) {
+          const bool add = Tape::begin_grad(*fc_bias);
+          bias_grad(dpre16, fc_bias->grad, add, stream);
+        }
+        if (fc_weight->requires_grad) {  // dW1 = dpre^T x
+          const bool add = Tape::begin_grad(*fc_weight);
+          matmul_bf16(dpre16, true, x16, false, fc_weight->grad, 1.0f, add ? 1.0f : 0.0f, stream);
+        }
+        if (x->requires_grad) {  // dx = dpre W1
+          const bool add = Tape::begin_grad(*x);
+          matmul_bf16(dpre16, false, w1_16, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream);
+        }
+      });
   return out;
 }
 

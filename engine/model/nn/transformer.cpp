@@ -144,9 +144,8 @@ class TransformerBlock final : public Module {
     const int64_t row_len = shape.seq * config_.hidden;
     const float p = config_.dropout;
     const bool pre = config_.norm == NormPlacement::kPre;
-    Var a = attention(tape, qkv_.forward(tape, pre ? ln_1_.forward_to_products(tape, x) : x),
-                      valid, shape, p,
-                      block_site(layer_, 0));
+    Var a = attention(tape, qkv_.forward(tape, pre ? ln_1_.forward_to_products(tape, x) : x), valid,
+                      shape, p, block_site(layer_, 0));
     a = dropout(tape, proj_.forward(tape, a), p, block_site(layer_, 1), row_len);
     x = add(tape, x, a);
     if (!pre) x = ln_1_.forward(tape, x);
