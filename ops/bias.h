@@ -1,5 +1,5 @@
-// Bias of a dense layer on 2-D f32 tensors [rows, cols]. Kernels: ops/host/bias.cpp,
-// ops/cuda/bias.cu.
+// Bias of a dense layer on 2-D tensors [rows, cols], f32 (bias_grad's dy may be bf16, a bf16
+// step's gradient). Kernels: ops/host/bias.cpp, ops/cuda/bias.cu.
 //
 // bias_add:  y[r, c] += bias[c]          (in place on y; bias is [cols])
 // bias_grad: dbias[c] (+)= sum_r dy[r, c] (rows summed in order: bitwise reproducible)
