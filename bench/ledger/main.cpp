@@ -148,10 +148,10 @@ int measure(const LedgerFlags& flags, const nn::TransformerConfig& config, Preci
   const bool same_hash = first.parameter_hash == second.parameter_hash;
   std::printf(
       "repeat: two runs of %d steps from the same start: losses %s (last %.9g, %.9g), "
-      "parameter hash %016llx %s %016llx\n",
+      "parameter CRC-32 %08x %s %08x\n",
       kSteps, same_losses ? "equal" : "DIFFER", first.losses.back(), second.losses.back(),
-      static_cast<unsigned long long>(first.parameter_hash),
-      same_hash ? "==" : "!=", static_cast<unsigned long long>(second.parameter_hash));
+      static_cast<unsigned>(first.parameter_hash),
+      same_hash ? "==" : "!=", static_cast<unsigned>(second.parameter_hash));
   return same_losses && same_hash ? 0 : 1;
 }
 

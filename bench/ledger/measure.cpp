@@ -3,11 +3,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <random>
+#include <span>
 
 #include "bench/micro/bench_util.h"
 #include "engine/core/runtime.h"
+#include "engine/model/checkpoint/atomic_file.h"
 #include "ops/elementwise.h"
 #include "ops/gemm_epilogue.h"
 
@@ -39,19 +40,6 @@ Tensor random_bf16(int64_t rows, int64_t cols, uint32_t seed, Device device, Str
   std::vector<float> values(static_cast<size_t>(rows * cols));
   for (float& v : values) v = uniform(rng);
   return cast_to_bf16(Tensor::from_host(values, {rows, cols}, device, stream), stream);
-}
-
-uint64_t fnv1a(const std::vector<float>& values) {
-  uint64_t hash = 1469598103934665603ull;
-  for (float v : values) {
-    uint32_t bits = 0;
-    std::memcpy(&bits, &v, sizeof bits);
-    for (int byte = 0; byte < 4; ++byte) {
-      hash ^= (bits >> (8 * byte)) & 0xffu;
-      hash *= 1099511628211ull;
-    }
-  }
-  return hash;
 }
 
 }  // namespace
@@ -104,7 +92,8 @@ MeasuredStep measure_step(const nn::TransformerConfig& config, int64_t batch, Pr
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     m.rows = ledger.measured();
   }
-  m.parameter_hash = fnv1a(trainer.parameters(0));
+  const std::vector<float> parameters = trainer.parameters(0);
+  m.parameter_hash = checkpoint::crc32_of(std::as_bytes(std::span<const float>(parameters)));
   return m;
 }
 

@@ -25,7 +25,7 @@ struct MeasuredStep {
   std::vector<MeasuredRow> rows;  // the third step's op calls, timed
   double step_seconds = 0;        // that step, host wall clock from its start to its end
   std::vector<float> losses;      // of the steps, in order
-  uint64_t parameter_hash = 0;    // FNV-1a over replica 0's parameters' bits after the last step
+  uint32_t parameter_hash = 0;    // CRC-32 of replica 0's parameters' bits after the last step
 };
 // `steps` (>= 3) training steps of `config` at `batch` sequences on `device`, one replica, eager
 // (graphs replay launches a timed ledger cannot see); the third is timed.

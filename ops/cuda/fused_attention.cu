@@ -87,9 +87,6 @@ struct OutMatrix {
   __device__ int64_t offset(int64_t bh, int64_t heads, int64_t row, int64_t col) const {
     return (bh / heads) * batch_stride + (bh % heads) * head_stride + row * row_stride + col;
   }
-  __device__ float& at(int64_t bh, int64_t heads, int64_t row, int64_t col) const {
-    return base[offset(bh, heads, row, col)];
-  }
   // Writes (adds) one element to the f32 result and its bf16 rounding, as each is asked for.
   __device__ void store(int64_t at, float value) const {
     if (base != nullptr) {

@@ -58,10 +58,35 @@ float xent_row(const float* x, int32_t label, int64_t cols, float grad_scale, fl
   return std::log(sum) - label_shifted;
 }
 
-// Both slots: dlogits f32 (Out = float) or rounded to bf16 (Out = uint16_t: each row computed in
-// f32 in a per-thread row buffer, then rounded as f32_to_bf16 rounds).
-template <typename Out>
-void softmax_xent_as(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+// Row r's loss, and its gradient into dx when dx is not null. f32 in and out: xent_row itself.
+// Otherwise through a per-thread f32 row buffer: bf16 logits widened into it (exact) and computed
+// there in place, and a bf16 gradient rounded out of it as f32_to_bf16 rounds. dx may be x (bf16
+// in place): the row was read first.
+template <typename In, typename Out>
+float xent_row_as(const In* x, int32_t label, int64_t cols, float grad_scale, Out* dx) {
+  if constexpr (std::is_same_v<In, float> && std::is_same_v<Out, float>) {
+    return xent_row(x, label, cols, grad_scale, dx);
+  } else {
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(cols));
+    const float* x32 = nullptr;
+    if constexpr (std::is_same_v<In, float>) {
+      x32 = x;
+    } else {
+      for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = bf16_to_f32(x[c]);
+      x32 = row.data();
+    }
+    const float loss = xent_row(x32, label, cols, grad_scale, dx == nullptr ? nullptr : row.data());
+    if (dx != nullptr) {
+      for (int64_t c = 0; c < cols; ++c) dx[c] = f32_to_bf16(row[static_cast<size_t>(c)]);
+    }
+    return loss;
+  }
+}
+
+// Every slot: logits f32 or bf16 (In), dlogits f32 or bf16 (Out), each row as xent_row_as.
+template <typename In, typename Out>
+void softmax_xent_as(const In* logits, const int32_t* labels, int64_t rows, int64_t cols,
                      float host_scale, const float* device_scale, float* loss, Out* dlogits,
                      Stream& stream) {
   LS_ASSERT(rows > 0 && cols > 0, "softmax_xent sizes rows=", rows, " cols=", cols);
@@ -75,48 +100,8 @@ void softmax_xent_as(const float* logits, const int32_t* labels, int64_t rows, i
     float* row_loss_data = row_loss.data();
     host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        if constexpr (std::is_same_v<Out, float>) {
-          float* dx = dlogits == nullptr ? nullptr : dlogits + r * cols;
-          row_loss_data[r] = xent_row(logits + r * cols, labels[r], cols, grad_scale, dx);
-        } else {
-          thread_local std::vector<float> row;
-          row.resize(static_cast<size_t>(cols));
-          row_loss_data[r] = xent_row(logits + r * cols, labels[r], cols, grad_scale, row.data());
-          uint16_t* dx = dlogits + r * cols;
-          for (int64_t c = 0; c < cols; ++c) dx[c] = f32_to_bf16(row[static_cast<size_t>(c)]);
-        }
-      }
-    });
-    double total = 0.0;  // in row order: deterministic
-    for (int64_t r = 0; r < rows; ++r) total += row_loss_data[r];
-    *loss = static_cast<float>(total / static_cast<double>(rows));
-  });
-}
-
-// bf16 logits: each row widened into a per-thread f32 buffer, computed there in place, and its
-// gradient rounded back (over the logits when dlogits is logits: the row was read first).
-void softmax_xent_bf16_logits(const uint16_t* logits, const int32_t* labels, int64_t rows,
-                              int64_t cols, float host_scale, const float* device_scale,
-                              float* loss, uint16_t* dlogits, Stream& stream) {
-  LS_ASSERT(rows > 0 && cols > 0, "softmax_xent sizes rows=", rows, " cols=", cols);
-  host_enqueue(stream, [=] {
-    check_labels("softmax_xent", labels, rows, cols);
-    const float grad_scale = device_scale != nullptr ? host_scale * *device_scale : host_scale;
-    thread_local std::vector<float> row_loss;
-    row_loss.resize(static_cast<size_t>(rows));
-    float* row_loss_data = row_loss.data();
-    host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {
-      thread_local std::vector<float> row;
-      row.resize(static_cast<size_t>(cols));
-      float* x = row.data();
-      for (int64_t r = r0; r < r1; ++r) {
-        const uint16_t* in = logits + r * cols;
-        for (int64_t c = 0; c < cols; ++c) x[c] = bf16_to_f32(in[c]);
-        row_loss_data[r] =
-            xent_row(x, labels[r], cols, grad_scale, dlogits == nullptr ? nullptr : x);
-        if (dlogits == nullptr) continue;
-        uint16_t* dx = dlogits + r * cols;
-        for (int64_t c = 0; c < cols; ++c) dx[c] = f32_to_bf16(x[c]);
+        Out* dx = dlogits == nullptr ? nullptr : dlogits + r * cols;
+        row_loss_data[r] = xent_row_as(logits + r * cols, labels[r], cols, grad_scale, dx);
       }
     });
     double total = 0.0;  // in row order: deterministic
@@ -166,6 +151,12 @@ void softmax_xent(const float* logits, const int32_t* labels, int64_t rows, int6
 void softmax_xent_bf16(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                        float grad_scale, const float* device_scale, float* loss, uint16_t* dlogits,
                        Stream& stream) {
+  softmax_xent_as(logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits, stream);
+}
+
+void softmax_xent_bf16_logits(const uint16_t* logits, const int32_t* labels, int64_t rows,
+                              int64_t cols, float grad_scale, const float* device_scale,
+                              float* loss, uint16_t* dlogits, Stream& stream) {
   softmax_xent_as(logits, labels, rows, cols, grad_scale, device_scale, loss, dlogits, stream);
 }
 

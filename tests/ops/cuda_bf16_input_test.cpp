@@ -18,20 +18,7 @@
 namespace ls::test {
 namespace {
 
-class CudaBf16InputTest : public CudaVsHostTest {
- protected:
-  Pair bf16(const std::vector<float>& values, const Shape& shape) {
-    const Pair f32 = upload(values, shape);
-    Pair out = empty(shape, DType::kBF16);
-    run_both([&](Stream& s, auto side) { cast(side(f32), side(out), s); });
-    return out;
-  }
-  Pair f32_of(const Pair& p) {
-    Pair out = empty(p.host.shape());
-    run_both([&](Stream& s, auto side) { cast(side(p), side(out), s); });
-    return out;
-  }
-};
+class CudaBf16InputTest : public CudaVsHostTest {};
 
 TEST_F(CudaBf16InputTest, BiasGradSumsABf16Gradient) {
   const int64_t rows = 600, cols = 70;  // three row tiles, a partial column tile

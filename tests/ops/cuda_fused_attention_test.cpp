@@ -31,10 +31,7 @@ class CudaFusedAttentionTest : public CudaVsHostTest {
 
   // q, k, v, dout as bf16 on both backends, the same values.
   Pair bf16_operand(int64_t bh, int64_t t, int64_t d, uint32_t seed) {
-    Pair f32 = upload(random_vector(bh * t * d, seed), {bh, t, d});
-    Pair out = empty({bh, t, d}, DType::kBF16);
-    run_both([&](Stream& s, auto side) { cast(side(f32), side(out), s); });
-    return out;
+    return bf16(random_vector(bh * t * d, seed), {bh, t, d});
   }
 
   Outputs run(const Case& c) {

@@ -22,20 +22,6 @@ class CudaGemmEpilogueTest : public CudaVsHostTest {
   // One bf16 step (2^-8 relative) plus the f32 product's order.
   static constexpr double kRtol = 1.0 / 128, kAtol = 1e-3;
 
-  Pair bf16(const std::vector<float>& values, const Shape& shape) {
-    const Pair f32 = upload(values, shape);
-    Pair out = empty(shape, DType::kBF16);
-    run_both([&](Stream& s, auto side) { cast(side(f32), side(out), s); });
-    return out;
-  }
-
-  Pair f32_of(const Pair& p) {
-    if (p.host.dtype() == DType::kF32) return p;
-    Pair out = empty(p.host.shape());
-    run_both([&](Stream& s, auto side) { cast(side(p), side(out), s); });
-    return out;
-  }
-
   void check(GemmEpilogue epilogue, bool trans_a, bool trans_b, DType d_type) {
     SCOPED_TRACE(testing::Message() << gemm_epilogue_name(epilogue) << " trans_a=" << trans_a
                                     << " trans_b=" << trans_b << " d " << dtype_name(d_type));

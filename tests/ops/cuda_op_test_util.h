@@ -13,6 +13,7 @@
 #include <lockstep/device.h>
 #include <lockstep/dtype.h>
 #include "engine/core/runtime.h"
+#include "ops/elementwise.h"
 #include <lockstep/stream.h>
 #include <lockstep/tensor.h>
 #include "tests/ops/op_test_util.h"
@@ -57,6 +58,21 @@ class CudaVsHostTest : public ::testing::Test {
   void run_both(Op op) {
     op(*host_, [](const Pair& p) { return p.host; });
     op(*cuda_, [](const Pair& p) { return p.cuda; });
+  }
+
+  // values cast to bf16 on both backends (the same bits).
+  Pair bf16(const std::vector<float>& values, const Shape& shape) {
+    const Pair f32 = upload(values, shape);
+    Pair out = empty(shape, DType::kBF16);
+    run_both([&](Stream& s, auto side) { cast(side(f32), side(out), s); });
+    return out;
+  }
+  // p widened to f32 on both backends (itself when f32), to compare as f32.
+  Pair f32_of(const Pair& p) {
+    if (p.host.dtype() == DType::kF32) return p;
+    Pair out = empty(p.host.shape());
+    run_both([&](Stream& s, auto side) { cast(side(p), side(out), s); });
+    return out;
   }
 
   std::vector<float> host_values(const Pair& p) { return p.host.to_host_f32(*host_); }

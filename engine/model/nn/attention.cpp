@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include <lockstep/error.h>
+#include "engine/model/nn/bf16_values.h"
 #include "engine/model/nn/like_f32.h"
 #include "ops/attention.h"
 #include "ops/causal_gemm.h"
@@ -86,8 +87,7 @@ Var packed(Tape& tape, const Var& qkv, const Tensor& key_valid, const Heads& hd,
     if (!qkv->requires_grad) return;
     // qkv's only use is this, and its linear multiplies the gradient in bf16: written rounded,
     // with no f32 [rows, 3 * hidden] gradient and no cast of it (VarNode::bf16_grad_ok).
-    if (qkv->bf16_grad_ok && qkv->uses == 1 && !qkv->grad.defined() &&
-        qkv->grad_storage == nullptr && qkv->parameter == nullptr) {
+    if (takes_bf16_gradient(*qkv)) {
       qkv->grad = Tensor::empty(qkv->value.shape(), DType::kBF16, hd.dev);
       qkv->grad_written = true;
       packed_attention_backward(qkv->value, dy, key_valid, hd.b, hd.h, causal, scale, qkv->grad,

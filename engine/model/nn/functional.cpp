@@ -7,6 +7,7 @@
 #include "ops/activation.h"
 #include "ops/bias.h"
 #include "ops/elementwise.h"
+#include "engine/model/nn/bf16_values.h"
 #include "engine/model/nn/like_f32.h"
 #include "ops/gemm.h"
 #include "ops/gemm_epilogue.h"
@@ -28,68 +29,26 @@ void product(const Tensor& a, const Tensor& a16, bool trans_a, const Tensor& b, 
   }
 }
 
-// x's value in bf16: itself when stored so, else the copy its producer wrote (VarNode::value16),
-// else a cast.
-Tensor bf16_copy_of(const Var& x, Stream& stream) {
-  if (x->value.dtype() == DType::kBF16) return x->value;
-  if (x->value16.defined()) return x->value16;
-  return cast_to_bf16(x->value, stream);
-}
-
-}  // namespace
-
-Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
-  const Tensor& w = weight->value;
-  LS_CHECK(x->value.ndim() == 2 && w.ndim() == 2 && x->value.dim(1) == w.dim(1), "linear: input ",
-           x->value.describe(), " does not fit weight ", w.describe(),
-           " (expected input [rows, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
-  Stream& stream = tape.stream();
-  const Precision precision = tape.context().precision;
-  // In bf16 the input and the weight are cast once, and the casts serve the forward product and
-  // both of backward's (as PyTorch's autocast keeps its casts for backward); dy is cast once for
-  // dx and dW. Three casts where three matmul(..., kBF16) calls would round six operands. A
-  // parameter's bf16 copy, when the engine keeps one, is that rounding already (Note [The bf16
-  // copy of the weights], engine/model/nn/parameter_store.h): the weight is not rounded here.
-  const bool cast_once = precision == Precision::kBF16;
-  LS_CHECK(cast_once || x->value.dtype() == DType::kF32, "linear: input ", x->value.describe(),
-           " is stored in ", dtype_name(x->value.dtype()),
-           "; outside a bf16 step linear takes f32 "
-           "(nn::to_f32 widens it)");
-  const Parameter* param = weight->parameter;
-  const bool kept = param != nullptr && param->value16.defined();
-  // The producer's bf16 copy of x when it wrote one (VarNode::value16), or x itself when it is
-  // stored in bf16: the same bits.
-  Tensor x16 = cast_once ? bf16_copy_of(x, stream) : Tensor();
-  Tensor w16 = cast_once ? (kept ? param->value16 : cast_to_bf16(w, stream)) : Tensor();
-  Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
-  if (cast_once && bias != nullptr && w.dim(1) > 0) {
-    // The bias rides in the product's epilogue (cuBLASLt on a GPU): the same f32 sum as the
-    // product followed by bias_add, without a pass over y.
-    matmul_bf16_epilogue(x16, false, w16, true, GemmEpilogue::kBias, (*bias)->value, Tensor(), y,
-                         stream);
-  } else {
-    product(x->value, x16, false, w, w16, true, y, 0.0f, precision, stream);
-    if (bias != nullptr) bias_add(y, (*bias)->value, stream);
-  }
-
+// The output Var of linear and linear_bf16_output, y = x W^T + b, with its backward recorded. In
+// bf16 (cast_once) both products of backward take dy rounded to bf16, which a loss or an add may
+// hand over so (out->bf16_grad_ok), and the bias gradient sums that bf16 dy (as under autocast),
+// on every backend alike whoever rounded it. Backward keeps only the casts it multiplies with: x16
+// for dW, w16 for dx.
+Var linear_output(Tape& tape, Tensor y, const Var& x, const Var& weight, const Var* bias,
+                  Tensor x16, Tensor w16, bool cast_once, Precision precision) {
   Var b = bias != nullptr ? *bias : nullptr;
   Var out = tape.output(std::move(y), {&x, &weight});
   if (b) out->requires_grad = out->requires_grad || (tape.recording() && b->requires_grad);
-  // In bf16 both products of backward take dy rounded to bf16: a loss or an add may hand it over
-  // so (the bias gradient then sums the bf16 dy, as under autocast).
   out->bf16_grad_ok = cast_once;
   std::vector<Var> inputs{x, weight};
   if (b) inputs.push_back(b);
-  // Backward keeps only the casts it multiplies with: x16 for dW, w16 for dx.
   if (!weight->requires_grad) x16 = Tensor();
   if (!x->requires_grad) w16 = Tensor();
+  Stream& stream = tape.stream();
   tape.record(
       out, inputs, [x, weight, b, x16, w16, cast_once, precision, &stream](const Tensor& dy) {
         const bool products = x->requires_grad || weight->requires_grad;
         const bool bias_needs = b && b->requires_grad;
-        // dy is bf16 when a loss or an add rounded it already (out->bf16_grad_ok): the same
-        // numbers. In bf16 the bias gradient sums it as the products take it (as under autocast),
-        // on every backend alike whoever rounded it.
         const Tensor dy16 = dy.dtype() == DType::kBF16              ? dy
                             : cast_once && (products || bias_needs) ? cast_to_bf16(dy, stream)
                                                                     : Tensor();
@@ -111,6 +70,42 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   return out;
 }
 
+}  // namespace
+
+Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
+  const Tensor& w = weight->value;
+  LS_CHECK(x->value.ndim() == 2 && w.ndim() == 2 && x->value.dim(1) == w.dim(1), "linear: input ",
+           x->value.describe(), " does not fit weight ", w.describe(),
+           " (expected input [rows, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
+  Stream& stream = tape.stream();
+  const Precision precision = tape.context().precision;
+  // In bf16 the input and the weight are cast once, and the casts serve the forward product and
+  // both of backward's (as PyTorch's autocast keeps its casts for backward); dy is cast once for
+  // dx and dW. Three casts where three matmul(..., kBF16) calls would round six operands. A
+  // parameter's bf16 copy, when the engine keeps one, is that rounding already (Note [The bf16
+  // copy of the weights], engine/model/nn/parameter_store.h): the weight is not rounded here.
+  const bool cast_once = precision == Precision::kBF16;
+  LS_CHECK(cast_once || x->value.dtype() == DType::kF32, "linear: input ", x->value.describe(),
+           " is stored in ", dtype_name(x->value.dtype()),
+           "; outside a bf16 step linear takes f32 "
+           "(nn::to_f32 widens it)");
+  // x itself when stored in bf16, or the bf16 copy its producer wrote: the same bits.
+  Tensor x16 = cast_once ? bf16_value_of(x, stream) : Tensor();
+  Tensor w16 = cast_once ? bf16_value_of(weight, stream) : Tensor();
+  Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kF32, x->value.device());
+  if (cast_once && bias != nullptr && w.dim(1) > 0) {
+    // The bias rides in the product's epilogue (cuBLASLt on a GPU): the same f32 sum as the
+    // product followed by bias_add, without a pass over y.
+    matmul_bf16_epilogue(x16, false, w16, true, GemmEpilogue::kBias, (*bias)->value, Tensor(), y,
+                         stream);
+  } else {
+    product(x->value, x16, false, w, w16, true, y, 0.0f, precision, stream);
+    if (bias != nullptr) bias_add(y, (*bias)->value, stream);
+  }
+  return linear_output(tape, std::move(y), x, weight, bias, std::move(x16), std::move(w16),
+                       cast_once, precision);
+}
+
 Var linear_bf16_output(Tape& tape, const Var& x, const Var& weight, const Var* bias) {
   if (tape.context().precision != Precision::kBF16) return linear(tape, x, weight, bias);
   const Tensor& w = weight->value;
@@ -118,42 +113,13 @@ Var linear_bf16_output(Tape& tape, const Var& x, const Var& weight, const Var* b
            "linear_bf16_output: input ", x->value.describe(), " does not fit weight ", w.describe(),
            " (expected input [rows, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
   Stream& stream = tape.stream();
-  const Parameter* param = weight->parameter;
-  Tensor x16 = bf16_copy_of(x, stream);
-  Tensor w16 =
-      param != nullptr && param->value16.defined() ? param->value16 : cast_to_bf16(w, stream);
-  Var b = bias != nullptr ? *bias : nullptr;
-  Tensor b16;
-  if (b) {
-    const Parameter* bp = b->parameter;
-    b16 = bp != nullptr && bp->value16.defined() ? bp->value16 : cast_to_bf16(b->value, stream);
-  }
+  Tensor x16 = bf16_value_of(x, stream), w16 = bf16_value_of(weight, stream);
+  const Tensor b16 = bias != nullptr ? bf16_value_of(*bias, stream) : Tensor();
   Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kBF16, x->value.device());
-  matmul_bf16_epilogue(x16, false, w16, true, b ? GemmEpilogue::kBias : GemmEpilogue::kNone, b16,
-                       Tensor(), y, stream);
-  Var out = tape.output(std::move(y), {&x, &weight});
-  if (b) out->requires_grad = out->requires_grad || (tape.recording() && b->requires_grad);
-  out->bf16_grad_ok = true;
-  std::vector<Var> inputs{x, weight};
-  if (b) inputs.push_back(b);
-  if (!weight->requires_grad) x16 = Tensor();
-  if (!x->requires_grad) w16 = Tensor();
-  tape.record(out, inputs, [x, weight, b, x16, w16, &stream](const Tensor& dy) {
-    const Tensor dy16 = dy.dtype() == DType::kBF16 ? dy : cast_to_bf16(dy, stream);
-    if (x->requires_grad) {  // dx = dy W
-      const bool add = Tape::begin_grad(*x);
-      ls::matmul_bf16(dy16, false, w16, false, x->grad, 1.0f, add ? 1.0f : 0.0f, stream);
-    }
-    if (weight->requires_grad) {  // dW = dy^T x
-      const bool add = Tape::begin_grad(*weight);
-      ls::matmul_bf16(dy16, true, x16, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream);
-    }
-    if (b && b->requires_grad) {
-      const bool add = Tape::begin_grad(*b);
-      bias_grad(dy16, b->grad, add, stream);
-    }
-  });
-  return out;
+  matmul_bf16_epilogue(x16, false, w16, true, bias ? GemmEpilogue::kBias : GemmEpilogue::kNone,
+                       b16, Tensor(), y, stream);
+  return linear_output(tape, std::move(y), x, weight, bias, std::move(x16), std::move(w16),
+                       /*cast_once=*/true, Precision::kBF16);
 }
 
 Var matmul(Tape& tape, const Var& a, const Var& b) {
@@ -284,13 +250,11 @@ Var add(Tape& tape, const Var& a, const Var& b) {
       // The first input with no gradient yet takes dy's buffer itself, not a copy (a residual
       // stream's add would otherwise copy its gradient twice): after this closure nothing reads
       // dy, so later contributions may add into it. Parameters keep their own storage.
-      const bool fresh =
-          !v->grad.defined() && v->grad_storage == nullptr && v->parameter == nullptr;
-      if (!handed_over && fresh) {
+      if (!handed_over && takes_handed_gradient(*v)) {
         v->grad = dy;
         v->grad_written = true;
         handed_over = true;
-      } else if (fresh && v->bf16_grad_ok && v->uses == 1 && dy.dtype() == DType::kF32) {
+      } else if (takes_bf16_gradient(*v) && dy.dtype() == DType::kF32) {
         // The other input's only use is this add and its op multiplies the gradient in bf16 (a
         // bf16 step's attention projection or MLP): it gets dy rounded, one pass, where a copy
         // and then the op's own rounding were two.

@@ -19,6 +19,7 @@
 // that is not a multiple of 8) the MLP is nn::linear, nn::bias_gelu, nn::linear, as before.
 #include <lockstep/nn/functional.h>
 #include <lockstep/nn/parameter.h>
+#include "engine/model/nn/bf16_values.h"
 #include "ops/bias.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
@@ -26,14 +27,6 @@
 
 namespace ls::nn {
 namespace {
-
-// The bf16 copy of a Var's value: the one its producer wrote or the engine keeps, else a cast.
-Tensor bf16_of(const Var& v, Stream& stream) {
-  if (v->value.dtype() == DType::kBF16) return v->value;
-  if (v->value16.defined()) return v->value16;
-  if (v->parameter != nullptr && v->parameter->value16.defined()) return v->parameter->value16;
-  return cast_to_bf16(v->value, stream);
-}
 
 Var unfused(Tape& tape, const Var& x, const Var& fc_weight, const Var& fc_bias,
             const Var& proj_weight, const Var& proj_bias, bool erf_form) {
@@ -58,8 +51,8 @@ Var mlp(Tape& tape, const Var& x, const Var& fc_weight, const Var& fc_bias, cons
 
   Stream& stream = tape.stream();
   const Device device = x->value.device();
-  Tensor x16 = bf16_of(x, stream), w1_16 = bf16_of(fc_weight, stream);
-  const Tensor b1_16 = bf16_of(fc_bias, stream), w2_16 = bf16_of(proj_weight, stream);
+  Tensor x16 = bf16_value_of(x, stream), w1_16 = bf16_value_of(fc_weight, stream);
+  const Tensor b1_16 = bf16_value_of(fc_bias, stream), w2_16 = bf16_value_of(proj_weight, stream);
   const Tensor pre16 = Tensor::empty({rows, ffn}, DType::kBF16, device);
   const Tensor h16 = Tensor::empty({rows, ffn}, DType::kBF16, device);
   matmul_bf16_epilogue(x16, false, w1_16, true, GemmEpilogue::kBiasGelu, b1_16, pre16, h16, stream);
