@@ -30,6 +30,9 @@ struct ElementwiseOps {
   void (*cast_f32_to_bf16)(const float* x, uint16_t* y, int64_t n, Stream& stream) = nullptr;
   // y[i] = f32(x[i]), exact
   void (*cast_bf16_to_f32)(const uint16_t* x, float* y, int64_t n, Stream& stream) = nullptr;
+  // x[r, c] = value (bf16 bits) for every row r < rows and column first <= c < cols, x [rows, cols]
+  void (*fill_columns_bf16)(uint16_t* x, int64_t rows, int64_t cols, int64_t first, uint16_t value,
+                            Stream& stream) = nullptr;
 };
 
 // count: i32 [1], or f32 [1] (see count_nonfinite_f32 above)
@@ -55,6 +58,21 @@ inline void fill(const Tensor& x, float value, Stream& stream) {
   op_entry(&ElementwiseOps::fill, "fill", stream, [&] {
     return OpLaunches{ledger::moves("fill_kernel", {&x})};
   })(x.f32(), x.numel(), value, stream);
+}
+
+// The columns [first, cols) of every row of a bf16 matrix x [rows, cols] set to `value` rounded to
+// bf16 (-infinity masks them out of a softmax: a padded vocabulary's extra logits).
+inline void fill_columns(const Tensor& x, int64_t first, float value, Stream& stream) {
+  op_check::tensor("fill_columns", "x", x, DType::kBF16, stream);
+  op_check::matrix("fill_columns", "x", x, "a 2-D bf16 tensor: reshape it first");
+  LS_CHECK(first >= 0 && first <= x.dim(1), "fill_columns: first column ", first, " is outside x, ",
+           x.describe(), "; expected 0 to ", x.dim(1));
+  if (first == x.dim(1) || x.dim(0) == 0) return;
+  op_entry(&ElementwiseOps::fill_columns_bf16, "fill_columns", stream, [&] {
+    const int64_t filled = x.dim(0) * (x.dim(1) - first);
+    return OpLaunches{
+        ledger::elementwise("fill_columns_bf16_kernel", filled, 2.0 * static_cast<double>(filled))};
+  })(x.bf16(), x.dim(0), x.dim(1), first, f32_to_bf16(value), stream);
 }
 
 // x *= alpha (f32)

@@ -93,11 +93,13 @@ inline std::string describe_gemm_operand(const char* name, const Tensor& t, bool
 
 // The [m, n, k] of op(a) op(b), the matrices being dims (lead, lead + 1) of a, b and c (lead 0
 // for matmul, 1 for matmul_batched); an ls::Error that says which flag would make shapes agree.
+// a_columns >= 0: only a's first a_columns columns take part (see matmul_bf16).
 inline GemmDims check_gemm_shapes(const char* op, const Tensor& a, bool trans_a, const Tensor& b,
-                                  bool trans_b, const Tensor& c, int lead) {
+                                  bool trans_b, const Tensor& c, int lead, int64_t a_columns = -1) {
   const int r = lead, q = lead + 1;
-  const int64_t m = trans_a ? a.dim(q) : a.dim(r);
-  const int64_t k = trans_a ? a.dim(r) : a.dim(q);
+  const int64_t a_cols = a_columns >= 0 ? a_columns : a.dim(q);
+  const int64_t m = trans_a ? a_cols : a.dim(r);
+  const int64_t k = trans_a ? a.dim(r) : a_cols;
   const int64_t kb = trans_b ? b.dim(q) : b.dim(r);
   const int64_t n = trans_b ? b.dim(r) : b.dim(q);
   if (k != kb) {
@@ -105,7 +107,7 @@ inline GemmDims check_gemm_shapes(const char* op, const Tensor& a, bool trans_a,
     const char* hint = "";
     if (k == (trans_b ? b.dim(r) : b.dim(q))) {
       hint = trans_b ? "; pass trans_b=false?" : "; pass trans_b=true?";
-    } else if ((trans_a ? a.dim(q) : a.dim(r)) == kb) {
+    } else if ((trans_a ? a_cols : a.dim(r)) == kb) {
       hint = trans_a ? "; pass trans_a=false?" : "; pass trans_a=true?";
     }
     LS_THROW(op, ": inner dimensions differ: ", describe_gemm_operand("a", a, trans_a, m, k),
@@ -159,14 +161,22 @@ inline void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
 // numbers as matmul(f32 a, f32 b, ..., kBF16) when a and b hold those tensors cast to bf16, without
 // rounding copies of them on every call: a caller that multiplies one operand several times
 // (a Linear's input and weight in forward and backward) casts it once (cast in ops/elementwise.h).
+// a_columns >= 0 multiplies only a's first a_columns columns, read in place (lda stays a's row
+// length): the data part of a matrix padded with extra columns (the padded vocabulary's dlogits,
+// Note [The padded vocabulary], engine/model/nn/functional.cpp).
 inline void matmul_bf16(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
-                        const Tensor& c, float alpha, float beta, Stream& stream) {
+                        const Tensor& c, float alpha, float beta, Stream& stream,
+                        int64_t a_columns = -1) {
   for (auto [name, t, dtype] : {std::tuple{"a", &a, DType::kBF16}, {"b", &b, DType::kBF16},
                                 {"c", &c, DType::kF32}}) {
     if (t->defined()) op_check::matrix("matmul_bf16", name, *t, "a 2-D tensor: reshape it first");
     op_check::tensor("matmul_bf16", name, *t, dtype, stream);
   }
-  const detail::GemmDims d = detail::check_gemm_shapes("matmul_bf16", a, trans_a, b, trans_b, c, 0);
+  LS_CHECK(a_columns < 0 || (a.ndim() == 2 && a_columns <= a.dim(1)),
+           "matmul_bf16: a_columns = ", a_columns, " of a, which is ", a.describe(),
+           "; expected at most its columns");
+  const detail::GemmDims d =
+      detail::check_gemm_shapes("matmul_bf16", a, trans_a, b, trans_b, c, 0, a_columns);
   op_entry(&GemmOps::gemm_bf16, "matmul_bf16", stream,
            [&] {
              return detail::gemm_launches(trans_a, trans_b, d, 1, true, Precision::kBF16, beta);

@@ -4,6 +4,7 @@
 //
 // layernorm: mean[r] = mean_c x[r, c], rstd[r] = 1 / sqrt(var_c x[r, c] + eps) (biased variance),
 //   y = (x - mean) * rstd * gamma + beta; mean and rstd f32 [rows] are saved for the backward.
+// add_layernorm: sum = a + b, then layernorm(sum), in one pass (the residual add fused).
 // layernorm_backward: with xhat = (x - mean) * rstd and g = dy * gamma,
 //   dx (+)= rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))   (`accumulate` chooses += or =),
 //   dgamma += sum_r dy * xhat, dbeta += sum_r dy (ALWAYS added; rows summed in row order).
@@ -24,6 +25,12 @@ struct LayerNormOps {
   void (*layernorm)(const float* x, const float* gamma, const float* beta, int64_t rows,
                     int64_t cols, float eps, float* y, float* mean, float* rstd, uint16_t* y16,
                     Stream& stream) = nullptr;
+  // sum = a + b, then layernorm of sum as above, in one pass: the residual add and the norm that
+  // reads it. sum is written (the residual stream, and the norm's saved input), bit for bit
+  // add's; y, y16, mean and rstd bit for bit layernorm's of it.
+  void (*add_layernorm)(const float* a, const float* b, float* sum, const float* gamma,
+                        const float* beta, int64_t rows, int64_t cols, float eps, float* y,
+                        float* mean, float* rstd, uint16_t* y16, Stream& stream) = nullptr;
   // dx (+)= the input gradient; dgamma += sum_r dy*xhat, dbeta += sum_r dy in row order.
   void (*layernorm_backward)(const float* x, const float* gamma, const float* mean,
                              const float* rstd, const float* dy, int64_t rows, int64_t cols,
@@ -82,6 +89,52 @@ inline void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
                  ledger::moves("layernorm_kernel", {&x, &gamma, &beta, &y, &mean, &rstd, &y16})};
            })(x.f32(), gamma.f32(), beta.f32(), rows, cols, eps, y.defined() ? y.f32() : nullptr,
               mean.f32(), rstd.f32(), y16.defined() ? y16.bf16() : nullptr, stream);
+}
+
+// sum = a + b and layernorm(sum) in one pass (LayerNormOps::add_layernorm): a, b and sum of one
+// shape, sum overlapping neither; y (or y16) as layernorm's, overlapping none of a, b and sum.
+inline void add_layernorm(const Tensor& a, const Tensor& b, const Tensor& sum, const Tensor& gamma,
+                          const Tensor& beta, float eps, const Tensor& y, const Tensor& mean,
+                          const Tensor& rstd, Stream& stream, const Tensor& y16 = Tensor()) {
+  const char* op = "add_layernorm";
+  detail::check_layernorm_x(op, "a", a, stream);
+  for (auto [name, t] : {std::pair{"b", &b}, {"sum", &sum}}) {
+    op_check::tensor(op, name, *t, DType::kF32, stream);
+    detail::check_same_shape(op, name, *t, a);
+  }
+  const int64_t cols = a.dim(a.ndim() - 1), rows = a.numel() / cols;
+  detail::check_layernorm_vector(op, "gamma", gamma, cols, "column", a, stream);
+  detail::check_layernorm_vector(op, "beta", beta, cols, "column", a, stream);
+  detail::check_layernorm_vector(op, "mean", mean, rows, "row", a, stream);
+  detail::check_layernorm_vector(op, "rstd", rstd, rows, "row", a, stream);
+  LS_CHECK(y.defined() || y16.defined(), op, ": y and y16 are both undefined; pass y (f32), ",
+           "y16 (bf16) or both");
+  if (y.defined()) {
+    op_check::tensor(op, "y", y, DType::kF32, stream);
+    detail::check_same_shape(op, "y", y, a);
+  }
+  if (y16.defined()) {
+    op_check::tensor(op, "y16", y16, DType::kBF16, stream);
+    detail::check_same_shape(op, "y16", y16, a);
+  }
+  LS_CHECK(eps > 0.0f, op, ": eps is ", eps, "; expected a small positive value, e.g. 1e-5");
+  for (const Tensor* out : {&sum, &y, &y16}) {
+    for (const Tensor* in : {&a, &b}) {
+      LS_CHECK(!out->defined() || !op_check::overlaps(*out, *in), op, ": an output (",
+               out->describe(), ") overlaps an input (", in->describe(), "); write to new tensors");
+    }
+  }
+  for (const Tensor* out : {&y, &y16}) {
+    LS_CHECK(!out->defined() || !op_check::overlaps(sum, *out), op, ": sum (", sum.describe(),
+             ") overlaps the norm's output; write them to separate tensors");
+  }
+  op_entry(&LayerNormOps::add_layernorm, op, stream,
+           [&] {
+             return OpLaunches{ledger::moves(
+                 "layernorm_kernel", {&a, &b, &sum, &gamma, &beta, &y, &mean, &rstd, &y16})};
+           })(a.f32(), b.f32(), sum.f32(), gamma.f32(), beta.f32(), rows, cols, eps,
+              y.defined() ? y.f32() : nullptr, mean.f32(), rstd.f32(),
+              y16.defined() ? y16.bf16() : nullptr, stream);
 }
 
 inline void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,

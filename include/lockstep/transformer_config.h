@@ -41,6 +41,11 @@ struct TransformerConfig {
   // that adds its own head (make_transformer, lockstep/data_parallel.h). Same parameters as the
   // language model, so a language model's weights load into it.
   bool hidden_states = false;
+  // A language model's bf16 training step multiplies its tied head with the vocabulary padded to
+  // a multiple of this (50,257 -> 50,304 at 128): aligned rows and whole tiles for the products,
+  // the extra logits masked (-infinity). Parameters, checkpoints and exports keep `vocab`; 1 pads
+  // nothing. Note [The padded vocabulary], engine/model/nn/functional.cpp.
+  int64_t pad_vocab_multiple = 128;
 
   bool is_classifier() const { return classes > 0; }
   int64_t head_dim() const { return hidden / heads; }

@@ -1,6 +1,8 @@
 // CUDA kernels of ops/elementwise.h: fill, scale, axpy, add, the non-finite count and the
 // f32 <-> bf16 casts. Asynchronous on the stream; n == 0 launches nothing (count_nonfinite still
 // zeroes its count); grid-stride loops over int64 indices.
+#include <algorithm>
+
 #include <cuda_runtime.h>
 
 #include "ops/cuda/bf16_bits.cuh"
@@ -47,6 +49,16 @@ __global__ void cast_f32_to_bf16_kernel(const float* x, uint16_t* y, int64_t n) 
 
 __global__ void cast_bf16_to_f32_kernel(const uint16_t* x, float* y, int64_t n) {
   LS_GRID_STRIDE_LOOP(i, n) { y[i] = __uint_as_float(static_cast<uint32_t>(x[i]) << 16); }
+}
+
+// One block per row at a time (a grid-stride loop over rows), its threads across the filled
+// columns: no division per element.
+__global__ void fill_columns_bf16_kernel(uint16_t* x, int64_t rows, int64_t cols, int64_t first,
+                                         uint16_t value) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    uint16_t* row = x + r * cols;
+    for (int64_t c = first + threadIdx.x; c < cols; c += blockDim.x) row[c] = value;
+  }
 }
 
 }  // namespace
@@ -117,6 +129,19 @@ void cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, Stream& on) {
   LS_CUDA_CHECK_LAUNCH();
 }
 
+void fill_columns_bf16(uint16_t* x, int64_t rows, int64_t cols, int64_t first, uint16_t value,
+                       Stream& on) {
+  const CudaLaunch launch(on);
+  const cudaStream_t stream = launch.stream();
+  if (rows == 0 || first == cols) return;
+  // A padded vocabulary fills under 128 columns a row: a block of 128 threads covers them.
+  constexpr int kColumnThreads = 128;
+  const int blocks = static_cast<int>(std::min<int64_t>(rows, kMaxBlocks));
+  LS_LAUNCH(fill_columns_bf16_kernel, blocks, kColumnThreads, 0, stream, x, rows, cols, first,
+            value);
+  LS_CUDA_CHECK_LAUNCH();
+}
+
 const ElementwiseOps kCudaElementwise{
     .fill = fill,
     .scale = scale,
@@ -126,6 +151,7 @@ const ElementwiseOps kCudaElementwise{
     .count_nonfinite_f32 = count_nonfinite_f32,
     .cast_f32_to_bf16 = cast_f32_to_bf16,
     .cast_bf16_to_f32 = cast_bf16_to_f32,
+    .fill_columns_bf16 = fill_columns_bf16,
 };
 LS_REGISTER_OP_TABLE(ElementwiseOps, DeviceKind::kCuda, kCudaElementwise);
 

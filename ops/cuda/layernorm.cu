@@ -62,10 +62,12 @@ __device__ inline int64_t first_row() {
 __device__ inline int64_t row_step() { return static_cast<int64_t>(gridDim.x) * kRowsPerBlock; }
 
 // y16 (may be null): y rounded to bf16 as well; y may be null when y16 is not (bf16 only).
+// residual (may be null; add_layernorm): the row normalised is x + residual, which the first pass
+// writes to sum_out; the later passes read it back, each lane the chunks it wrote itself.
 template <int kVec>
-__global__ void layernorm_kernel(const float* x, const float* gamma, const float* beta,
-                                 int64_t rows, int64_t cols, float eps, float* y, float* mean,
-                                 float* rstd, uint16_t* y16) {
+__global__ void layernorm_kernel(const float* x, const float* residual, float* sum_out,
+                                 const float* gamma, const float* beta, int64_t rows, int64_t cols,
+                                 float eps, float* y, float* mean, float* rstd, uint16_t* y16) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const float inv_cols = 1.0f / static_cast<float>(cols);
   const int64_t chunks = cols / kVec;
@@ -74,9 +76,15 @@ __global__ void layernorm_kernel(const float* x, const float* gamma, const float
     float* yr = y == nullptr ? nullptr : y + r * cols;
     float sum = 0.0f;
     for (int64_t i = lane; i < chunks; i += kWarp) {
-      const Chunk<kVec> c = load_chunk<kVec>(xr, i);
+      Chunk<kVec> c = load_chunk<kVec>(xr, i);
+      if (residual != nullptr) {
+        const Chunk<kVec> add = load_chunk<kVec>(residual + r * cols, i);
+        for (int j = 0; j < kVec; ++j) c.v[j] += add.v[j];
+        store_chunk<kVec>(sum_out + r * cols, i, c);
+      }
       for (float v : c.v) sum += v;
     }
+    if (residual != nullptr) xr = sum_out + r * cols;
     const float m = warp_sum(sum) * inv_cols;
     float squares = 0.0f;
     for (int64_t i = lane; i < chunks; i += kWarp) {
@@ -195,19 +203,32 @@ bool rows_take_float4(int64_t cols, std::initializer_list<const void*> pointers)
 
 }  // namespace
 
-void layernorm(const float* x, const float* gamma, const float* beta, int64_t rows, int64_t cols,
-               float eps, float* y, float* mean, float* rstd, uint16_t* y16, Stream& on) {
+// layernorm of x, or (residual not null) of x + residual, written to sum_out.
+void layernorm_rows(const float* x, const float* residual, float* sum_out, const float* gamma,
+                    const float* beta, int64_t rows, int64_t cols, float eps, float* y, float* mean,
+                    float* rstd, uint16_t* y16, Stream& on) {
   const CudaLaunch launch(on);
   const cudaStream_t stream = launch.stream();
   if (rows * cols == 0) return;
-  if (rows_take_float4(cols, {x, gamma, beta, y})) {
-    LS_LAUNCH(layernorm_kernel<4>, row_blocks(rows), kThreads, 0, stream, x, gamma, beta, rows,
-              cols, eps, y, mean, rstd, y16);
+  if (rows_take_float4(cols, {x, residual, sum_out, gamma, beta, y})) {
+    LS_LAUNCH(layernorm_kernel<4>, row_blocks(rows), kThreads, 0, stream, x, residual, sum_out,
+              gamma, beta, rows, cols, eps, y, mean, rstd, y16);
   } else {
-    LS_LAUNCH(layernorm_kernel<1>, row_blocks(rows), kThreads, 0, stream, x, gamma, beta, rows,
-              cols, eps, y, mean, rstd, y16);
+    LS_LAUNCH(layernorm_kernel<1>, row_blocks(rows), kThreads, 0, stream, x, residual, sum_out,
+              gamma, beta, rows, cols, eps, y, mean, rstd, y16);
   }
   LS_CUDA_CHECK_LAUNCH();
+}
+
+void layernorm(const float* x, const float* gamma, const float* beta, int64_t rows, int64_t cols,
+               float eps, float* y, float* mean, float* rstd, uint16_t* y16, Stream& on) {
+  layernorm_rows(x, nullptr, nullptr, gamma, beta, rows, cols, eps, y, mean, rstd, y16, on);
+}
+
+void add_layernorm(const float* a, const float* b, float* sum, const float* gamma,
+                   const float* beta, int64_t rows, int64_t cols, float eps, float* y, float* mean,
+                   float* rstd, uint16_t* y16, Stream& on) {
+  layernorm_rows(a, b, sum, gamma, beta, rows, cols, eps, y, mean, rstd, y16, on);
 }
 
 void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
@@ -237,6 +258,7 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean, c
 
 const LayerNormOps kCudaLayerNorm{
     .layernorm = layernorm,
+    .add_layernorm = add_layernorm,
     .layernorm_backward = layernorm_backward,
 };
 LS_REGISTER_OP_TABLE(LayerNormOps, DeviceKind::kCuda, kCudaLayerNorm);

@@ -68,6 +68,13 @@ void cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, Stream& stream) {
   enqueue_map(stream, n, [=](int64_t b, int64_t e) { widen_bf16(x + b, e - b, y + b); });
 }
 
+void fill_columns_bf16(uint16_t* x, int64_t rows, int64_t cols, int64_t first, uint16_t value,
+                       Stream& stream) {
+  enqueue_rows(stream, rows, cols, [=](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) std::fill(x + r * cols + first, x + (r + 1) * cols, value);
+  });
+}
+
 const ElementwiseOps kHostElementwise{
     .fill = fill,
     .scale = scale,
@@ -77,6 +84,7 @@ const ElementwiseOps kHostElementwise{
     .count_nonfinite_f32 = count_nonfinite_f32,
     .cast_f32_to_bf16 = cast_f32_to_bf16,
     .cast_bf16_to_f32 = cast_bf16_to_f32,
+    .fill_columns_bf16 = fill_columns_bf16,
 };
 LS_REGISTER_OP_TABLE(ElementwiseOps, DeviceKind::kHost, kHostElementwise);
 

@@ -40,8 +40,11 @@ void layernorm_row(const float* x, const float* gamma, const float* beta, int64_
   *rstd_out = rstd;
 }
 
-void layernorm(const float* x, const float* gamma, const float* beta, int64_t rows, int64_t cols,
-               float eps, float* y, float* mean, float* rstd, uint16_t* y16, Stream& stream) {
+// layernorm, of x or (residual not null) of sum = x + residual, which it writes first, row by row
+// (add_layernorm).
+void layernorm_rows(const float* x, const float* residual, float* sum, const float* gamma,
+                    const float* beta, int64_t rows, int64_t cols, float eps, float* y, float* mean,
+                    float* rstd, uint16_t* y16, Stream& stream) {
   if (rows <= 0 || cols <= 0) return;
   host_enqueue(stream, [=] {
     host_parallel_for(0, rows, rows_grain(cols), [=](int64_t r0, int64_t r1) {
@@ -49,13 +52,30 @@ void layernorm(const float* x, const float* gamma, const float* beta, int64_t ro
       if (y == nullptr) row.resize(static_cast<size_t>(cols));
       for (int64_t r = r0; r < r1; ++r) {
         float* yr = y == nullptr ? row.data() : y + r * cols;
-        layernorm_row(x + r * cols, gamma, beta, cols, eps, yr, mean + r, rstd + r);
+        const float* xr = x + r * cols;
+        if (residual != nullptr) {
+          float* sr = sum + r * cols;
+          for (int64_t c = 0; c < cols; ++c) sr[c] = xr[c] + residual[r * cols + c];
+          xr = sr;
+        }
+        layernorm_row(xr, gamma, beta, cols, eps, yr, mean + r, rstd + r);
         if (y16 != nullptr) {
           for (int64_t c = 0; c < cols; ++c) y16[r * cols + c] = f32_to_bf16(yr[c]);
         }
       }
     });
   });
+}
+
+void layernorm(const float* x, const float* gamma, const float* beta, int64_t rows, int64_t cols,
+               float eps, float* y, float* mean, float* rstd, uint16_t* y16, Stream& stream) {
+  layernorm_rows(x, nullptr, nullptr, gamma, beta, rows, cols, eps, y, mean, rstd, y16, stream);
+}
+
+void add_layernorm(const float* a, const float* b, float* sum, const float* gamma,
+                   const float* beta, int64_t rows, int64_t cols, float eps, float* y, float* mean,
+                   float* rstd, uint16_t* y16, Stream& stream) {
+  layernorm_rows(a, b, sum, gamma, beta, rows, cols, eps, y, mean, rstd, y16, stream);
 }
 
 // dgamma[c] += sum_r dy * xhat, dbeta[c] += sum_r dy for c in [c0, c1), rows in order.
@@ -118,6 +138,7 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean, c
 
 const LayerNormOps kHostLayerNorm{
     .layernorm = layernorm,
+    .add_layernorm = add_layernorm,
     .layernorm_backward = layernorm_backward,
 };
 LS_REGISTER_OP_TABLE(LayerNormOps, DeviceKind::kHost, kHostLayerNorm);

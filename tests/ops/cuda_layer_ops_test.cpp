@@ -84,6 +84,45 @@ TEST_F(CudaLayerOpsTest, InvalidIdIsTheSameErrorOnBothBackends) {
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(text(messages[i]), text(messages[i + 3]));
 }
 
+// The residual add inside LayerNorm: on each backend bit for bit add then layernorm (f32 y and
+// the bf16 copy, the sum, the statistics), and CUDA within layernorm's tolerance of the host. Rows
+// of 768 take the float4 path, rows of 33 the scalar one.
+TEST_F(CudaLayerOpsTest, AddLayerNormIsAddThenLayerNormOnEachBackend) {
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{64, 768}, {300, 33}}) {
+    SCOPED_TRACE(testing::Message() << rows << "x" << cols);
+    Pair a = upload(random_vector(rows * cols, 1, -3, 3), {rows, cols});
+    Pair b = upload(random_vector(rows * cols, 2, -3, 3), {rows, cols});
+    Pair gamma = upload(random_vector(cols, 3), {cols}),
+         beta = upload(random_vector(cols, 4), {cols});
+    Pair fused_sum = empty({rows, cols}), fused_y = empty({rows, cols});
+    Pair fused_mean = empty({rows}), fused_rstd = empty({rows});
+    Pair fused_y16 = empty({rows, cols}, DType::kBF16);
+    Pair sum = empty({rows, cols}), y = empty({rows, cols}), mean = empty({rows}),
+         rstd = empty({rows}), y16 = empty({rows, cols}, DType::kBF16);
+    run_both([&](Stream& s, auto side) {
+      add_layernorm(side(a), side(b), side(fused_sum), side(gamma), side(beta), 1e-5f,
+                    side(fused_y), side(fused_mean), side(fused_rstd), s, side(fused_y16));
+      add(side(a), side(b), side(sum), s);
+      layernorm(side(sum), side(gamma), side(beta), 1e-5f, side(y), side(mean), side(rstd), s,
+                side(y16));
+    });
+    for (const auto& [fused, separate] : std::vector<std::pair<Pair*, Pair*>>{
+             {&fused_sum, &sum}, {&fused_y, &y}, {&fused_mean, &mean}, {&fused_rstd, &rstd}}) {
+      EXPECT_TRUE(bitwise_equal(host_values(*fused), host_values(*separate)));
+      EXPECT_TRUE(bitwise_equal(cuda_values(*fused), cuda_values(*separate)));
+    }
+    for (Pair* bits : {&fused_y16, &y16}) {  // widened exactly: equal bits, equal floats
+      Pair wide = empty({rows, cols});
+      run_both([&](Stream& s, auto side) { cast(side(*bits), side(wide), s); });
+      *bits = wide;
+    }
+    EXPECT_TRUE(bitwise_equal(host_values(fused_y16), host_values(y16)));
+    EXPECT_TRUE(bitwise_equal(cuda_values(fused_y16), cuda_values(y16)));
+    expect_close(fused_y, 1e-4, 1e-5);
+    expect_close(fused_sum, 0, 0);
+  }
+}
+
 TEST_F(CudaLayerOpsTest, LayerNormMatchesHostAndRepeats) {
   for (auto [rows, cols] :
        std::vector<std::pair<int64_t, int64_t>>{

@@ -5,6 +5,7 @@
 // except the availability test, whose point is the explanation given when there is none.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -274,6 +275,36 @@ TEST_F(CudaOpsTest, CastsMatchHostBitwise) {
     cuda_->synchronize();
     EXPECT_EQ(host_half, cuda_half);
     EXPECT_TRUE(bitwise_equal(host_values(back), cuda_values(back)));
+  }
+}
+
+TEST_F(CudaOpsTest, FillColumnsMatchesHostAndLeavesTheOtherColumns) {
+  // The padded vocabulary's mask (rows of 50,304 with 47 filled), a row wider than a block's
+  // threads, and more rows than blocks.
+  const std::vector<std::array<int64_t, 3>> cases = {
+      {3, 50304, 50257}, {5, 300, 0}, {70001, 9, 8}, {2, 7, 7}};
+  for (const auto& [rows, cols, first] : cases) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << cols << " from " << first);
+    const int64_t n = rows * cols;
+    std::vector<uint16_t> before(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) before[static_cast<size_t>(i)] = static_cast<uint16_t>(i * 7);
+    Pair x = empty({rows, cols}, DType::kBF16);
+    x.host.copy_from_host_async(before.data(), n * sizeof(uint16_t), *host_);
+    x.cuda.copy_from_host_async(before.data(), n * sizeof(uint16_t), *cuda_);
+    const uint16_t minus_inf = f32_to_bf16(-std::numeric_limits<float>::infinity());
+    run_both([&](DeviceKind k, Stream& s, auto side) {
+      ops_of<ElementwiseOps>(k).fill_columns_bf16(side(x).bf16(), rows, cols, first, minus_inf, s);
+    });
+    std::vector<uint16_t> want = before;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = first; c < cols; ++c) want[static_cast<size_t>(r * cols + c)] = minus_inf;
+    }
+    for (const auto& [t, stream] : {std::pair{&x.host, host_.get()}, {&x.cuda, cuda_.get()}}) {
+      std::vector<uint16_t> got(static_cast<size_t>(n));
+      t->copy_to_host_async(got.data(), n * sizeof(uint16_t), *stream);
+      stream->synchronize();
+      EXPECT_EQ(got, want) << t->device().str();
+    }
   }
 }
 

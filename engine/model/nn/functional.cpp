@@ -2,6 +2,8 @@
 // Every backward captures the Vars it needs by value, so their tensors live until it has run.
 #include <lockstep/nn/functional.h>
 
+#include <limits>
+
 #include <lockstep/error.h>
 #include <lockstep/nn/parameter.h>
 #include "ops/activation.h"
@@ -9,6 +11,7 @@
 #include "ops/elementwise.h"
 #include "engine/model/nn/bf16_values.h"
 #include "engine/model/nn/like_f32.h"
+#include "engine/model/nn/recorded_ops.h"
 #include "ops/gemm.h"
 #include "ops/gemm_epilogue.h"
 #include "ops/pointwise_loss.h"
@@ -59,8 +62,14 @@ Var linear_output(Tape& tape, Tensor y, const Var& x, const Var& weight, const V
         }
         if (weight->requires_grad) {  // dW = dy^T x
           const bool add = Tape::begin_grad(*weight);
-          product(dy, dy16, true, x->value, x16, false, weight->grad, add ? 1.0f : 0.0f, precision,
-                  stream);
+          const int64_t out = weight->value.dim(0);
+          if (dy16.defined() && dy16.dim(1) > out) {  // padded columns: their gradient is zero
+            matmul_bf16(dy16, true, x16, false, weight->grad, 1.0f, add ? 1.0f : 0.0f, stream,
+                        /*a_columns=*/out);
+          } else {
+            product(dy, dy16, true, x->value, x16, false, weight->grad, add ? 1.0f : 0.0f,
+                    precision, stream);
+          }
         }
         if (bias_needs) {
           const bool add = Tape::begin_grad(*b);  // before reading b->grad: it may give it storage
@@ -113,11 +122,27 @@ Var linear_bf16_output(Tape& tape, const Var& x, const Var& weight, const Var* b
            "linear_bf16_output: input ", x->value.describe(), " does not fit weight ", w.describe(),
            " (expected input [rows, ", w.ndim() == 2 ? w.dim(1) : -1, "])");
   Stream& stream = tape.stream();
-  Tensor x16 = bf16_value_of(x, stream), w16 = bf16_value_of(weight, stream);
+  Tensor x16 = bf16_value_of(x, stream);
+  // Note [The padded vocabulary]
+  // GPT-2's 50,257 logits a row make a bf16 row of 100,514 bytes: rows 2-byte aligned, which
+  // keeps cuBLASLt off its fast kernels in all three products of the head, and 50,257 is no
+  // multiple of any tile. A weight with room for padded rows (the transformers' vocabulary
+  // rounded up to a multiple of 128: 50,304) is multiplied through its padded bf16 copy, whose
+  // extra rows are zero: the logits are [rows, 50,304], aligned, and their extra columns are then
+  // set to -infinity, which softmax gives probability 0, so cross-entropy computes the loss of
+  // the 50,257 and writes a zero gradient there. dx multiplies that gradient with the padded
+  // weight (zeros times zeros); dW reads only its first 50,257 columns (matmul_bf16's a_columns),
+  // into the [50,257, 768] gradient. The parameter, its f32 values, checkpoints and exports keep
+  // 50,257 rows; only the engine's bf16 copy and the logits carry the padding.
+  const Parameter* p = weight->parameter;
+  const bool padded =
+      bias == nullptr && p != nullptr && p->padded_value16.defined() && p->padded_rows > w.dim(0);
+  Tensor w16 = padded ? p->padded_value16 : bf16_value_of(weight, stream);
   const Tensor b16 = bias != nullptr ? bf16_value_of(*bias, stream) : Tensor();
-  Tensor y = Tensor::empty({x->value.dim(0), w.dim(0)}, DType::kBF16, x->value.device());
+  Tensor y = Tensor::empty({x->value.dim(0), w16.dim(0)}, DType::kBF16, x->value.device());
   matmul_bf16_epilogue(x16, false, w16, true, bias ? GemmEpilogue::kBias : GemmEpilogue::kNone,
                        b16, Tensor(), y, stream);
+  if (padded) fill_columns(y, w.dim(0), -std::numeric_limits<float>::infinity(), stream);
   return linear_output(tape, std::move(y), x, weight, bias, std::move(x16), std::move(w16),
                        /*cast_once=*/true, Precision::kBF16);
 }
@@ -239,9 +264,13 @@ Var tanh(Tape& tape, const Var& x) {
 Var add(Tape& tape, const Var& a, const Var& b) {
   LS_CHECK(a->value.shape() == b->value.shape(), "add: shapes differ: ", a->value.describe(),
            " and ", b->value.describe());
-  Stream& stream = tape.stream();
   Tensor y = Tensor::empty(a->value.shape(), DType::kF32, a->value.device());
-  ls::add(a->value, b->value, y, stream);
+  ls::add(a->value, b->value, y, tape.stream());
+  return record_add(tape, std::move(y), a, b);
+}
+
+Var record_add(Tape& tape, Tensor y, const Var& a, const Var& b) {
+  Stream& stream = tape.stream();
   Var out = tape.output(std::move(y), {&a, &b});
   tape.record(out, {a, b}, [a, b, &stream](const Tensor& dy) {
     bool handed_over = false;

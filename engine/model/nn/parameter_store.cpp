@@ -87,10 +87,16 @@ ParameterStore::ParameterStore(std::vector<Parameter*> parameters, Device device
     Parameter* p = parameters_[i];
     LS_CHECK(!p->value.defined(), "parameter '", p->name,
              "' already lives in another ParameterStore; build one model per store");
+    LS_CHECK(p->padded_rows == 0 || (p->shape.size() == 2 && p->padded_rows >= p->shape[0]),
+             "parameter '", p->name, "' asks for room for ", p->padded_rows,
+             " rows; only a 2-D parameter can, and no fewer than its ",
+             p->shape.empty() ? 0 : p->shape[0], " rows");
     p->offset = offset;
     p->index = static_cast<int>(i);
     parameter_count_ += p->numel();
-    offset += (p->numel() + kAlignment - 1) / kAlignment * kAlignment;
+    const int64_t extent =
+        p->padded_rows > 0 ? std::max(p->numel(), p->padded_rows * p->shape[1]) : p->numel();
+    offset += (extent + kAlignment - 1) / kAlignment * kAlignment;
   }
   // Equal aligned shards: any parameter count on any device count (the tail is zero padding).
   const int64_t shard = (offset + shards - 1) / shards;
@@ -126,7 +132,13 @@ void ParameterStore::keep_bf16_copy(Stream& stream) {
   LS_CHECK(!values_sharded(), "ParameterStore: a store keeping a range of the values keeps no "
            "bf16 copy (sharded parameters train in f32)");
   values16_ = Tensor::empty(values_.shape(), DType::kBF16, values_.device());
-  for (Parameter* p : parameters_) p->value16 = values16_.view(p->offset, p->shape);
+  for (Parameter* p : parameters_) {
+    p->value16 = values16_.view(p->offset, p->shape);
+    // The room after the values is zero in values_ (never written: no gradient reaches it), so it
+    // is zero in the copy too.
+    if (p->padded_rows > 0)
+      p->padded_value16 = values16_.view(p->offset, {p->padded_rows, p->shape[1]});
+  }
   round_bf16_copy(stream);
 }
 

@@ -9,6 +9,7 @@
 
 #include <lockstep/error.h>
 #include "engine/model/nn/like_f32.h"
+#include "engine/model/nn/recorded_ops.h"
 #include "ops/activation.h"
 #include "ops/bias.h"
 #include "ops/dropout.h"
@@ -91,9 +92,38 @@ Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float
   Tensor rstd = Tensor::empty({xv.dim(0)}, DType::kF32, xv.device());
   Tensor y16 = bf16 ? Tensor::empty(xv.shape(), DType::kBF16, xv.device()) : Tensor();
   ls::layernorm(xv, gamma->value, beta->value, eps, y, mean, rstd, stream, y16);
-  Var out = y.defined() ? tape.output(std::move(y), {&x, &gamma, &beta})
-                        : tape.output(y16, {&x, &gamma, &beta});
-  out->value16 = std::move(y16);
+  return record_layernorm(tape, x, gamma, beta, {std::move(y), std::move(y16), mean, rstd});
+}
+
+std::pair<Var, Var> add_layernorm(Tape& tape, const Var& x, const Var& branch, const Var& gamma,
+                                  const Var& beta, float eps, bool bf16_output) {
+  const Tensor& xv = x->value;
+  LS_CHECK(xv.ndim() == 2 && branch->value.shape() == xv.shape(), "add_layernorm: x is ",
+           xv.describe(), " and branch ", branch->value.describe(),
+           "; expected both [rows, channels]");
+  LS_CHECK(branch->value.dtype() == DType::kF32, "add_layernorm: branch is ",
+           branch->value.describe(), "; the residual stream adds f32 (nn::to_f32 widens it)");
+  const bool bf16 = tape.context().precision == Precision::kBF16;
+  Tensor sum = like_f32(xv);
+  LayerNormOutput out{bf16 && bf16_output ? Tensor() : like_f32(xv),
+                      bf16 ? Tensor::empty(xv.shape(), DType::kBF16, xv.device()) : Tensor(),
+                      Tensor::empty({xv.dim(0)}, DType::kF32, xv.device()),
+                      Tensor::empty({xv.dim(0)}, DType::kF32, xv.device())};
+  ls::add_layernorm(xv, branch->value, sum, gamma->value, beta->value, eps, out.y, out.mean,
+                    out.rstd, tape.stream(), out.y16);
+  // Recorded as add then layernorm, in that order: backward is theirs, unchanged (the norm's
+  // input gradient accumulates into the sum's, which the add then hands on).
+  Var residual = record_add(tape, std::move(sum), x, branch);
+  return {residual, record_layernorm(tape, residual, gamma, beta, std::move(out))};
+}
+
+Var record_layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta,
+                     LayerNormOutput computed) {
+  Stream& stream = tape.stream();
+  Tensor mean = std::move(computed.mean), rstd = std::move(computed.rstd);
+  Var out = computed.y.defined() ? tape.output(std::move(computed.y), {&x, &gamma, &beta})
+                                 : tape.output(computed.y16, {&x, &gamma, &beta});
+  out->value16 = std::move(computed.y16);
   tape.record(out, {x, gamma, beta}, [x, gamma, beta, mean, rstd, &stream](const Tensor& dy) {
     const bool add = x->requires_grad && Tape::begin_grad(*x);
     for (const Var& p : {gamma, beta}) {  // first: it may be what gives them storage

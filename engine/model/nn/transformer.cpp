@@ -2,6 +2,7 @@
 #include "engine/model/nn/transformer.h"
 
 #include <sstream>
+#include <tuple>
 
 #include <lockstep/error.h>
 #include <lockstep/nn/functional.h>
@@ -27,6 +28,8 @@ void TransformerConfig::validate() const {
   LS_CHECK(layernorm_eps > 0.0f, "transformer config: layernorm_eps must be positive");
   LS_CHECK(pad_id >= 0 && pad_id < vocab, "transformer config: pad id ", pad_id,
            " is outside the vocabulary of ", vocab);
+  LS_CHECK(pad_vocab_multiple >= 1, "transformer config: pad_vocab_multiple is ",
+           pad_vocab_multiple, "; use 1 to pad nothing, or a multiple such as 128");
   LS_CHECK(classes >= 0, "transformer config: classes is ", classes,
            "; use 0 for a language model or the number of classes");
   LS_CHECK(!hidden_states || classes == 0, "transformer config: hidden_states returns the "
@@ -115,6 +118,12 @@ Var LayerNorm::forward_to_products(Tape& tape, const Var& x) {
                    /*bf16_output=*/true);
 }
 
+std::pair<Var, Var> LayerNorm::forward_after_add(Tape& tape, const Var& x, const Var& branch,
+                                                 bool to_products) {
+  return add_layernorm(tape, x, branch, tape.parameter(weight_), tape.parameter(bias_), eps_,
+                       to_products);
+}
+
 // Dropout sites: one per dropout layer of the model, so no two layers share a mask.
 namespace {
 constexpr uint64_t kEmbeddingSite = 1;
@@ -147,19 +156,25 @@ class TransformerBlock final : public Module {
     Var a = attention(tape, qkv_.forward(tape, pre ? ln_1_.forward_to_products(tape, x) : x), valid,
                       shape, p, block_site(layer_, 0));
     a = dropout(tape, proj_.forward(tape, a), p, block_site(layer_, 1), row_len);
-    x = add(tape, x, a);
-    if (!pre) x = ln_1_.forward(tape, x);
+    // The residual add inside the norm that reads its sum (nn::add_layernorm): pre-norm, ln_2
+    // (the sum stays the residual stream); post-norm, ln_1 (the norm is). A pre-norm block's
+    // second sum is read by the next block's ln_1, across the block (the recompute unit): that
+    // add stays its own kernel.
+    Var mlp_in;
+    if (pre) {
+      std::tie(x, mlp_in) = ln_2_.forward_after_add(tape, x, a, /*to_products=*/true);
+    } else {
+      x = mlp_in = ln_1_.forward_after_add(tape, x, a, /*to_products=*/false).second;
+    }
     // In use order (arguments' order of evaluation is unspecified): ZeRO-3 gathers parameters
-    // as the tape asks for them, and the layer norm comes first.
-    const Var mlp_in = pre ? ln_2_.forward_to_products(tape, x) : x;
+    // as the tape asks for them, and the layer norm came first.
     const Var fc_w = tape.parameter(fc_.weight()), fc_b = tape.parameter(*fc_.bias());
     const Var proj_w = tape.parameter(mlp_proj_.weight());
     const Var proj_b = tape.parameter(*mlp_proj_.bias());
     Var m = mlp(tape, mlp_in, fc_w, fc_b, proj_w, proj_b, config_.gelu == GeluForm::kErf);
     m = dropout(tape, m, p, block_site(layer_, 2), row_len);
-    x = add(tape, x, m);
-    if (!pre) x = ln_2_.forward(tape, x);
-    return x;
+    if (pre) return add(tape, x, m);
+    return ln_2_.forward_after_add(tape, x, m, /*to_products=*/false).second;
   }
 
  private:
@@ -198,6 +213,10 @@ Transformer::Transformer(const TransformerConfig& config) : config_(config) {
   config_.validate();
   const TransformerConfig& c = config_;
   wte_ = &register_module("wte", std::make_unique<Embedding>(c.vocab, c.hidden));
+  if (!c.is_classifier() && !c.hidden_states) {  // the tied head multiplies it padded
+    const int64_t m = c.pad_vocab_multiple;
+    wte_->weight().padded_rows = (c.vocab + m - 1) / m * m;
+  }
   wpe_ = &register_module("wpe", std::make_unique<Embedding>(c.max_seq, c.hidden));
   if (c.token_types) {
     wtt_ = &register_module("wtt", std::make_unique<Embedding>(c.token_type_count, c.hidden));

@@ -42,6 +42,10 @@ class LayerNorm final : public Module {
   // forward for a norm whose output only feeds matrix products (a pre-norm block's, the tied
   // head's): in a bf16 step it is stored in bf16 only (nn::layernorm's bf16_output).
   Var forward_to_products(Tape& tape, const Var& x);
+  // The residual add before the norm and the norm, in one pass (nn::add_layernorm): {x + branch,
+  // its norm}; to_products as forward_to_products.
+  std::pair<Var, Var> forward_after_add(Tape& tape, const Var& x, const Var& branch,
+                                        bool to_products);
 
  private:
   float eps_;

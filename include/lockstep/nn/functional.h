@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include <lockstep/nn/autograd.h>
 #include <lockstep/nn/pooling.h>
@@ -27,7 +28,10 @@ Var linear(Tape& tape, const Var& x, const Var& weight, const Var* bias);
 // linear): for a layer whose consumer reads bf16, like a classifier head when the engine's
 // cross-entropy takes bf16 logits (ForwardContext::logits_in_bf16). The product and the bias
 // (rounded to bf16, as autocast rounds it) are summed in f32 and rounded once. Its backward
-// takes a bf16 gradient as it is (bias gradients sum it).
+// takes a bf16 gradient as it is (bias gradients sum it). A weight with room for padded rows
+// (Parameter::padded_rows: the transformers' vocabulary padded to a multiple of 128) and no bias
+// gives [rows, padded_rows]: the extra columns are -infinity, which a softmax gives probability 0
+// and cross-entropy a zero gradient; the weight's gradient stays [out, in].
 Var linear_bf16_output(Tape& tape, const Var& x, const Var& weight, const Var* bias = nullptr);
 // c = a b: a [m, k], b [k, n] -> [m, n].
 Var matmul(Tape& tape, const Var& a, const Var& b);
@@ -78,6 +82,11 @@ Var add_table_rows(Tape& tape, const Var& x, const Var& table, int64_t period);
 // are products (a pre-norm block's), not a residual stream.
 Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float eps,
               bool bf16_output = false);
+// A residual add and the LayerNorm of its sum in one pass (one read of each input, one write of
+// the sum): {sum, layernorm(sum)} with sum = x + branch, both f32 [rows, C]. The same values and
+// gradients as add then layernorm; bf16_output as layernorm's.
+std::pair<Var, Var> add_layernorm(Tape& tape, const Var& x, const Var& branch, const Var& gamma,
+                                  const Var& beta, float eps, bool bf16_output = false);
 
 struct AttentionShape {
   int64_t batch = 0, seq = 0, heads = 0;

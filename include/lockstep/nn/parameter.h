@@ -40,6 +40,12 @@ struct Parameter {
   // which bf16 products multiply with (rounded once per optimizer step, not in every product).
   // Undefined otherwise. Read-only, like value.
   Tensor value16;
+  // A 2-D parameter may ask for room for padded_rows rows (> shape[0]): the engine then keeps
+  // zeros after its values, and in bf16 training padded_value16 views the bf16 copy as
+  // [padded_rows, cols], its extra rows zero (the transformers' padded vocabulary). value, grad,
+  // value16, checkpoints and exports keep `shape`. 0: no room asked for.
+  int64_t padded_rows = 0;
+  Tensor padded_value16;
 
   int64_t numel() const { return shape_numel(shape); }
 };
