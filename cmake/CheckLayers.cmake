@@ -78,6 +78,37 @@ foreach(layer IN LISTS layers)
   endforeach()
   math(EXPR level "${level} + 1")
 endforeach()
+# Inside parallel/, folders in layers too, lowest first: the communicator interfaces, the backends
+# (host, then MPI, then NCCL, which exchanges its ids over MPI), the runtime (process groups, the
+# world, shards, phases, step I/O), observability (which reads the runtime), the engine (the worker
+# group, which runs observability's watchdog and telemetry), the strategies, the planner. A folder
+# may include its own and the ones before it: no include cycle between folders.
+set(parallel_layers comm host mpi nccl runtime observability engine data_parallel pipeline planner)
+file(GLOB parallel_folders LIST_DIRECTORIES true RELATIVE "${ROOT}/parallel" "${ROOT}/parallel/*")
+foreach(folder IN LISTS parallel_folders)
+  if(IS_DIRECTORY "${ROOT}/parallel/${folder}" AND NOT folder IN_LIST parallel_layers)
+    string(APPEND violations "  parallel/${folder}/ is in no layer of cmake/CheckLayers.cmake\n")
+  endif()
+endforeach()
+set(level 0)
+foreach(folder IN LISTS parallel_layers)
+  list(SUBLIST parallel_layers 0 ${level} allowed)
+  list(APPEND allowed ${folder})
+  file(GLOB files "${ROOT}/parallel/${folder}/*.h" "${ROOT}/parallel/${folder}/*.cpp"
+       "${ROOT}/parallel/${folder}/*.cu")
+  foreach(file IN LISTS files)
+    file(STRINGS "${file}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"parallel/")
+    foreach(line IN LISTS includes)
+      string(REGEX REPLACE ".*\"parallel/([a-z_]+)/.*" "\\1" included "${line}")
+      if(NOT included IN_LIST allowed)
+        file(RELATIVE_PATH rel "${ROOT}" "${file}")
+        string(APPEND violations "  ${rel} (parallel/${folder}) includes parallel/${included}/, a "
+                                 "layer above it\n")
+      endif()
+    endforeach()
+  endforeach()
+  math(EXPR level "${level} + 1")
+endforeach()
 # programs/ and examples/ embed lockstep as an outside application would: public headers only.
 file(GLOB_RECURSE example_files "${ROOT}/programs/*.cpp" "${ROOT}/programs/*.h"
      "${ROOT}/examples/*.cpp" "${ROOT}/examples/*.h")
@@ -86,6 +117,28 @@ foreach(file IN LISTS example_files)
   foreach(line IN LISTS includes)
     file(RELATIVE_PATH rel "${ROOT}" "${file}")
     string(APPEND violations "  ${rel} (a program or example) includes an internal header: ${line}\n")
+  endforeach()
+endforeach()
+# tools/ and bench/ measure and diagnose the engine from inside, but only through this short list
+# of internal headers (and the ops they benchmark): a new reach into the engine is a decision.
+set(tool_allowlist engine/core/runtime.h engine/core/system_info.h engine/core/gpu_monitor.h
+    engine/core/json_reader.h engine/model/checkpoint/atomic_file.h ops/host/onednn_matmul.h
+    parallel/comm/communicator.h
+    parallel/comm/collective.h parallel/host/host_reduce.h parallel/mpi/mpi_runtime.h
+    parallel/runtime/world_communicators.h parallel/runtime/worker_thread.h
+    parallel/observability/telemetry.h parallel/observability/layer_clock.h
+    parallel/observability/flight_recorder.h)
+file(GLOB_RECURSE tool_files "${ROOT}/tools/*.cpp" "${ROOT}/tools/*.h" "${ROOT}/bench/*.cpp"
+     "${ROOT}/bench/*.h")
+foreach(file IN LISTS tool_files)
+  file(STRINGS "${file}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"(engine|ops|parallel)/")
+  foreach(line IN LISTS includes)
+    string(REGEX REPLACE "^[^\"]*\"([^\"]+)\".*" "\\1" header "${line}")
+    if(NOT header IN_LIST tool_allowlist AND NOT header MATCHES "^ops/[a-z_]+\\.h$")
+      file(RELATIVE_PATH rel "${ROOT}" "${file}")
+      string(APPEND violations "  ${rel} (a tool or benchmark) includes ${header}, which is not "
+                               "in cmake/CheckLayers.cmake's tool_allowlist\n")
+    endif()
   endforeach()
 endforeach()
 # The built-in models are written as an application writes one: public headers only (besides
@@ -102,6 +155,6 @@ foreach(name IN LISTS models_on_public_api)
 endforeach()
 if(violations)
   message(FATAL_ERROR "#includes against the layer direction engine/core <- ops <- engine/model "
-                      "<- parallel:\n${violations}Move the code to the right layer, or pass what "
+                      "<- parallel (and, inside parallel/, ${parallel_layers}):\n${violations}Move the code to the right layer, or pass what "
                       "it needs down as an argument (docs/architecture.md).")
 endif()

@@ -85,7 +85,7 @@ MeasuredStep measure_step(const nn::TransformerConfig& config, int64_t batch, Pr
       m.losses.push_back(trainer.step(tokens).loss);
       continue;
     }
-    OpLedger ledger({.timed = true});
+    OpLedger ledger({.plan_as = std::nullopt, .timed = true});
     const auto start = std::chrono::steady_clock::now();
     m.losses.push_back(trainer.step(tokens).loss);  // the step result waits for the device
     m.step_seconds =

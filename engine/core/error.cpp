@@ -1,4 +1,7 @@
-// ls::Error's kinds, formats its what() as "message [context] (file:line)" and keeps the per-thread context.
+// ls::Error's kinds, formats its what() and keeps the per-thread context.
+// what() is "message [context]", and for kind internal (a lockstep bug, which its reader reports)
+// "message [context] (file:line)": a user's mistake, a missing file or a stalled run is told in
+// words, without the source path the user cannot act on (file() and line() still hold it).
 #include <lockstep/error.h>
 
 namespace ls {
@@ -6,18 +9,17 @@ namespace {
 thread_local std::string t_context;
 
 std::string format_what(const std::string& message, const char* file, int line,
-                        const std::string& context) {
+                        const std::string& context, ErrorKind kind) {
   std::ostringstream what;
   what << message;
   if (!context.empty()) what << " [" << context << "]";
-  what << " (" << file << ":" << line << ")";
+  if (kind == ErrorKind::kInternal) what << " (" << file << ":" << line << ")";
   return what.str();
 }
 }  // namespace
 
-Error::Error(std::string message, const char* file, int line, std::string context,
-             ErrorKind kind)
-    : std::runtime_error(format_what(message, file, line, context)),
+Error::Error(std::string message, const char* file, int line, std::string context, ErrorKind kind)
+    : std::runtime_error(format_what(message, file, line, context, kind)),
       message_(std::move(message)),
       file_(file),
       line_(line),

@@ -36,7 +36,9 @@ class CachingAllocator {
   using RawAlloc = std::function<void*(size_t bytes)>;
   using RawFree = std::function<void(void* ptr)>;
 
-  // What an allocation the system refuses does. See Note [Out of memory while peers communicate].
+  // What an allocation the system refuses does: freeing cached blocks is safe on the host, but on
+  // a GPU it would synchronize the device while peers' collectives may still need it, so CUDA
+  // allocators fail at once, naming the bytes asked, in use and cached.
   enum class OnOutOfMemory {
     kReleaseCacheAndRetry,  // give every cached block back, ask once more (host memory)
     kFail,                  // free nothing: fail with the bytes asked, in use and cached (CUDA)
@@ -61,13 +63,13 @@ class CachingAllocator {
   // inside the system's allocation call (a cudaMalloc stuck on a wedged GPU). For monitors.
   std::optional<AllocatorStats> try_stats() const;
 
-  // Graph pools (engine/core/graph.h). Between begin_capture_pool() and end_capture_pool(), the
-  // calling thread's allocations come from a pool of their own: blocks freed back to it are
-  // handed out again within it (a capture reuses its memory in stream order, as an eager step
-  // does) and never to anybody else, so a graph launch finds its memory where its capture left
-  // it. A pool with no block of a size takes one from the allocator's cache before asking the
-  // system. The pool lives as long as the handle (the graph holds it); then its cached blocks
-  // return to the allocator's, and blocks still live return there when freed. Out of memory
+  // Graph pools (the engine's CUDA/host graphs). Between begin_capture_pool() and
+  // end_capture_pool(), the calling thread's allocations come from a pool of their own: blocks
+  // freed back to it are handed out again within it (a capture reuses its memory in stream order,
+  // as an eager step does) and never to anybody else, so a graph launch finds its memory where its
+  // capture left it. A pool with no block of a size takes one from the allocator's cache before
+  // asking the system. The pool lives as long as the handle (the graph holds it); then its cached
+  // blocks return to the allocator's, and blocks still live return there when freed. Out of memory
   // while capturing is an error at once (a CUDA capture forbids freeing cached blocks).
   class CapturePool;
   std::shared_ptr<CapturePool> begin_capture_pool();

@@ -1,7 +1,6 @@
 // Gradient buckets as an application sees them (public): how they are sized and reduced, what
-// each holds, and when each one's all-reduce ran in the last step. The planner is
-// parallel/data_parallel/bucket_plan.h; the Reducer (parallel/data_parallel/reducer.h) launches
-// them.
+// each holds, and when each one's all-reduce ran in the last step (docs/architecture.md, "Data
+// parallel", says how they are planned and overlapped with backward).
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 // `keep_last` (the new one counts as one), plus every checkpoint whose step is a multiple of
 // `keep_every`. The checkpoint `latest` names is never removed, nor is any with a higher step
 // (those belong to another timeline, e.g. a run resumed from an older checkpoint, and are
-// replaced when this run reaches their step). See Note [Checkpoint retention].
+// replaced when this run reaches their step).
 #pragma once
 
 #include <cstdint>

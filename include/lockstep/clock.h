@@ -1,6 +1,6 @@
 // The one clock of step marks, traces and trace spans: the host's steady clock, in nanoseconds.
 // Host devices stamp it directly; a GPU's own clock is mapped onto it once per device (the
-// calibration in parallel/observability/device_clock.h). It is the machine's clock, so processes
+// engine calibrates each device's clock). It is the machine's clock, so processes
 // on one machine share it too (scripts/merge-traces relies on that).
 #pragma once
 

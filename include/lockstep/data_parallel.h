@@ -9,8 +9,8 @@
 // thread is left blocked, and step() throws one ls::Error naming the replica, its device, the
 // step, the phase and the original message, with the original's kind(). The object is unusable
 // afterwards (destroy it). Hangs: a watchdog reports where every replica is when one waits in a
-// collective longer than collective_timeout, then aborts all and throws that report (kind
-// timeout). Desyncs (replicas issuing different collectives) are caught before they reach the
+// collective longer than the timeout (TrainingOptions), then aborts all and throws that report
+// (kind timeout). Desyncs (replicas issuing different collectives) are caught before they reach the
 // backend (kind desync). Non-finite loss or gradients skip the step on every replica alike;
 // max_consecutive_skips skipped steps in a row are an error (kind non_finite).
 // Several processes (lockstep/world.h): built from a World, a DataParallel drives this process's
@@ -20,8 +20,8 @@
 // failure in any process ends every process's call with the original error (which names the
 // process, replica, step and phase), without waiting for a timeout. Methods taking `replica`
 // take a LOCAL index (0..local_size()-1).
-// Thread-safety: call from one thread at a time. The implementation is private
-// (parallel/data_parallel/data_parallel_impl.h); this header includes only public headers.
+// Thread-safety: call from one thread at a time. The implementation is private; this header
+// includes only public headers.
 #pragma once
 
 #include <chrono>
@@ -105,7 +105,7 @@ int current_replica();
 // (broadcast from the replicas owning its pieces) when a layer's forward first uses it, dropped at
 // the layer's end, gathered again for its backward and dropped after its last use; the next
 // parameter's gather is issued ahead, on the comm stream, to overlap the current layer's work
-// (parallel/data_parallel/parameter_gather.cpp). Bitwise kGradients (the same values reach the
+// (docs/architecture.md, "Data parallel"). Bitwise kGradients (the same values reach the
 // same kernels). f32 only; steps run eagerly (no graphs); evaluation gathers layer by layer too,
 // every replica running as many forwards as the one with the most rows. The parameters a forward
 // pass uses must not depend on its data: every
@@ -114,16 +114,13 @@ enum class ShardMode { kNone, kOptimizer, kGradients, kParameters };
 // "none", "optimizer", "gradients", "parameters"
 const char* shard_mode_name(ShardMode mode);
 
-struct DataParallelOptions : MonitorOptions {  // heartbeat, telemetry (lockstep/trainer.h)
+// Seed, timeout, the skip limit, recompute, the loss and its contract check: TrainingOptions
+// (lockstep/trainer.h), shared with PipelineOptions.
+struct DataParallelOptions : TrainingOptions {
   BucketOptions buckets;
   ShardMode shard = ShardMode::kNone;
   int accumulate = 1;                // micro-batches per step; all-reduce after the last only
-  Recompute recompute = Recompute::kNone;  // activation checkpointing (lockstep/trainer.h)
   bool allow_uneven_shards = false;  // global batch need not divide by the device count
-  uint64_t seed = 1;                 // parameter initialisation
-  // How long one collective may wait for its peers before the watchdog aborts the run.
-  std::chrono::milliseconds collective_timeout = std::chrono::minutes(10);
-  int max_consecutive_skips = 10;    // non-finite steps in a row before it is an error
   // Mixed precision (lockstep/precision.h): kBF16/kF16 round every matrix product's operands
   // (forward and backward) to 16 bits and accumulate in f32; parameters (master weights),
   // gradients, optimizer state and every other op stay f32. Gradients are all-reduced in f32
@@ -135,20 +132,13 @@ struct DataParallelOptions : MonitorOptions {  // heartbeat, telemetry (lockstep
   // false trades the copy's memory for that rounding.
   bool bf16_weight_copy = true;
   // kF16 only: the loss is scaled so that small gradients survive f16; dynamic by default (back
-  // off on overflow, grow after a run of good steps; ops/step_control.h). Saved in checkpoints.
+  // off on overflow, grow after a run of good steps, on the device). Saved in checkpoints.
   LossScaleConfig loss_scale;
-  // What the output is trained against (lockstep/nn/loss.h); null: cross-entropy on class labels.
-  // The batch's targets must be of the loss's kind (labels or values).
-  std::shared_ptr<const nn::Loss> loss;
-  // A loss other than the built-in cross-entropy is checked once, at the first step, on every
-  // replica's rows: its sum must be additive over rows (the contract of lockstep/nn/loss.h).
-  // Costs three forward passes and a wait, once.
-  bool check_loss_contract = true;
   // After graph_warmup eager steps of one shape, capture a replica's step as a graph and launch
-  // it for every later step of that shape (engine/core/graph.h): results are bitwise the eager
+  // it for every later step of that shape (docs/architecture.md): results are bitwise the eager
   // ones. Steps of another shape run eagerly; models with dropout always do (said once each,
   // through `notice`). Unset: on, except on CUDA when this process drives more than one GPU
-  // (Note [Graphs with several GPUs in one process]); true or false decides it.
+  // (docs/architecture.md, "Steps as graphs"); true or false decides it.
   std::optional<bool> graphs;
   int graph_warmup = 2;
   // step_async(): steps queued ahead of the host before it waits for the oldest (1 to 3).
@@ -170,10 +160,6 @@ class DataParallel final : public Trainer {
   // world.local_devices(). Collective over the processes. `world` must outlive this object.
   DataParallel(const World& world, ModelFactory model, OptimizerFactory optimizer,
                DataParallelOptions options = {});
-  // Takes a built implementation: how the library's own factories with test seams make one
-  // (Impl is internal, so applications use the constructors above).
-  class Impl;
-  explicit DataParallel(std::unique_ptr<Impl> impl);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -251,8 +237,11 @@ class DataParallel final : public Trainer {
   };
   StateBytes state_bytes(int replica);
 
-
  private:
+  class Impl;
+  // The engine's own factories with test seams build one from an implementation.
+  friend struct DataParallelAccess;
+  explicit DataParallel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

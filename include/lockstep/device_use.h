@@ -1,8 +1,8 @@
-// How each device spent a run's steps, and a verdict in one sentence (issue 25: "does my
-// training use both GPUs?").
+// How each device spent a run's steps, and a verdict in one sentence ("does my training use both
+// GPUs?"; docs/device-use.md).
 //
 // Every data-parallel step stamps five points with the device's own clock, in stream order
-// (parallel/observability/step_marks.h): the step's start, its input on the device, the end of
+// (the step marks): the step's start, its input on the device, the end of
 // backward, the gradients' sums arrived, the step's end. From them each device's time splits
 // into four parts that add up to its window (the measured steps and the gaps between them):
 //   input:     the step's input staged and copied onto the device;

@@ -7,9 +7,10 @@
 //                           for files and the disk (kind io).
 // LS_ASSERT(cond, parts...) an internal invariant (kind internal); failing it is a lockstep bug.
 // Callers branch on Error::kind(), never on the message text.
-// LS_CUDA_CHECK / LS_NCCL_CHECK / LS_CUBLAS_CHECK live in engine/core/cuda/cuda_check.h (and
-// nccl_check.h) and are built on LS_API_CHECK below, so every error names the statement and where
-// it ran. Message parts are streamed with operator<<, so any printable value can be passed.
+// The engine's checks of CUDA, NCCL and cuBLAS calls are built on LS_API_CHECK below, so every
+// error names the statement and where it ran. Message parts are streamed with operator<<, so any
+// printable value can be passed. what() is "message [context]"; an internal error adds
+// " (file:line)", which file() and line() give for every kind.
 // Thread-safety: the error context (replica, device) is thread-local.
 #pragma once
 

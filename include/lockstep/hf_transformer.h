@@ -1,5 +1,5 @@
 // Hugging Face checkpoints (safetensors + config.json) of GPT-2 and BERT, to and from lockstep's
-// transformer (engine/model/nn/transformer.h), so a user's pretrained model is fine-tuned here
+// transformer (lockstep/transformer_config.h), so a user's pretrained model is fine-tuned here
 // and read back by `transformers`.
 //
 // Names: GPT-2 as GPT2LMHeadModel / GPT2ForSequenceClassification save them

@@ -40,22 +40,17 @@
 
 namespace ls {
 
-struct PipelineOptions : MonitorOptions {  // heartbeat, telemetry (lockstep/trainer.h)
+// Seed, timeout (also the bound of each wait for a neighbour's tensor), the skip limit, recompute,
+// the loss and its contract check: TrainingOptions (lockstep/trainer.h), shared with
+// DataParallelOptions.
+struct PipelineOptions : TrainingOptions {
   int stages = 2;  // p; the device count must be a multiple of it
   int micro_batches = 4;
   // 1F1B, GPipe or ZB-H1 (lockstep/pipeline_schedule.h). ZB-H1 steps each stage's optimizer
   // without waiting for the others, copying its parameters and optimizer state first, and undoes
-  // the step when another stage's gradients turn out non-finite (Note [Post-validation],
-  // parallel/pipeline/pipeline_stage.cpp): results equal 1F1B's, bitwise.
+  // the step when another stage's gradients turn out non-finite (docs/pipeline.md): results
+  // equal 1F1B's, bitwise.
   ScheduleKind schedule = ScheduleKind::k1F1B;
-  Recompute recompute = Recompute::kNone;  // activation checkpointing (lockstep/trainer.h)
-  uint64_t seed = 1;  // parameter initialisation (as DataParallelOptions::seed) and dropout
-  // How long the pipeline may go without any stage making progress (host or device) before it
-  // is aborted as stalled; also the bound of each wait for a neighbour's tensor.
-  std::chrono::milliseconds timeout = std::chrono::minutes(10);
-  // What the last stage trains the output against (lockstep/nn/loss.h); null: cross-entropy.
-  // Unlike DataParallel, the pipeline does not check a custom loss's contract: check it there.
-  std::shared_ptr<const nn::Loss> loss;
 };
 
 // Where the last step's time went, per stage (of pipeline 0).
@@ -125,9 +120,8 @@ class Pipeline final : public Trainer {
                    const CheckpointRetention& retention = {}) override;
   TrainingPosition load(const std::string& dir) override;
 
-  class Impl;
-
  private:
+  class Impl;
   std::unique_ptr<Impl> impl_;
   std::map<int64_t, StepResult> untaken_;  // step_async()'s results not taken yet
 };

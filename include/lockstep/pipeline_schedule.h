@@ -12,7 +12,7 @@
 // so W runs s micro-batches behind B and fills what would be bubbles: at most p - s micro-batches
 // hold whole activations (as in 1F1B) and s more only what W needs. W's run in micro-batch order,
 // so the weight gradients sum in 1F1B's order: the same bits. Needs m >= p for its full effect.
-// All are deadlock-free when sends never block (parallel/pipeline/stage_inbox.h): a stage only
+// All are deadlock-free when sends never block (each stage's inbox takes any tensor): a stage only
 // waits for what an earlier action of a neighbour produces. Theory bubble: 1F1B and GPipe
 // (p - 1) / (m + p - 1); ZB-H1 (p - 1) / (3m + p - 1) when m >= p (equal F, B and W times).
 #pragma once

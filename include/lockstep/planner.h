@@ -17,11 +17,11 @@
 //   P, G: the flat parameter and gradient buffers as ParameterStore pads them (64-element
 //   alignment; sharded: N equal aligned ranges). O: optimizer floats per parameter x the buffer
 //   (ZeRO-1/2: x one range). A: activations, measured by profile_model (fixed + per example x
-//   rows of one micro-batch on the device; with recompute, measured so too). DP: P + G + O + A. ZeRO-1: O / N. ZeRO-2: G / N plus
-//   staging of the kZero2StagingBuckets largest buckets and of tied parameters' buckets, at most
-//   G (parallel/data_parallel/reducer.cpp, Note [Sharded gradients]); on one device as ZeRO-1.
-//   ZeRO-3: as ZeRO-2 with P / N, plus the parameters gathered where the step peaks (the turn
-//   from forward to backward): the last layer's, one parameter gathered ahead (the largest
+//   rows of one micro-batch on the device; with recompute, measured so too). DP: P + G + O + A.
+//   ZeRO-1: O / N. ZeRO-2: G / N plus staging of the kZero2StagingBuckets largest buckets and of
+//   tied parameters' buckets, at most G (docs/architecture.md, "Data parallel"); on one device as
+//   ZeRO-1. ZeRO-3: as ZeRO-2 with P / N, plus the parameters gathered where the step peaks (the
+//   turn from forward to backward): the last layer's, one parameter gathered ahead (the largest
 //   counted), and tied parameters (held through backward); on one device as ZeRO-1.
 //   Pipeline stage s: its own layers' P, G, O (tied parameters counted on every stage holding them)
 //   plus the activations of the micro-batches it keeps in flight (1F1B: min(p - s, m); GPipe: m)

@@ -1,4 +1,4 @@
-// The arithmetic precision of a training step's matrix products (issue 12: mixed precision).
+// The arithmetic precision of a training step's matrix products: mixed precision.
 //
 // kF32: everything in f32. kBF16 / kF16: every GEMM operand (weights, activations and gradients
 // entering a matrix product, forward and backward) is rounded to bfloat16 / IEEE half, round to
@@ -9,7 +9,7 @@
 // the operands and multiplying in f32. The product of two bf16 (8-bit significand) or f16
 // (11-bit) values is exact in f32, so only the summation order differs between backends.
 // f16 has 5 exponent bits: gradients below 2^-24 flush to zero and values above 65504 become
-// infinite, hence the dynamic loss scaling of ops/step_control.h.
+// infinite, hence dynamic loss scaling (LossScaleConfig below).
 #pragma once
 
 #include <cmath>
@@ -64,7 +64,7 @@ inline float round_to(Precision precision, float x) {
   return x;
 }
 
-// Dynamic loss scaling (f16; ops/step_control.h runs it). Defaults are PyTorch's GradScaler's.
+// Dynamic loss scaling (f16; run on the device, in the step). Defaults are PyTorch's GradScaler's.
 // Precisions other than f16 never scale (their range is f32's).
 struct LossScaleConfig {
   bool dynamic = true;  // false: the loss scale stays at initial_scale

@@ -69,7 +69,7 @@ class Tensor {
   // A tensor over `numel(shape)` elements of this one's storage starting `offset` elements in.
   Tensor view(int64_t offset, const Shape& shape) const;
   // view() whose elements are read as `dtype`, of the same size (an i32 word as an f32: the
-  // fields of a device-side struct such as ops/step_control.h's StepControl).
+  // fields of a device-side struct such as the engine's step control).
   Tensor view_as(DType dtype, int64_t offset, const Shape& shape) const;
   // A tensor of `dtype` over this one's bytes from `byte_offset` on (the start a multiple of
   // dtype's size): a byte buffer holding tensors of several dtypes (a batch's named inputs).

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include <lockstep/checkpoint_retention.h>
 #include <lockstep/data/dataset.h>
 #include <lockstep/data/sampler.h>
+#include <lockstep/nn/loss.h>
 
 namespace ls {
 
@@ -49,7 +51,7 @@ struct NamedParameter {
   std::vector<float> values;
 };
 
-// A Chrome trace-event file of some steps (issue 25): Perfetto (ui.perfetto.dev: Open trace
+// A Chrome trace-event file of some steps: Perfetto (ui.perfetto.dev: Open trace
 // file) and chrome://tracing open it. Every device on the host's clock, one track per device
 // stream and per host thread:
 //   - each device's compute stream: each step's input, forward + backward with every layer the
@@ -62,7 +64,7 @@ struct NamedParameter {
 //     own spans (Trainer::trace_span: lockstep-train's waits for the next batch);
 //   - the application's other threads (Trainer::trace_span: lockstep-train's data loader);
 //   - each device's memory in use, as a counter.
-// Format and tracks: parallel/observability/step_trace.h. Written once the last traced step's
+// Format and tracks: docs/device-use.md. Written once the last traced step's
 // result has arrived, or when the trainer is destroyed with part of the range traced. Several
 // processes: process p > 0 writes PATH.process-p (scripts/merge-traces joins them into one file).
 struct TraceOptions {
@@ -71,7 +73,7 @@ struct TraceOptions {
   int64_t last_step = 8;
 };
 
-// Activation checkpointing (issue 26): kBlocks keeps only the input of each layer run through
+// Activation checkpointing: kBlocks keeps only the input of each layer run through
 // Tape::recomputable (each transformer block, each child of a Sequential, each block of your
 // model that you run through it) and recomputes the layer's forward in backward: activation
 // memory of one layer's intermediates instead of all of them, for about one more forward pass.
@@ -93,16 +95,38 @@ struct MonitorOptions {
   // this file and flushed to the disk: the step, memory in use and peak, and on GPUs power,
   // temperature, clocks and throttle reasons. A hang report names the file and the last sample
   // of each device. Several processes: process p > 0 writes PATH.process-p. Format:
-  // parallel/observability/telemetry.h.
+  // docs/troubleshooting.md.
   std::string telemetry_path;
   std::chrono::milliseconds telemetry_interval{1000};
   // Where a hang (the watchdog's timeout) or a desync writes every replica's last collectives:
   // one JSON file per process, named in the error, that `lockstep-doctor --flight FILE...`
-  // analyses (format: parallel/observability/flight_dump.h). Empty: the system's temporary
-  // directory. Written by DataParallel (Pipeline's stages not yet).
+  // analyses (format: docs/troubleshooting.md). Empty: the system's temporary
+  // directory. Written by every strategy (a pipeline's file holds its stages' collectives).
   std::string flight_recorder_dir;
   // A trace of some steps (off unless trace.path is set).
   TraceOptions trace;
+};
+
+// What every strategy's options share (DataParallelOptions and PipelineOptions are both
+// TrainingOptions): one name and one meaning for each.
+struct TrainingOptions : MonitorOptions {
+  uint64_t seed = 1;  // parameter initialisation, and dropout's masks
+  // How long any wait on the other devices may last: a collective for its peers, a pipeline stage
+  // for its neighbour's tensor, the run for any progress at all. Past it the watchdog aborts the
+  // run and the step throws a report naming who was waiting for what (kind timeout).
+  std::chrono::milliseconds timeout = std::chrono::minutes(10);
+  // A step whose loss or gradients are not finite is skipped (the parameters stay as they were);
+  // this many in a row end the run with an error (kind non_finite). f16's dynamic loss scale
+  // skips steps while it backs off: they count only once the scale is at its minimum.
+  int max_consecutive_skips = 10;
+  Recompute recompute = Recompute::kNone;  // activation checkpointing (above)
+  // What the output is trained against (lockstep/nn/loss.h); null: cross-entropy on class labels.
+  // The batch's targets must be of the loss's kind (labels or values).
+  std::shared_ptr<const nn::Loss> loss;
+  // A loss other than the built-in cross-entropy is checked once, at the first step, to be a sum
+  // over rows (the contract of lockstep/nn/loss.h): its value over a step's rows must equal its
+  // values over two halves of them. A few extra forward passes and a wait, once.
+  bool check_loss_contract = true;
 };
 
 class Trainer {

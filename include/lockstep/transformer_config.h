@@ -1,7 +1,6 @@
 // The configuration of lockstep's transformers (public): a GPT-2-layout language model or an
-// encoder + linear head classifier (GPT-2 or BERT layout). The model itself is
-// engine/model/nn/transformer.h; DataParallel builds it from transformer_factory(config)
-// (lockstep/data_parallel.h).
+// encoder + linear head classifier (GPT-2 or BERT layout). DataParallel builds the model from
+// transformer_factory(config) (lockstep/data_parallel.h); docs/transformers.md describes it.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +43,7 @@ struct TransformerConfig {
   // A language model's bf16 training step multiplies its tied head with the vocabulary padded to
   // a multiple of this (50,257 -> 50,304 at 128): aligned rows and whole tiles for the products,
   // the extra logits masked (-infinity). Parameters, checkpoints and exports keep `vocab`; 1 pads
-  // nothing. Note [The padded vocabulary], engine/model/nn/functional.cpp.
+  // nothing. docs/gpu.md, "bf16 between ops", says why.
   int64_t pad_vocab_multiple = 128;
 
   bool is_classifier() const { return classes > 0; }

@@ -13,13 +13,13 @@ std::vector<Bucket> plan_buckets(const std::vector<ParameterExtent>& extents,
   LS_CHECK(options.reduce_dtype == DType::kF32 || options.reduce_dtype == DType::kBF16,
            "BucketOptions::reduce_dtype is ", dtype_name(options.reduce_dtype),
            "; gradients are all-reduced in f32 (DType::kF32, the default) or bf16 (DType::kBF16)");
-  LS_CHECK(element_bytes > 0, "element size must be positive");
-  LS_CHECK(!extents.empty(), "cannot plan buckets for a model without parameters");
+  LS_ASSERT(element_bytes > 0, "element size must be positive");
+  LS_ASSERT(!extents.empty(), "cannot plan buckets for a model without parameters");
   for (size_t i = 0; i < extents.size(); ++i) {
-    LS_CHECK(extents[i].extent > 0, "parameter ", i, " has an empty extent");
-    LS_CHECK(i == 0 || extents[i].offset == extents[i - 1].offset + extents[i - 1].extent,
-             "parameter extents must be contiguous and in registration order (parameter ", i,
-             " starts at ", extents[i].offset, ")");
+    LS_ASSERT(extents[i].extent > 0, "parameter ", i, " has an empty extent");
+    LS_ASSERT(i == 0 || extents[i].offset == extents[i - 1].offset + extents[i - 1].extent,
+              "parameter extents must be contiguous and in registration order (parameter ", i,
+              " starts at ", extents[i].offset, ")");
   }
   std::vector<Bucket> buckets;
   Bucket current;

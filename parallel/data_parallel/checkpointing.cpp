@@ -156,11 +156,8 @@ void DataParallel::Impl::gather_ranges(const std::vector<std::vector<float>*>& f
     mine.insert(mine.end(), flat->begin() + static_cast<std::ptrdiff_t>(begin),
                 flat->begin() + static_cast<std::ptrdiff_t>(begin + count));
   }
-  const std::vector<std::vector<float>> blocks =
-      between_processes<std::vector<std::vector<float>>>([&] {
-        return mpi::gather_floats(mine, 0, options_.collective_timeout, what,
-                                  processes().channel());
-      });
+  const std::vector<std::vector<float>> blocks = between_processes<std::vector<std::vector<float>>>(
+      [&] { return mpi::gather_floats(mine, 0, options_.timeout, what, processes().channel()); });
   for (size_t p = 0; p < blocks.size(); ++p) {
     const auto [from, length] = block_of(static_cast<int>(p));
     for (size_t i = 0; i < flats.size(); ++i) {
@@ -192,7 +189,7 @@ std::string DataParallel::Impl::commit(const std::string& dir, const TrainingPos
   meta.optimizer_steps = state.optimizer_steps;
   meta.extra["devices"] = devices_str(devices_);
   if (multiprocess()) meta.extra["world"] = world_->describe();
-  meta.extra["skipped_steps"] = std::to_string(skipped_total_);
+  meta.extra["skipped_steps"] = std::to_string(skips_.skipped_total());
   meta.extra["precision"] = precision_name(options_.precision);
   if (options_.precision == Precision::kF16) {
     char scale[32];  // %.9g: every float round-trips

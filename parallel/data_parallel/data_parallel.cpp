@@ -1,7 +1,7 @@
 // DataParallel (see lockstep/data_parallel.h) and its Impl
 // (parallel/data_parallel/data_parallel_impl.h): construction, the step, evaluation, and the
 // stall detector (the Watchdog) for the runtime that runs a job on every replica
-// (parallel/runtime/worker_group.h).
+// (parallel/engine/worker_group.h).
 #include <lockstep/data_parallel.h>
 
 #include <algorithm>
@@ -23,7 +23,7 @@
 #include "parallel/data_parallel/data_parallel_impl.h"
 #include "parallel/mpi/mpi_runtime.h"
 #include "parallel/observability/flight_dump.h"
-#include "parallel/comm/world_communicators.h"
+#include "parallel/runtime/world_communicators.h"
 #include "parallel/runtime/step_common.h"
 
 namespace ls {
@@ -44,20 +44,29 @@ DataParallel::DataParallel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
   LS_CHECK(impl_ != nullptr, "DataParallel: no implementation given");
 }
 
+// Builds a DataParallel from an implementation (its private constructor's one caller).
+struct DataParallelAccess {
+  template <typename... Args>
+  static std::unique_ptr<DataParallel> make(Args&&... args) {
+    return std::unique_ptr<DataParallel>(
+        new DataParallel(std::make_unique<DataParallel::Impl>(std::forward<Args>(args)...)));
+  }
+};
+
 std::unique_ptr<DataParallel> make_data_parallel(std::vector<Device> devices, ModelFactory model,
                                                  OptimizerFactory optimizer,
                                                  DataParallelOptions options,
                                                  const EngineHooks& hooks) {
-  return std::make_unique<DataParallel>(std::make_unique<DataParallel::Impl>(
-      nullptr, std::move(devices), model, optimizer, std::move(options), hooks));
+  return DataParallelAccess::make(nullptr, std::move(devices), model, optimizer, std::move(options),
+                                  hooks);
 }
 
 std::unique_ptr<DataParallel> make_data_parallel(const World& world, ModelFactory model,
                                                  OptimizerFactory optimizer,
                                                  DataParallelOptions options,
                                                  const EngineHooks& hooks) {
-  return std::make_unique<DataParallel>(std::make_unique<DataParallel::Impl>(
-      &world, world.local_devices(), model, optimizer, std::move(options), hooks));
+  return DataParallelAccess::make(&world, world.local_devices(), model, optimizer,
+                                  std::move(options), hooks);
 }
 
 DataParallel::~DataParallel() = default;
@@ -137,10 +146,13 @@ AllocatorStats DataParallel::allocator_stats(int replica) const {
 
 // ---- construction and tear-down ------------------------------------------------------------
 
-DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
-                         const ModelFactory& model, const OptimizerFactory& optimizer,
-                         DataParallelOptions options, const EngineHooks& hooks)
-    : world_(world), devices_(std::move(devices)), options_(std::move(options)) {
+DataParallel::Impl::Impl(const World* world, std::vector<Device> devices, const ModelFactory& model,
+                         const OptimizerFactory& optimizer, DataParallelOptions options,
+                         const EngineHooks& hooks)
+    : world_(world),
+      devices_(std::move(devices)),
+      options_(std::move(options)),
+      skips_(options_.max_consecutive_skips) {
   LS_CHECK(!devices_.empty(), "DataParallel needs at least one device");
   first_replica_ = world_ != nullptr ? world_->first_replica(world_->rank()) : 0;
   replicas_total_ = world_ != nullptr ? world_->replicas() : static_cast<int>(devices_.size());
@@ -150,15 +162,14 @@ DataParallel::Impl::Impl(const World* world, std::vector<Device> devices,
                     devices_[r].str());
   }
   WorkerGroupOptions group;
-  group.timeout = options_.collective_timeout;
+  group.timeout = options_.timeout;
   group.monitor = options_;  // its MonitorOptions
   group_ = std::make_unique<WorkerGroup>(world_, std::move(names), std::move(group));
   LS_CHECK(options_.accumulate >= 1, "accumulate must be >= 1 micro-batch, got ",
            options_.accumulate);
   LS_CHECK(model != nullptr && optimizer != nullptr,
            "DataParallel needs a model and an optimizer factory");
-  LS_CHECK(options_.collective_timeout.count() > 0, "collective timeout must be positive");
-  LS_CHECK(options_.max_consecutive_skips >= 1, "max_consecutive_skips must be >= 1");
+  LS_CHECK(options_.timeout.count() > 0, "timeout must be positive");
   LS_CHECK(options_.steps_in_flight >= 1 && options_.steps_in_flight < StepOutcomes::kSlots,
            "steps_in_flight is ", options_.steps_in_flight, "; it must be 1 to ",
            StepOutcomes::kSlots - 1);
@@ -237,7 +248,7 @@ StepOptions DataParallel::Impl::step_options() const {
   step.bf16_weight_copy = options_.bf16_weight_copy;
   step.recompute = options_.recompute == Recompute::kBlocks;
   // Past the watchdog's timeout and the communicators' own backstop (build_replicas).
-  step.outcome_deadline = 3 * options_.collective_timeout + std::chrono::seconds(2);
+  step.outcome_deadline = 3 * options_.timeout + std::chrono::seconds(2);
   // One line per reason, from replica 0 only (every replica meets the same reasons).
   auto told = std::make_shared<std::set<std::string>>();
   auto mutex = std::make_shared<std::mutex>();
@@ -258,10 +269,10 @@ StepOptions DataParallel::Impl::step_options() const {
 void DataParallel::Impl::build_replicas(const ModelFactory& model,
                                         const OptimizerFactory& optimizer,
                                         const EngineHooks& hooks) {
-  // The watchdog acts at collective_timeout; the communicators' own timeout is a backstop for
+  // The watchdog acts at the timeout; the communicators' own timeout is a backstop for
   // waits the watchdog cannot see, so it is set later than the watchdog's.
   CommunicatorOptions comm_options;
-  comm_options.timeout = 2 * options_.collective_timeout + std::chrono::seconds(1);
+  comm_options.timeout = 2 * options_.timeout + std::chrono::seconds(1);
   std::vector<std::unique_ptr<Communicator>> backends =
       world_ != nullptr ? make_world_communicators(*world_, comm_options)
                         : make_communicators(devices_, comm_options);
@@ -366,11 +377,12 @@ std::string DataParallel::Impl::flight_note(std::string reason,
 // process's file too, so that every process of a World leaves its own and says where.
 void DataParallel::Impl::run_on_all(const std::function<void(Replica&)>& job, const char* what) {
   flight_note_.clear();
-  CollectiveStalls stalls(options_.collective_timeout, [this] { return progress(); },
-                          [this](std::vector<ReplicaProgress> progress, const std::string& report,
-                                 StallDetector::Clock::time_point now) {
-                            return flight_note("timeout", std::move(progress), report, now);
-                          });
+  CollectiveStalls stalls(
+      options_.timeout, [this] { return progress(); },
+      [this](std::vector<ReplicaProgress> progress, const std::string& report,
+             StallDetector::Clock::time_point now) {
+        return flight_note("timeout", std::move(progress), report, now);
+      });
   try {
     group_->run_on_all([&](size_t r) { job(replica(r)); }, what, reported_step(), stalls);
   } catch (const Error& e) {
@@ -530,31 +542,13 @@ void DataParallel::Impl::harvest_oldest() {
     results_.erase(results_.begin());
   }
   results_[queued.step] = result;
-  if (!outcome.skipped) {
-    consecutive_skips_ = 0;
-    return;
-  }
-  ++skipped_total_;
-  // f16's dynamic loss scale backs off by skipping steps whose scaled gradients overflowed (the
-  // loss itself finite): its schedule expects those, so they count towards
-  // max_consecutive_skips only once the scale is at its minimum.
-  const bool scaling = options_.precision == Precision::kF16 && options_.loss_scale.dynamic;
-  if (scaling && std::isfinite(outcome.global_loss_sum) &&
-      outcome.loss_scale > options_.loss_scale.min_scale) {
-    return;
-  }
-  if (++consecutive_skips_ >= options_.max_consecutive_skips) {
-    // Every process takes this decision alike (the loss and counts are all-reduced).
-    processes().fail(ErrorKind::kNonFinite,
-                     processes().prefix() + std::to_string(consecutive_skips_) +
-                         " steps in a row (up to step " + std::to_string(queued.step) +
-                         ") had non-finite loss or gradients (last: loss " +
-                         std::to_string(result.loss) + ", " + std::to_string(outcome.nonfinite) +
-                         " non-finite gradient values" +
-                         (options_.precision == Precision::kF16
-                              ? ", loss scale " + std::to_string(outcome.loss_scale)
-                              : std::string()) +
-                         "); lower the learning rate or check the data");
+  StepVerdict verdict{queued.step, outcome.skipped, result.loss, outcome.nonfinite};
+  verdict.dynamic_loss_scale = options_.precision == Precision::kF16 && options_.loss_scale.dynamic;
+  verdict.loss_scale = outcome.loss_scale;
+  verdict.min_loss_scale = options_.loss_scale.min_scale;
+  // Every process takes this decision alike (the loss and counts are all-reduced).
+  if (auto why = skips_.record(verdict)) {
+    processes().fail(ErrorKind::kNonFinite, processes().prefix() + *why);
   }
 }
 

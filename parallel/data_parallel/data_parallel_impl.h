@@ -1,6 +1,6 @@
 // DataParallel's implementation (internal; the public class is lockstep/data_parallel.h).
 //
-// Impl owns the replicas in a WorkerGroup (parallel/runtime/worker_group.h), which runs every
+// Impl owns the replicas in a WorkerGroup (parallel/engine/worker_group.h), which runs every
 // job on all of them together: watched (first failure, the Watchdog over the collectives,
 // heartbeat, telemetry), all aborted on the first failure or hang, every stream drained, one
 // error that names where it happened. Checkpoints live in parallel/data_parallel/checkpointing.cpp.
@@ -18,8 +18,9 @@
 
 #include <lockstep/error.h>
 #include <lockstep/data_parallel.h>
+#include "parallel/runtime/skip_policy.h"
 #include "parallel/data_parallel/engine_hooks.h"
-#include "parallel/comm/process_group.h"
+#include "parallel/runtime/process_group.h"
 #include "parallel/data_parallel/replica.h"
 #include "parallel/runtime/step_common.h"
 #include "parallel/observability/device_use_meter.h"
@@ -28,7 +29,7 @@
 #include "parallel/observability/step_trace.h"
 #include "parallel/observability/telemetry.h"
 #include "parallel/observability/watchdog.h"
-#include "parallel/runtime/worker_group.h"
+#include "parallel/engine/worker_group.h"
 #include <lockstep/world.h>
 
 namespace ls {
@@ -70,7 +71,7 @@ class DataParallel::Impl {
   int local_size() const { return static_cast<int>(devices_.size()); }
   const std::vector<Device>& devices() const { return devices_; }
   int64_t steps_taken() const { return steps_; }  // enqueued
-  int64_t skipped_steps() const { return skipped_total_; }
+  int64_t skipped_steps() const { return skips_.skipped_total(); }
   int64_t parameter_count() const { return parameter_count_; }
   // Replica 0's parameters (names, shapes, offsets in the flat buffer; the same on every replica).
   const std::vector<Parameter*>& parameter_layout() const {
@@ -145,8 +146,7 @@ class DataParallel::Impl {
   // Writes the flight recorder if the process dies of a fatal signal (reset first on the way out).
   std::unique_ptr<FatalSignalDump> fatal_dump_;
   int64_t steps_ = 0;
-  int64_t skipped_total_ = 0;
-  int consecutive_skips_ = 0;
+  SkipPolicy skips_;
   struct QueuedStep {
     int64_t step;           // 1-based
     int64_t global_labels;  // the loss is the sum over these

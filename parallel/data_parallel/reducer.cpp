@@ -81,11 +81,11 @@ Reducer::Reducer(const Tensor& flat_grads, const std::vector<ParameterExtent>& e
       comm_(comm),
       compute_(compute),
       comm_stream_(comm_stream) {
-  LS_CHECK(flat_grads.defined() && flat_grads.dtype() == DType::kF32,
-           "Reducer: the gradient buffer must be a defined f32 tensor");
-  LS_CHECK(!extents.empty() && extents.back().offset + extents.back().extent <= flat_grads.numel(),
-           "Reducer: the parameter extents run past the gradient buffer (", flat_grads.describe(),
-           ")");
+  LS_ASSERT(flat_grads.defined() && flat_grads.dtype() == DType::kF32,
+            "Reducer: the gradient buffer must be a defined f32 tensor");
+  LS_ASSERT(!extents.empty() && extents.back().offset + extents.back().extent <= flat_grads.numel(),
+            "Reducer: the parameter extents run past the gradient buffer (", flat_grads.describe(),
+            ")");
   buckets_ = plan_buckets(extents, sizeof(float), options);
   if (reduce_dtype_ == DType::kBF16) {  // see Note [Gradients reduced in bf16]: kept for good
     for (const Bucket& bucket : buckets_) {
@@ -104,14 +104,14 @@ Reducer::Reducer(const GradientShard& shard, const std::vector<ParameterExtent>&
       comm_(comm),
       compute_(compute),
       comm_stream_(comm_stream) {
-  LS_CHECK(shard.owned.defined() && shard.owned.dtype() == DType::kF32 &&
-               shard.owned.numel() == shard.shard_size &&
-               shard.shard_size * comm.size() == shard.flat_size,
-           "Reducer: the owned gradients (", shard.owned.describe(), ") must be f32 [",
-           shard.shard_size, "], and ", comm.size(), " ranges of ", shard.shard_size,
-           " must make the flat layout of ", shard.flat_size);
-  LS_CHECK(!extents.empty() && extents.back().offset + extents.back().extent <= shard.flat_size,
-           "Reducer: the parameter extents run past the flat layout of ", shard.flat_size);
+  LS_ASSERT(shard.owned.defined() && shard.owned.dtype() == DType::kF32 &&
+                shard.owned.numel() == shard.shard_size &&
+                shard.shard_size * comm.size() == shard.flat_size,
+            "Reducer: the owned gradients (", shard.owned.describe(), ") must be f32 [",
+            shard.shard_size, "], and ", comm.size(), " ranges of ", shard.shard_size,
+            " must make the flat layout of ", shard.flat_size);
+  LS_ASSERT(!extents.empty() && extents.back().offset + extents.back().extent <= shard.flat_size,
+            "Reducer: the parameter extents run past the flat layout of ", shard.flat_size);
   buckets_ = plan_buckets(extents, sizeof(float), options);
   LS_CHECK(options.reduce_dtype == DType::kF32,
            "Reducer: BucketOptions::reduce_dtype = bf16 does not work with sharded gradients "

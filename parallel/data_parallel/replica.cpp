@@ -16,21 +16,6 @@
 
 namespace ls {
 
-const char* phase_name(Phase phase) {
-  switch (phase) {
-    case Phase::kIdle: return "idle";
-    case Phase::kSetup: return "setup";
-    case Phase::kUpload: return "upload";
-    case Phase::kForward: return "forward";
-    case Phase::kBackward: return "backward";
-    case Phase::kReduce: return "gradient all-reduce";
-    case Phase::kOptimizer: return "optimizer";
-    case Phase::kEvaluate: return "evaluate";
-    case Phase::kDevice: return "device work";
-  }
-  return "?";
-}
-
 namespace {
 thread_local int t_current_replica = -1;
 
@@ -195,24 +180,6 @@ void Replica::broadcast_parameters() {
   compute_->synchronize();
 }
 
-Shard Shard::slice(int64_t begin, int64_t count) const {
-  Shard out = *this;
-  if (images != nullptr) out.images = images + begin * features;
-  if (tokens != nullptr) out.tokens = tokens + begin * features;
-  if (labels != nullptr) out.labels = labels + begin * label_width;
-  if (targets != nullptr) out.targets = targets + begin * label_width;
-  out.rows = count;
-  out.first_row = first_row + begin;
-  return out;
-}
-
-int64_t Shard::counted_labels() const {
-  if (labels == nullptr) return rows * label_width;  // value targets: every one is a term
-  int64_t n = 0;
-  for (int64_t i = 0; i < rows * label_width; ++i) n += labels[i] != kIgnoreLabel ? 1 : 0;
-  return n;
-}
-
 void Replica::upload(const Shard& shard) {  // evaluation: the caller's memory, then a sync
   phase_ = Phase::kUpload;
   upload_shard(shard, /*with_labels=*/true, device_, inputs_, labels_, *compute_);
@@ -325,18 +292,7 @@ void Replica::check_loss_contract(const Shard& shard, const ForwardContext& cont
     return static_cast<double>(host);
   };
   const double whole = sum_of(0, shard.rows);
-  const double first = sum_of(0, half);
-  const double second = sum_of(half, shard.rows);
-  const double parts = first + second;
-  LS_CHECK_AS(ErrorKind::kUsage,
-              std::abs(whole - parts) <= 1e-4 * std::max(std::abs(whole), std::abs(parts)) + 1e-6,
-              "the loss '", loss.name(), "' breaks the loss contract (lockstep/nn/loss.h): its "
-              "value over ", shard.rows, " rows is ", whole, ", but over rows [0, ", half,
-              ") and [", half, ", ", shard.rows, ") it is ", first, " + ", second, " = ", parts,
-              ". A loss returns the SUM of per-target terms (not a mean, no batch statistics); "
-              "the engine divides by the global count. "
-              "Set DataParallelOptions::check_loss_contract = false only for a loss that is "
-              "additive up to rounding");
+  check_loss_additive(loss, shard.rows, half, whole, sum_of(0, half), sum_of(half, shard.rows));
 }
 
 void Replica::step_body(const Shard& shard, int accumulate, const ForwardContext& context) {

@@ -36,7 +36,7 @@ class MpiHostCommunicator final : public DescribedCommunicator {
   void group_end() override;
   // Fails this process's clique: blocked and later collectives here throw "aborted". The other
   // processes see a timeout unless told otherwise (DataParallel and Pipeline post a failure
-  // notice to them: parallel/comm/process_group.h).
+  // notice to them: parallel/runtime/process_group.h).
   void abort() override;
   std::string waiting_for() const override;
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <lockstep/device_use.h>
-#include "parallel/comm/process_group.h"
+#include "parallel/runtime/process_group.h"
 
 namespace ls {
 

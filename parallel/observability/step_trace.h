@@ -46,7 +46,7 @@
 #include <lockstep/trainer.h>
 #include "parallel/observability/layer_clock.h"
 #include "parallel/observability/step_marks.h"
-#include "parallel/pipeline/stage_timeline.h"
+#include "parallel/observability/stage_timeline.h"
 
 namespace ls {
 

@@ -16,7 +16,7 @@
 
 #include <lockstep/device.h>
 #include "parallel/observability/flight_recorder.h"
-#include "parallel/data_parallel/replica.h"
+#include "parallel/runtime/phase.h"
 
 namespace ls {
 

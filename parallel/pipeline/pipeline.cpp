@@ -1,5 +1,5 @@
 // Pipeline (see lockstep/pipeline.h): building the stages, its stall detector for the runtime
-// that runs a job on every stage (parallel/runtime/worker_group.h), and the step.
+// that runs a job on every stage (parallel/engine/worker_group.h), and the step.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include <lockstep/clock.h>
 #include "engine/core/runtime.h"
 #include "ops/softmax_xent.h"
-#include "parallel/comm/world_communicators.h"
+#include "parallel/runtime/world_communicators.h"
 #include "parallel/observability/flight_dump.h"
 #include "parallel/pipeline/pipeline_impl.h"
 #include "parallel/runtime/step_common.h"
@@ -21,7 +21,10 @@ namespace ls {
 
 Pipeline::Impl::Impl(const World* world, std::vector<Device> devices, const ModelFactory& model,
                      const OptimizerFactory& optimizer, PipelineOptions options)
-    : world_(world), devices_(std::move(devices)), options_(options) {
+    : world_(world),
+      devices_(std::move(devices)),
+      options_(options),
+      skips_(options_.max_consecutive_skips) {
   options_.loss = loss_or_default(std::move(options_.loss));
   const int d = static_cast<int>(devices_.size());
   LS_CHECK(model != nullptr && optimizer != nullptr,
@@ -134,7 +137,8 @@ void Pipeline::Impl::build_stages(const ModelFactory& model, const OptimizerFact
                        {},
                        options_.loss,
                        options_.recompute == Recompute::kBlocks,
-                       options_.schedule};
+                       options_.schedule,
+                       options_.check_loss_contract};
     const int base = static_cast<int>(i) - s;
     for (int j = 0; j < p; ++j) config.pipeline.push_back(devices_[static_cast<size_t>(base + j)]);
     std::unique_ptr<Communicator> comm =
@@ -365,16 +369,21 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   double loss_sum = 0;
   bool nonfinite = false;
+  int64_t nonfinite_values = 0;  // in pipeline 0's summed gradients (each pipeline's are those)
   for (size_t i = 0; i < stage_count(); ++i) {
     if (static_cast<int>(i) % p == p - 1) loss_sum += outcomes[i].loss_sum;
     nonfinite = nonfinite || outcomes[i].nonfinite != 0;
+    if (static_cast<int>(i) < p) nonfinite_values += outcomes[i].nonfinite;
   }
   // Every process's last stages, in process order; any non-finite stage skips everywhere.
-  const std::array<double, 2> mine{loss_sum, nonfinite ? 1.0 : 0.0};
+  const std::array<double, 3> mine{
+      loss_sum, nonfinite ? 1.0 : 0.0,
+      processes().rank() == 0 ? static_cast<double>(nonfinite_values) : 0.0};
   const std::vector<double> sums =
       processes().sum_over_processes(mine, "step: combining the processes' losses");
   loss_sum = sums[0];
   nonfinite = sums[1] > 0;
+  nonfinite_values = static_cast<int64_t>(sums[2]);
   const float loss = static_cast<float>(loss_sum / static_cast<double>(global_labels));
   const bool skipped = nonfinite || !std::isfinite(loss);
   // Under ZB-H1 every stage has stepped already (Note [Post-validation]): keep or undo it.
@@ -392,7 +401,6 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
       "optimizer step");
   ++steps_;
   account_step(outcomes, optimizers, started_ns, steady_now_ns());
-  if (skipped) ++skipped_total_;
   stats_ = {};
   stats_.step_ms = step_ms;
   for (int s = 0; s < p; ++s) {
@@ -406,6 +414,10 @@ StepResult Pipeline::Impl::step(const data::Batch& batch) {
     stats_.mean_bubble += stats_.bubble.back() / p;
   }
   stats_.theoretical_bubble = theoretical_bubble(p, options_.micro_batches, options_.schedule);
+  // The same decision in every process (the loss and the non-finite flags were combined).
+  if (auto why = skips_.record({step, skipped, loss, nonfinite_values})) {
+    processes().fail(ErrorKind::kNonFinite, processes().prefix() + *why);
+  }
   return {loss, skipped};
 }
 

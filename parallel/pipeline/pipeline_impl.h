@@ -1,5 +1,5 @@
 // Pipeline's implementation (internal; the public class is lockstep/pipeline.h): the stages in a
-// WorkerGroup (parallel/runtime/worker_group.h: threads, failure, heartbeat, telemetry), the
+// WorkerGroup (parallel/engine/worker_group.h: threads, failure, heartbeat, telemetry), the
 // stall detector and the step (pipeline.cpp), and checkpoints (pipeline_checkpoint.cpp).
 // Thread-safety: one calling thread at a time, like the public class.
 #pragma once
@@ -14,14 +14,15 @@
 #include <vector>
 
 #include <lockstep/pipeline.h>
+#include "parallel/runtime/skip_policy.h"
 #include "parallel/observability/device_use_meter.h"
 #include "parallel/observability/fatal_signal_dump.h"
 #include "parallel/observability/flight_dump.h"
 #include "parallel/observability/device_use_across_processes.h"
 #include "parallel/observability/step_trace.h"
 #include "parallel/pipeline/pipeline_stage.h"
-#include "parallel/comm/process_group.h"
-#include "parallel/runtime/worker_group.h"
+#include "parallel/runtime/process_group.h"
+#include "parallel/engine/worker_group.h"
 
 namespace ls {
 
@@ -45,7 +46,7 @@ class Pipeline::Impl {
   int local_pipelines() const { return static_cast<int>(devices_.size()) / options_.stages; }
   const std::vector<Device>& devices() const { return devices_; }
   int64_t steps_taken() const { return steps_; }
-  int64_t skipped_steps() const { return skipped_total_; }
+  int64_t skipped_steps() const { return skips_.skipped_total(); }
   int64_t parameter_count() const { return parameter_count_; }
   std::vector<std::vector<std::string>> stage_layers() const { return stage_layer_names_; }
   PipelineStepStats last_step_stats() const { return stats_; }
@@ -126,7 +127,7 @@ class Pipeline::Impl {
   std::unique_ptr<WorkerGroup> group_;
   int64_t parameter_count_ = 0;
   int64_t steps_ = 0;
-  int64_t skipped_total_ = 0;
+  SkipPolicy skips_;
   PipelineStepStats stats_;
 };
 

@@ -249,6 +249,10 @@ void PipelineStage::forward(MicroBatch& mb, int action) {
       // The loss is (sum over counted labels) / (logit rows): back to the sum.
       axpy(static_cast<float>(x->value.dim(0)), mb.loss->value, loss_sum_, *compute_);
     } else {  // a sum, seeded with 1 / global count in backward (Note [The loss contract])
+      if (!loss_contract_checked_) {
+        loss_contract_checked_ = true;
+        if (config_.check_loss_contract) check_loss_contract(mb, x, y);
+      }
       mb.loss = loss_sum_of(*config_.loss, *mb.tape, x, y, mb.end - mb.begin, width);
       axpy(1.0f, mb.loss->value, loss_sum_, *compute_);
     }
@@ -260,6 +264,31 @@ void PipelineStage::forward(MicroBatch& mb, int action) {
     compute_->record(sent);
     send({StageInbox::Kind::kActivation, mb.index, s}, s + 1, x->value, sent);
   }
+}
+
+void PipelineStage::check_loss_contract(const MicroBatch& mb, const Var& output,
+                                        const Tensor& targets) {
+  const int64_t rows = mb.end - mb.begin, half = rows / 2;
+  const Tensor& out = output->value;
+  if (half == 0 || out.ndim() == 0 || out.dim(0) % rows != 0) return;
+  // The output's rows of example e are e * per_example .. (e + 1) * per_example (a token model's
+  // [examples * seq, ...] included).
+  const int64_t per_example = out.numel() / rows, out_rows = out.dim(0) / rows;
+  const int64_t width = shard_.label_width;
+  Shape shape = out.shape();
+  auto sum_of = [&](int64_t begin, int64_t end) {
+    Tape tape(*compute_, /*record=*/false);
+    shape[0] = (end - begin) * out_rows;
+    const Var part = tape.constant(out.view(begin * per_example, shape));
+    Var sum = loss_sum_of(*config_.loss, tape, part,
+                          targets.view(begin * width, {(end - begin) * width}), end - begin, width);
+    float host = 0.0f;
+    sum->value.copy_to_host_async(&host, sizeof host, *compute_);
+    compute_->synchronize();
+    return static_cast<double>(host);
+  };
+  check_loss_additive(*config_.loss, rows, half, sum_of(0, rows), sum_of(0, half),
+                      sum_of(half, rows));
 }
 
 void PipelineStage::backward(MicroBatch& mb, int action) {

@@ -24,9 +24,10 @@
 #include "parallel/comm/communicator.h"
 #include <lockstep/data_parallel.h>
 #include <lockstep/pipeline_schedule.h>
-#include "parallel/data_parallel/replica.h"
+#include "parallel/engine/worker_group.h"
+#include "parallel/runtime/shard.h"
 #include "parallel/pipeline/stage_inbox.h"
-#include "parallel/pipeline/stage_timeline.h"
+#include "parallel/observability/stage_timeline.h"
 
 namespace ls {
 
@@ -67,6 +68,7 @@ struct StageConfig {
   std::shared_ptr<const nn::Loss> loss;  // the last stage's; never null
   bool recompute = false;                // ForwardContext::recompute (PipelineOptions::recompute)
   ScheduleKind schedule = ScheduleKind::k1F1B;
+  bool check_loss_contract = true;  // TrainingOptions::check_loss_contract (custom losses)
 };
 
 struct StageOutcome {
@@ -150,6 +152,9 @@ class PipelineStage final : public GroupMember {
   void evaluate_chunk(const Shard& chunk, int c, EvalCounts& counts);
   void reduce_data_parallel();
   bool last() const { return config_.stage + 1 == config_.stages; }
+  // Note [The loss contract] on the last stage's output of micro-batch `mb`: the custom loss over
+  // its rows and over two halves of them (the stage's output split by examples; one wait).
+  void check_loss_contract(const MicroBatch& mb, const Var& output, const Tensor& targets);
   // A wait for a neighbour is a backstop, later than the Pipeline's stall watch (which reports
   // where every stage is): twice its timeout and a second.
   std::chrono::milliseconds wait_bound() const {
@@ -185,6 +190,7 @@ class PipelineStage final : public GroupMember {
   OptimizerSpan optimistic_span_;
   Tensor inputs_, labels_, loss_sum_, nonfinite_;
   Tensor loss_seed_;  // last stage, custom loss: 1 / global count, backward's root gradient
+  bool loss_contract_checked_ = false;  // last stage: once, at its first micro-batch
   Shard shard_;
   int64_t global_labels_ = 1;
   ForwardContext context_;

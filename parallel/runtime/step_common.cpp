@@ -1,12 +1,14 @@
 // Shared step helpers (see parallel/runtime/step_common.h).
 #include "parallel/runtime/step_common.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 
 #include <lockstep/nn/functional.h>
 #include <lockstep/trainer.h>
-#include "parallel/comm/process_group.h"
+#include "parallel/runtime/process_group.h"
 
 namespace ls {
 
@@ -38,8 +40,7 @@ std::string describe_exception(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
   } catch (const Error& e) {
-    return e.message() + (e.context().empty() ? "" : " [" + e.context() + "]") + " (" + e.file() +
-           ":" + std::to_string(e.line()) + ")";
+    return e.what();  // "message [context]", and where, for an internal error
   } catch (const std::exception& e) {
     return e.what();
   } catch (...) {
@@ -55,6 +56,22 @@ ErrorKind error_kind_of(const std::exception_ptr& error) {
   } catch (...) {
     return ErrorKind::kInternal;
   }
+}
+
+void check_loss_additive(const nn::Loss& loss, int64_t rows, int64_t half, double whole,
+                         double first, double second) {
+  const double parts = first + second;
+  LS_CHECK_AS(ErrorKind::kUsage,
+              std::abs(whole - parts) <= 1e-4 * std::max(std::abs(whole), std::abs(parts)) + 1e-6,
+              "the loss '", loss.name(),
+              "' breaks the loss contract (lockstep/nn/loss.h): its "
+              "value over ",
+              rows, " rows is ", whole, ", but over rows [0, ", half, ") and [", half, ", ", rows,
+              ") it is ", first, " + ", second, " = ", parts,
+              ". A loss returns the SUM of per-target terms (not a mean, no batch statistics); "
+              "the engine divides by the global count. Set "
+              "TrainingOptions::check_loss_contract = false only for a loss that is additive up "
+              "to rounding");
 }
 
 Var loss_sum_of(const nn::Loss& loss, Tape& tape, const Var& output, const Tensor& targets_words,

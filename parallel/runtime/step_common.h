@@ -10,17 +10,21 @@
 #include <lockstep/error.h>
 #include <lockstep/data/dataset.h>
 #include <lockstep/data/sampler.h>
-#include "parallel/data_parallel/replica.h"
+#include <lockstep/nn/autograd.h>
+#include <lockstep/nn/inputs.h>
+#include <lockstep/nn/loss.h>
+#include <lockstep/trainer.h>
+#include "parallel/runtime/shard.h"
 
 namespace ls {
 
-// "message [context] (file:line)" for an ls::Error, what() for other exceptions.
+// "message [context]" for an ls::Error (and "(file:line)" for an internal one), what() for others.
 std::string describe_exception(const std::exception_ptr& error);
 // The kind of a worker's error; anything not an ls::Error came from user code (a model or a
 // factory) and is reported as internal.
 ErrorKind error_kind_of(const std::exception_ptr& error);
 
-class ProcessGroup;  // parallel/comm/process_group.h
+class ProcessGroup;  // parallel/runtime/process_group.h
 
 // The evaluation result from this process's counts (in order) and, across processes, every
 // process's sums added in process order: the same result in every process. Counts stay exact
@@ -32,6 +36,12 @@ EvalResult combine_eval_counts(const std::vector<EvalCounts>& counts, ProcessGro
 // viewed as the loss's kind. Note [The loss contract] (parallel/data_parallel/replica.cpp).
 Var loss_sum_of(const nn::Loss& loss, Tape& tape, const Var& output, const Tensor& targets_words,
                 int64_t rows, int64_t width);
+
+// Note [The loss contract]: a loss's sums over a step's rows [0, rows) and over [0, half) and
+// [half, rows) must agree within 1e-4 relative (f32 sums of different lengths round apart);
+// otherwise a usage error says so, the same for every strategy.
+void check_loss_additive(const nn::Loss& loss, int64_t rows, int64_t half, double whole,
+                         double first, double second);
 
 // The batch's targets must be of the loss's kind (class labels or values); says what to fill.
 void check_targets_kind(const nn::Loss& loss, const data::Batch& batch);

@@ -106,7 +106,7 @@ ls::DataParallelOptions data_parallel_options(const TrainOptions& o) {
   options.buckets.reduce_dtype = o.grad_reduce;
   options.precision = o.precision;
   options.graphs = o.graphs;
-  options.collective_timeout = collective_timeout(o);
+  options.timeout = collective_timeout(o);
   return options;
 }
 

@@ -224,7 +224,7 @@ std::string analysis_of_error_file(const std::string& message) {
 std::string error_of_faulty_run(testing::Fault::Kind kind, const fs::path& dir) {
   const testing::Fault fault{kind, 1, 2, {}};
   DataParallelOptions options;
-  options.collective_timeout = std::chrono::milliseconds(500);
+  options.timeout = std::chrono::milliseconds(500);
   options.flight_recorder_dir = dir.string();
   std::unique_ptr<DataParallel> dp = make_data_parallel(
       parse_devices("host:2"), testing::with_fault(mlp_factory({16, 32, 10}), fault),

@@ -13,7 +13,7 @@
 #include "engine/core/runtime.h"
 #include "parallel/comm/communicator.h"
 #include <lockstep/world.h>
-#include "parallel/comm/world_communicators.h"
+#include "parallel/runtime/world_communicators.h"
 
 namespace ls::mpi_test {
 

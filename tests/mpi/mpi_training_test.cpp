@@ -350,12 +350,12 @@ TEST_P(MpiFailure, AFaultInProcess1EndsEveryProcess) {
   const int victim = world.first_replica(1);
   Fault fault{GetParam().kind, victim, 2, std::chrono::milliseconds(0)};
   DataParallelOptions options;
-  options.collective_timeout = std::chrono::seconds(20);
+  options.timeout = std::chrono::seconds(20);
   // A replica that never issues a collective, or is stuck in its own code, ends in the
   // watchdog's report (or, with one replica in process 1, a desync between the processes).
   if (fault.kind == Fault::Kind::kStall || fault.kind == Fault::Kind::kSkipCollective) {
     fault.stall = std::chrono::milliseconds(3000);
-    options.collective_timeout = std::chrono::milliseconds(1000);
+    options.timeout = std::chrono::milliseconds(1000);
   }
   // Each process writes its flight recorder's file into a folder of its own.
   char flight_folder[] = "/tmp/lockstep-mpi-flights-XXXXXX";

@@ -203,4 +203,20 @@ TEST(Losses, APipelineTrainsValueLossesAsOneDevice) {
             1e-5);
 }
 
+// A pipeline's last stage checks a custom loss's contract as DataParallel does, with the same
+// message; unchecked, the mean trains as it cannot on one device.
+TEST(Losses, APipelineCatchesAMeanInsteadOfASumAtTheFirstStep) {
+  try {
+    pipeline_losses(std::make_shared<MeanSquaredErrorOfRows>(), 1);
+    FAIL() << "a pipeline accepted a loss that averages over its rows";
+  } catch (const ls::Error& e) {
+    EXPECT_EQ(e.kind(), ls::ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("'mean_of_rows' breaks the loss contract"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(pipeline_losses(std::make_shared<HalfSquaredError>(), 1).size(), 1u)
+      << "a sum passes the check";
+}
+
 }  // namespace

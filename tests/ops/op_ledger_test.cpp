@@ -211,7 +211,7 @@ TEST(OpLedger, ATimedLedgerTimesEveryCallOfTheStep) {
     nn::ParameterStore store(model, kHost0, *stream, 5);
     if (p == Precision::kBF16) store.keep_bf16_copy(*stream);
     const test::TinyBatch batch(shape.batch, shape.seq, kHost0, *stream);
-    OpLedger ledger({.timed = true});
+    OpLedger ledger({.plan_as = std::nullopt, .timed = true});
     test::tiny_step(model, store, batch, p, *stream);
     const std::vector<MeasuredRow> measured = ledger.measured();
     const std::vector<LedgerRow> rows = ledger.rows();
@@ -230,7 +230,7 @@ TEST(OpLedger, ATimedLedgerTimesEveryCallOfTheStep) {
     }
     EXPECT_GT(total, 0.0);
   }
-  EXPECT_THROW(OpLedger({.dry_run = true, .timed = true}), Error);
+  EXPECT_THROW(OpLedger({.dry_run = true, .plan_as = std::nullopt, .timed = true}), Error);
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ TEST(CudaContexts, AReplicaOnTheLastGpuMakesNoContextOnGpu0) {
 TEST(CudaFailure, ABadLabelWhileEveryReplicaHoldsAGraphKeepsItsErrorAndBlocksNothing) {
   SKIP_WITHOUT_TWO_GPUS();
   DataParallelOptions options;
-  options.collective_timeout = std::chrono::seconds(30);
+  options.timeout = std::chrono::seconds(30);
   options.graphs = true;
   std::string message;
   int64_t launches = 0;

@@ -29,7 +29,7 @@ Fault with_fault(Kind kind, int replica, int64_t step) { return {kind, replica, 
 
 DataParallelOptions quick_timeout() {
   DataParallelOptions options;
-  options.collective_timeout = std::chrono::milliseconds(500);
+  options.timeout = std::chrono::milliseconds(500);
   // The flight recorder files of these failures (tests/doctor/flight_analysis_test.cpp reads
   // them): in one folder of their own, not loose in the temporary directory.
   options.flight_recorder_dir =
@@ -165,7 +165,7 @@ TEST(Failure, HeartbeatReportsWhereAReplicaIs) {
   Fault stall = with_fault(Kind::kStall, 0, 1);
   stall.stall = std::chrono::milliseconds(300);
   DataParallelOptions options;
-  options.collective_timeout = std::chrono::seconds(5);
+  options.timeout = std::chrono::seconds(5);
   options.heartbeat_interval = std::chrono::milliseconds(50);
   std::vector<std::string> beats;
   options.heartbeat = [&](const std::string& line) { beats.push_back(line); };

@@ -77,7 +77,7 @@ DataParallelOptions fused_small_buckets() {
   DataParallelOptions o;
   o.buckets.cap_bytes = o.buckets.first_bucket_bytes = 256;  // about one parameter per bucket
   o.buckets.fuse_ready = true;
-  o.collective_timeout = std::chrono::milliseconds(500);
+  o.timeout = std::chrono::milliseconds(500);
   o.graphs = false;  // eager steps: the stall is injected at issue time
   return o;
 }
@@ -118,7 +118,7 @@ TEST(HangSafety, ACollectiveStuckInAFusedLaunchIsNamedByTheWatchdog) {
 // failure aborts them all.
 TEST(HangSafety, AFailureWhileEveryReplicaHoldsAGraphKeepsItsErrorAndBlocksNothing) {
   DataParallelOptions options;
-  options.collective_timeout = std::chrono::seconds(20);  // a rescue by the watchdog would show
+  options.timeout = std::chrono::seconds(20);  // a rescue by the watchdog would show
   options.graphs = true;
   const Clock::time_point start = Clock::now();
   std::string message;

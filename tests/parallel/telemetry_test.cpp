@@ -150,7 +150,7 @@ TEST(Telemetry, AHangReportNamesTheFileAndTheLastSamples) {
   const std::string path = temp_file("hang");
   fs::remove(path);
   DataParallelOptions options;
-  options.collective_timeout = std::chrono::milliseconds(500);
+  options.timeout = std::chrono::milliseconds(500);
   options.telemetry_path = path;
   options.telemetry_interval = std::chrono::milliseconds(50);
   const testing::Fault fault{testing::Fault::Kind::kSkipCollective, 1, 2, {}};

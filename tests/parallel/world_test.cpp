@@ -12,7 +12,7 @@
 #include <lockstep/error.h>
 #include "parallel/host/host_communicator.h"
 #include "parallel/mpi/mpi_runtime.h"
-#include "parallel/comm/world_communicators.h"
+#include "parallel/runtime/world_communicators.h"
 
 namespace ls {
 namespace {

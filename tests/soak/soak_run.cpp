@@ -39,7 +39,7 @@ using Kind = testing::Fault::Kind;
 std::unique_ptr<DataParallel> make_run(const Scenario& s) {
   DataParallelOptions options;
   options.seed = s.seed;
-  options.collective_timeout = s.collective_timeout;
+  options.timeout = s.collective_timeout;
   options.shard = s.shard;
   options.recompute = s.recompute;
   // A run that hangs outside the watchdog's reach still shows where every replica is (the

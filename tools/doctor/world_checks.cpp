@@ -10,7 +10,7 @@
 #include <lockstep/device.h>
 #include <lockstep/error.h>
 #include "parallel/mpi/mpi_runtime.h"
-#include "parallel/comm/world_communicators.h"
+#include "parallel/runtime/world_communicators.h"
 #include "tools/doctor/allreduce_check.h"
 
 #ifndef LOCKSTEP_DOCTOR_VERSION

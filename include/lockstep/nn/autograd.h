@@ -117,7 +117,7 @@ class Tape {
   void set_context(const ForwardContext& context) { context_ = context; }
   // Ops whose work depends on the step beyond the tensors they read (dropout masks are keyed by
   // the step number, a host value baked into their launch) say so here: such a step cannot be
-  // replayed as a graph (engine/core/graph.h).
+  // replayed as a graph (docs/architecture.md, "Steps as graphs").
   void note_step_dependent() { step_dependent_ = true; }
   bool step_dependent() const { return step_dependent_; }
   // A model's layers, for the trace: begin_layer("h.3") before a layer's forward, end_layer

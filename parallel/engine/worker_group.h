@@ -25,7 +25,7 @@
 #include <lockstep/device.h>
 #include <lockstep/trainer.h>
 #include <lockstep/world.h>
-#include "parallel/comm/process_group.h"
+#include "parallel/runtime/process_group.h"
 #include "parallel/observability/telemetry.h"
 #include "parallel/runtime/worker_thread.h"
 

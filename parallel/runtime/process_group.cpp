@@ -1,5 +1,5 @@
-// ProcessGroup (see parallel/comm/process_group.h).
-#include "parallel/comm/process_group.h"
+// ProcessGroup (see parallel/runtime/process_group.h).
+#include "parallel/runtime/process_group.h"
 
 #include <string>
 #include <vector>

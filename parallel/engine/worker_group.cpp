@@ -1,4 +1,4 @@
-#include "parallel/runtime/worker_group.h"
+#include "parallel/engine/worker_group.h"
 
 #include <atomic>
 #include <mutex>

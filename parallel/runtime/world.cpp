@@ -1,4 +1,4 @@
-// World (lockstep/world.h) and make_world_communicators (parallel/comm/world_communicators.h).
+// World (lockstep/world.h) and make_world_communicators (parallel/runtime/world_communicators.h).
 // Whether this process was launched by mpirun is read from the environment before any MPI call,
 // so a plain run never touches MPI: it is a world of one process, size 1, rank 0.
 #include <lockstep/world.h>
@@ -15,7 +15,7 @@
 #include <lockstep/error.h>
 #include "parallel/mpi/mpi_runtime.h"
 #include "parallel/nccl/nccl_communicator.h"
-#include "parallel/comm/world_communicators.h"
+#include "parallel/runtime/world_communicators.h"
 
 namespace ls {
 namespace {
