@@ -192,6 +192,7 @@ class DataParallel final : public Trainer {
   int64_t parameter_count() const override;
   // "N gradient bucket(s)".
   std::string layout() const override;
+  StepStats step_stats() const override;
   const std::vector<Bucket>& buckets() const;
 
   // Checkpoints: DIR/step-NNNNNN/{model,optimizer}.safetensors + meta.json, committed

@@ -96,6 +96,7 @@ class Pipeline final : public Trainer {
   bool graphs() const override { return false; }  // pipelines run every step eagerly
   // "pipeline of P stages x N".
   std::string layout() const override;
+  StepStats step_stats() const override;
   // Every local stage's input, compute (its actions and optimizer), bubble (waiting for its
   // neighbours), comm wait (the all-reduce across pipelines, tied sums) and idle, and the verdict
   // (lockstep/device_use.h), against the schedule's own bubble.

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,15 @@ struct MonitorOptions {
   TraceOptions trace;
 };
 
+// The last step, as every strategy reports it (Trainer::step_stats); a figure a strategy has no
+// notion of stays empty.
+struct StepStats {
+  // A pipeline's bubble: the mean over its stages of the share of the step each waited, and
+  // what its schedule's theory says (lockstep/pipeline_schedule.h).
+  std::optional<double> bubble;
+  std::optional<double> theoretical_bubble;
+};
+
 // What every strategy's options share (DataParallelOptions and PipelineOptions are both
 // TrainingOptions): one name and one meaning for each.
 struct TrainingOptions : MonitorOptions {
@@ -161,6 +171,8 @@ class Trainer {
   virtual bool graphs() const = 0;
   // How the model is spread, for logs: "3 gradient bucket(s)", "pipeline of 2 stages x 1".
   virtual std::string layout() const = 0;
+  // What the last step's result said beyond its loss, the same struct for every strategy.
+  virtual StepStats step_stats() const = 0;
   // How each device of this process spent the steps whose results have arrived, and the verdict
   // (lockstep/device_use.h). A strategy that does not measure says so (kNotMeasured).
   virtual UseVerdict device_use() const {

@@ -100,6 +100,9 @@ std::string DataParallel::layout() const {
   }
   return out;
 }
+
+StepStats DataParallel::step_stats() const { return {}; }  // no bubble to tell
+
 std::vector<NamedParameter> DataParallel::model_parameters() { return named_parameters(0); }
 std::string DataParallel::save(const std::string& dir, const TrainingPosition& position,
                                const CheckpointRetention& retention) {

@@ -580,6 +580,11 @@ std::vector<std::vector<std::string>> Pipeline::stage_layers() const {
   return impl_->stage_layers();
 }
 PipelineStepStats Pipeline::last_step_stats() const { return impl_->last_step_stats(); }
+
+StepStats Pipeline::step_stats() const {
+  const PipelineStepStats stats = impl_->last_step_stats();
+  return {stats.mean_bubble, stats.theoretical_bubble};
+}
 std::vector<DataParallel::NamedParameter> Pipeline::named_parameters() {
   return impl_->named_parameters();
 }

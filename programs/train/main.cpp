@@ -130,12 +130,11 @@ ls::PipelineOptions pipeline_options(const TrainOptions& o) {
 
 // Pipelines report how much of each step their stages waited (the bubble).
 void observe_step(const Trainer& trainer, RunSummary& s) {
-  const auto* pipeline = dynamic_cast<const ls::Pipeline*>(&trainer);
-  if (pipeline == nullptr) return;
-  const ls::PipelineStepStats stats = pipeline->last_step_stats();
+  const ls::StepStats stats = trainer.step_stats();
+  if (!stats.bubble) return;
   if (!s.bubble) s.bubble = BubbleTotals{};
-  s.bubble->measured += stats.mean_bubble;
-  s.bubble->theory = stats.theoretical_bubble;
+  s.bubble->measured += *stats.bubble;
+  s.bubble->theory = stats.theoretical_bubble.value_or(0.0);
   ++s.bubble->steps;
 }
 

@@ -246,6 +246,14 @@ TEST(Pipeline, StepStatsReportBusyTimeAndBubble) {
     EXPECT_LT(stats.bubble[static_cast<size_t>(s)], 1);
   }
   EXPECT_DOUBLE_EQ(stats.theoretical_bubble, 1.0 / 5.0);
+  // The same figures through Trainer, as lockstep-train reads them (data parallelism has none).
+  const Trainer& trainer = pipe;
+  ASSERT_TRUE(trainer.step_stats().bubble.has_value());
+  EXPECT_EQ(*trainer.step_stats().bubble, stats.mean_bubble);
+  EXPECT_EQ(trainer.step_stats().theoretical_bubble, stats.theoretical_bubble);
+  DataParallel dp(hosts(2), mlp_factory({20, 8, 10}), sgd());
+  dp.step(random_batch(8, 20, 1));
+  EXPECT_FALSE(static_cast<const Trainer&>(dp).step_stats().bubble.has_value());
 }
 
 // ---- bad input -------------------------------------------------------------------------------
