@@ -56,6 +56,30 @@ inline void check_same_shape(const char* op, const char* name, const Tensor& t, 
   LS_CHECK(t.shape() == x.shape(), op, ": ", name, " is ", t.describe(),
            "; expected the shape of x (", x.describe(), ")");
 }
+// The forward's input x (named `name`), its [cols] parameters, [rows] statistics, eps and its
+// outputs y (f32) and y16 (bf16), either of which may be undefined but not both.
+inline void check_layernorm_forward(const char* op, const char* name, const Tensor& x,
+                                    const Tensor& gamma, const Tensor& beta, float eps,
+                                    const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                                    const Tensor& y16, const Stream& stream) {
+  check_layernorm_x(op, name, x, stream);
+  const int64_t cols = x.dim(x.ndim() - 1), rows = x.numel() / cols;
+  check_layernorm_vector(op, "gamma", gamma, cols, "column", x, stream);
+  check_layernorm_vector(op, "beta", beta, cols, "column", x, stream);
+  check_layernorm_vector(op, "mean", mean, rows, "row", x, stream);
+  check_layernorm_vector(op, "rstd", rstd, rows, "row", x, stream);
+  LS_CHECK(y.defined() || y16.defined(), op, ": y and y16 are both undefined; pass y (f32), ",
+           "y16 (bf16) or both");
+  if (y.defined()) {
+    op_check::tensor(op, "y", y, DType::kF32, stream);
+    check_same_shape(op, "y", y, x);
+  }
+  LS_CHECK(eps > 0.0f, op, ": eps is ", eps, "; expected a small positive value, e.g. 1e-5");
+  if (y16.defined()) {
+    op_check::tensor(op, "y16", y16, DType::kBF16, stream);
+    check_same_shape(op, "y16", y16, x);
+  }
+}
 }  // namespace detail
 
 // y16 (bf16, y's shape, or undefined): y rounded to bf16 too, written in the same pass, bit for
@@ -65,24 +89,8 @@ inline void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
                       const Tensor& y, const Tensor& mean, const Tensor& rstd, Stream& stream,
                       const Tensor& y16 = Tensor()) {
   const char* op = "layernorm";
-  detail::check_layernorm_x(op, "x", x, stream);
+  detail::check_layernorm_forward(op, "x", x, gamma, beta, eps, y, mean, rstd, y16, stream);
   const int64_t cols = x.dim(x.ndim() - 1), rows = x.numel() / cols;
-  detail::check_layernorm_vector(op, "gamma", gamma, cols, "column", x, stream);
-  detail::check_layernorm_vector(op, "beta", beta, cols, "column", x, stream);
-  detail::check_layernorm_vector(op, "mean", mean, rows, "row", x, stream);
-  detail::check_layernorm_vector(op, "rstd", rstd, rows, "row", x, stream);
-  LS_CHECK(y.defined() || y16.defined(),
-           "layernorm: y and y16 are both undefined; pass y (f32), "
-           "y16 (bf16) or both");
-  if (y.defined()) {
-    op_check::tensor(op, "y", y, DType::kF32, stream);
-    detail::check_same_shape(op, "y", y, x);
-  }
-  LS_CHECK(eps > 0.0f, "layernorm: eps is ", eps, "; expected a small positive value, e.g. 1e-5");
-  if (y16.defined()) {
-    op_check::tensor(op, "y16", y16, DType::kBF16, stream);
-    detail::check_same_shape(op, "y16", y16, x);
-  }
   op_entry(&LayerNormOps::layernorm, op, stream,
            [&] {
              return OpLaunches{
@@ -97,27 +105,12 @@ inline void add_layernorm(const Tensor& a, const Tensor& b, const Tensor& sum, c
                           const Tensor& beta, float eps, const Tensor& y, const Tensor& mean,
                           const Tensor& rstd, Stream& stream, const Tensor& y16 = Tensor()) {
   const char* op = "add_layernorm";
-  detail::check_layernorm_x(op, "a", a, stream);
+  detail::check_layernorm_forward(op, "a", a, gamma, beta, eps, y, mean, rstd, y16, stream);
   for (auto [name, t] : {std::pair{"b", &b}, {"sum", &sum}}) {
     op_check::tensor(op, name, *t, DType::kF32, stream);
     detail::check_same_shape(op, name, *t, a);
   }
   const int64_t cols = a.dim(a.ndim() - 1), rows = a.numel() / cols;
-  detail::check_layernorm_vector(op, "gamma", gamma, cols, "column", a, stream);
-  detail::check_layernorm_vector(op, "beta", beta, cols, "column", a, stream);
-  detail::check_layernorm_vector(op, "mean", mean, rows, "row", a, stream);
-  detail::check_layernorm_vector(op, "rstd", rstd, rows, "row", a, stream);
-  LS_CHECK(y.defined() || y16.defined(), op, ": y and y16 are both undefined; pass y (f32), ",
-           "y16 (bf16) or both");
-  if (y.defined()) {
-    op_check::tensor(op, "y", y, DType::kF32, stream);
-    detail::check_same_shape(op, "y", y, a);
-  }
-  if (y16.defined()) {
-    op_check::tensor(op, "y16", y16, DType::kBF16, stream);
-    detail::check_same_shape(op, "y16", y16, a);
-  }
-  LS_CHECK(eps > 0.0f, op, ": eps is ", eps, "; expected a small positive value, e.g. 1e-5");
   for (const Tensor* out : {&sum, &y, &y16}) {
     for (const Tensor* in : {&a, &b}) {
       LS_CHECK(!out->defined() || !op_check::overlaps(*out, *in), op, ": an output (",

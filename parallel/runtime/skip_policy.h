@@ -34,8 +34,6 @@ class SkipPolicy {
   std::optional<std::string> record(const StepVerdict& step);
 
   int64_t skipped_total() const { return skipped_total_; }
-  // A resumed run starts from its checkpoint's count.
-  void restore_skipped_total(int64_t total) { skipped_total_ = total; }
 
  private:
   int max_consecutive_;

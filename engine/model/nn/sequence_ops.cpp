@@ -79,20 +79,27 @@ Var add_table_rows(Tape& tape, const Var& x, const Var& table, int64_t period) {
   return out;
 }
 
+namespace {
+// The buffers a LayerNorm of x [rows, C] writes. In bf16 its consumers (linears) multiply a bf16
+// copy of y: written in the same pass, and alone when the caller says products are all that read
+// it (bf16_output: no f32 y at all).
+LayerNormOutput layernorm_buffers(const Tape& tape, const Tensor& x, bool bf16_output) {
+  const bool bf16 = tape.context().precision == Precision::kBF16;
+  return {bf16 && bf16_output ? Tensor() : like_f32(x),
+          bf16 ? Tensor::empty(x.shape(), DType::kBF16, x.device()) : Tensor(),
+          Tensor::empty({x.dim(0)}, DType::kF32, x.device()),
+          Tensor::empty({x.dim(0)}, DType::kF32, x.device())};
+}
+}  // namespace
+
 Var layernorm(Tape& tape, const Var& x, const Var& gamma, const Var& beta, float eps,
               bool bf16_output) {
   const Tensor& xv = x->value;
   LS_CHECK(xv.ndim() == 2, "layernorm: x is ", xv.describe(), "; expected [rows, channels]");
-  Stream& stream = tape.stream();
-  const bool bf16 = tape.context().precision == Precision::kBF16;
-  // In bf16 its consumers (linears) multiply a bf16 copy of y: written in the same pass, and
-  // alone when the caller says products are all that read it (no f32 y at all).
-  Tensor y = bf16 && bf16_output ? Tensor() : like_f32(xv);
-  Tensor mean = Tensor::empty({xv.dim(0)}, DType::kF32, xv.device());
-  Tensor rstd = Tensor::empty({xv.dim(0)}, DType::kF32, xv.device());
-  Tensor y16 = bf16 ? Tensor::empty(xv.shape(), DType::kBF16, xv.device()) : Tensor();
-  ls::layernorm(xv, gamma->value, beta->value, eps, y, mean, rstd, stream, y16);
-  return record_layernorm(tape, x, gamma, beta, {std::move(y), std::move(y16), mean, rstd});
+  LayerNormOutput out = layernorm_buffers(tape, xv, bf16_output);
+  ls::layernorm(xv, gamma->value, beta->value, eps, out.y, out.mean, out.rstd, tape.stream(),
+                out.y16);
+  return record_layernorm(tape, x, gamma, beta, std::move(out));
 }
 
 std::pair<Var, Var> add_layernorm(Tape& tape, const Var& x, const Var& branch, const Var& gamma,
@@ -103,12 +110,8 @@ std::pair<Var, Var> add_layernorm(Tape& tape, const Var& x, const Var& branch, c
            "; expected both [rows, channels]");
   LS_CHECK(branch->value.dtype() == DType::kF32, "add_layernorm: branch is ",
            branch->value.describe(), "; the residual stream adds f32 (nn::to_f32 widens it)");
-  const bool bf16 = tape.context().precision == Precision::kBF16;
   Tensor sum = like_f32(xv);
-  LayerNormOutput out{bf16 && bf16_output ? Tensor() : like_f32(xv),
-                      bf16 ? Tensor::empty(xv.shape(), DType::kBF16, xv.device()) : Tensor(),
-                      Tensor::empty({xv.dim(0)}, DType::kF32, xv.device()),
-                      Tensor::empty({xv.dim(0)}, DType::kF32, xv.device())};
+  LayerNormOutput out = layernorm_buffers(tape, xv, bf16_output);
   ls::add_layernorm(xv, branch->value, sum, gamma->value, beta->value, eps, out.y, out.mean,
                     out.rstd, tape.stream(), out.y16);
   // Recorded as add then layernorm, in that order: backward is theirs, unchanged (the norm's
